@@ -1,0 +1,235 @@
+"""Cluster state as the rules see it: nodes and shared-GPU pods, reduced to what rules need.
+
+The webhook fills a ``ClusterSnapshot`` from a snapshot file or from a live watch; rules
+only read it. Raw Kubernetes objects are projected into small frozen records on the way
+in, so 150,000 pods cost little memory and nothing mutable leaks into policy code.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .quantity import QuantityError, parse_quantity
+from .resources import container_requests, whole_gib
+from .settings import Names
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    provider_id: str
+    internal_ip: str
+    allocatable: dict[str, int]
+    capacity: dict[str, int]
+    kubelet_version: str = ""
+    container_runtime: str = ""
+    os_image: str = ""
+
+    def gpu_mem_per_card(self, names: Names) -> int | None:
+        """GiB per card: allocatable gpu-mem / gpu-count, when both are known and divide evenly."""
+        mem = self.allocatable.get(names.resources.gpu_mem) or self.capacity.get(names.resources.gpu_mem)
+        count = self.allocatable.get(names.resources.gpu_count) or self.capacity.get(names.resources.gpu_count)
+        if not mem or not count or mem % count:
+            return None
+        return mem // count
+
+
+@dataclass(frozen=True, slots=True)
+class PodGPU:
+    """One container's shared-GPU request inside a pod record."""
+
+    container: str
+    mem: int
+    core: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str
+    gpus: tuple[PodGPU, ...]
+    annotations: dict[str, str]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def mem(self) -> int:
+        return sum(g.mem for g in self.gpus)
+
+    @property
+    def core(self) -> int:
+        return sum(g.core for g in self.gpus)
+
+    @property
+    def uses_shared_gpu(self) -> bool:
+        return bool(self.gpus)
+
+    @property
+    def is_core_mem(self) -> bool:
+        return any(g.core for g in self.gpus)
+
+    @property
+    def terminated(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+class ClusterState(Protocol):
+    """What rules may ask of the cluster."""
+
+    def get_node(self, name: str) -> NodeInfo | None: ...
+
+    def nodes(self) -> list[NodeInfo]: ...
+
+    def get_pod(self, namespace: str, name: str) -> PodInfo | None: ...
+
+    def pods_on_node(self, node: str) -> list[PodInfo]: ...
+
+
+def _resource_ints(block: Any, keep: Iterable[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if not isinstance(block, dict):
+        return out
+    for name in keep:
+        if name in block:
+            try:
+                value = parse_quantity(block[name])
+            except QuantityError:
+                continue
+            out[name] = int(value)
+    return out
+
+
+def _str_map(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def node_resource_names(names: Names) -> tuple[str, ...]:
+    r = names.resources
+    return (r.gpu_mem, r.gpu_core, r.gpu_count, r.gpu_topology, r.gpu_exclusive)
+
+
+def node_from_manifest(obj: dict[str, Any], names: Names) -> NodeInfo:
+    """Project a Node object into a NodeInfo."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    keep = node_resource_names(names)
+    addresses = status.get("addresses") or []
+    internal_ip = next((a.get("address", "") for a in addresses
+                        if isinstance(a, dict) and a.get("type") == "InternalIP"), "")
+    info = status.get("nodeInfo") or {}
+    return NodeInfo(
+        name=str(meta.get("name", "")),
+        labels=_str_map(meta.get("labels")),
+        annotations=_str_map(meta.get("annotations")),
+        provider_id=str(spec.get("providerID") or ""),
+        internal_ip=str(internal_ip),
+        allocatable=_resource_ints(status.get("allocatable"), keep),
+        capacity=_resource_ints(status.get("capacity"), keep),
+        kubelet_version=str(info.get("kubeletVersion") or ""),
+        container_runtime=str(info.get("containerRuntimeVersion") or ""),
+        os_image=str(info.get("osImage") or ""),
+    )
+
+
+def pod_gpus(obj: dict[str, Any], names: Names) -> tuple[PodGPU, ...]:
+    """The shared-GPU requests of a Pod object (containers that ask for gpu-mem)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return ()
+    mem_name, core_name = names.resources.gpu_mem, names.resources.gpu_core
+    out = []
+    for request in container_requests(spec, ("spec",), names):
+        mem = whole_gib(request.amount(mem_name))
+        if mem is None:
+            continue
+        core = request.amount(core_name)
+        out.append(PodGPU(request.name, mem, int(core) if core is not None else 0))
+    return tuple(out)
+
+
+def pod_from_manifest(obj: dict[str, Any], names: Names, keep_annotations: Iterable[str] = ()) -> PodInfo:
+    """Project a Pod object into a PodInfo, keeping only the named annotations."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    kept = {k: str(annotations[k]) for k in keep_annotations if k in annotations}
+    return PodInfo(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        node_name=str((obj.get("spec") or {}).get("nodeName") or ""),
+        phase=str((obj.get("status") or {}).get("phase") or ""),
+        gpus=pod_gpus(obj, names),
+        annotations=kept,
+    )
+
+
+class ClusterSnapshot:
+    """An in-memory, thread-safe ClusterState; the live watch and snapshot files both fill one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._nodes: dict[str, NodeInfo] = {}
+        self._pods: dict[str, PodInfo] = {}
+        self._by_node: dict[str, dict[str, PodInfo]] = {}
+
+    def upsert_node(self, node: NodeInfo) -> None:
+        with self._lock:
+            self._nodes[node.name] = node
+
+    def remove_node(self, name: str) -> None:
+        with self._lock:
+            self._nodes.pop(name, None)
+
+    def upsert_pod(self, pod: PodInfo) -> None:
+        with self._lock:
+            self._drop_pod(pod.key)
+            self._pods[pod.key] = pod
+            if pod.node_name:
+                self._by_node.setdefault(pod.node_name, {})[pod.key] = pod
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._drop_pod(f"{namespace}/{name}")
+
+    def _drop_pod(self, key: str) -> None:
+        old = self._pods.pop(key, None)
+        if old is not None and old.node_name:
+            on_node = self._by_node.get(old.node_name)
+            if on_node is not None:
+                on_node.pop(key, None)
+                if not on_node:
+                    del self._by_node[old.node_name]
+
+    def get_node(self, name: str) -> NodeInfo | None:
+        return self._nodes.get(name)
+
+    def nodes(self) -> list[NodeInfo]:
+        with self._lock:
+            return list(self._nodes.values())
+
+    def get_pod(self, namespace: str, name: str) -> PodInfo | None:
+        return self._pods.get(f"{namespace}/{name}")
+
+    def pods(self) -> list[PodInfo]:
+        with self._lock:
+            return list(self._pods.values())
+
+    def pods_on_node(self, node: str) -> list[PodInfo]:
+        with self._lock:
+            return list(self._by_node.get(node, {}).values())
+
+    def counts(self) -> tuple[int, int]:
+        return len(self._nodes), len(self._pods)

@@ -1,0 +1,107 @@
+"""The engine: one object, one operation, the cluster state -> a Verdict.
+
+Every way in (webhook, dry-run, ``gpushare check``) calls this, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import rules as _rules  # noqa: F401  (registers every rule module)
+from .cluster import ClusterState
+from .mutations import MUTATIONS, Op, plan_patch
+from .rules.base import REGISTRY, Finding, Rule, Subject, UserInfo
+from .settings import Settings, Severity
+
+
+@dataclass
+class Verdict:
+    kind: str
+    name: str
+    namespace: str
+    findings: list[Finding] = field(default_factory=list)
+    patch: list[Op] = field(default_factory=list)
+    patch_ids: list[str] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return not any(f.severity == "deny" for f in self.findings)
+
+    @property
+    def violations(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "deny"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warn"]
+
+    @property
+    def rule_ids(self) -> list[str]:
+        """Every rule and mutation that fired, in order, without repeats."""
+        seen = dict.fromkeys([f.rule for f in self.findings] + self.patch_ids)
+        return list(seen)
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveRule:
+    rule: Rule
+    severity: Severity
+
+
+class Engine:
+    """Rules and mutations as configured; cheap to call, built once per settings object."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.names = settings.names
+        unknown = set(settings.rules) - set(REGISTRY) - set(MUTATIONS)
+        if unknown:
+            raise ValueError(f"config names unknown rules: {', '.join(sorted(unknown))}")
+        self._active: list[ActiveRule] = []
+        for rule_id, rule in sorted(REGISTRY.items()):
+            override = settings.rules.get(rule_id)
+            if override is not None and not override.enabled:
+                continue
+            severity = override.severity if override is not None and override.severity else rule.severity
+            self._active.append(ActiveRule(rule, severity))
+        self._by_kind: dict[tuple[str, str], list[ActiveRule]] = {}
+
+    def rules_for(self, kind: str, operation: str) -> list[ActiveRule]:
+        key = (kind, operation)
+        found = self._by_kind.get(key)
+        if found is None:
+            found = [a for a in self._active if kind in a.rule.kinds and operation in a.rule.operations]
+            self._by_kind[key] = found
+        return found
+
+    def mutation_enabled(self, mutation_id: str) -> bool:
+        override = self.settings.rules.get(mutation_id)
+        return override is None or override.enabled
+
+    def handles(self, kind: str) -> bool:
+        return any(kind in a.rule.kinds for a in self._active) or kind in ("Pod", "DaemonSet")
+
+    def subject(self, kind: str, obj: dict[str, Any], *, operation: str = "CREATE", namespace: str = "",
+                old: dict[str, Any] | None = None, user: UserInfo | None = None,
+                state: ClusterState | None = None) -> Subject:
+        return Subject(kind=kind, obj=obj, names=self.names, operation=operation, namespace=namespace,
+                       old=old, user=user or UserInfo(), state=state)
+
+    def validate(self, subject: Subject) -> Verdict:
+        """Run every active rule for the subject's kind and operation."""
+        verdict = Verdict(subject.kind, subject.name, subject.ns)
+        for active in self.rules_for(subject.kind, subject.operation):
+            for message, path in active.rule.check(subject):
+                verdict.findings.append(Finding(active.rule.id, active.severity,
+                                                f"{active.rule.id}: {message}", path))
+        return verdict
+
+    def mutate(self, subject: Subject) -> Verdict:
+        """Plan the JSON patch for the subject (no rules run)."""
+        verdict = Verdict(subject.kind, subject.name, subject.ns)
+        for mutation_id, op in plan_patch(subject, self.mutation_enabled):
+            verdict.patch.append(op)
+            if mutation_id not in verdict.patch_ids:
+                verdict.patch_ids.append(mutation_id)
+        return verdict

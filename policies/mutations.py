@@ -1,0 +1,146 @@
+"""GM001-GM003: the JSON patch that the mutating webhook returns.
+
+Every operation is computed against the object as sent and only fills in what is missing,
+so mutating an already mutated object yields an empty patch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .resources import container_requests, iter_containers, pod_spec, whole_gib
+from .rules.base import Subject
+
+Op = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Mutation:
+    id: str
+    title: str
+    doc: str
+    seed: str
+
+
+MUTATIONS: dict[str, Mutation] = {
+    m.id: m
+    for m in (
+        Mutation("GM001", "Shared-GPU pods use the GPU-sharing scheduler",
+                 "Pods requesting aliyun.com/gpu-mem get schedulerName ack-co-scheduler when it is "
+                 "unset or default-scheduler; another scheduler the user chose is kept.", "001"),
+        Mutation("GM002", "GPU-sharing DaemonSets run at system-node-critical",
+                 "The GPU-sharing DaemonSets (gpushare-device-plugin-ds by default) and their pods get "
+                 "priorityClassName system-node-critical so they are not preempted.", "001, 002"),
+        Mutation("GM003", "Apps see their GPU memory share",
+                 "Containers requesting aliyun.com/gpu-mem get ALIYUN_COM_GPU_MEM_CONTAINER, and "
+                 "ALIYUN_COM_GPU_MEM_DEV when the card size is known.", "004"),
+    )
+}
+
+
+def pointer(path: tuple[str | int, ...]) -> str:
+    """An RFC 6901 JSON pointer for a path."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _scheduler_ops(subject: Subject) -> list[Op]:
+    if subject.kind != "Pod":
+        return []
+    mem = subject.names.resources.gpu_mem
+    if not any(c.has(mem) for c in subject.containers):
+        return []
+    spec = subject.obj.get("spec") or {}
+    current = spec.get("schedulerName")
+    if current not in (None, "", subject.names.default_scheduler):
+        return []
+    op = "replace" if "schedulerName" in spec else "add"
+    return [{"op": op, "path": "/spec/schedulerName", "value": subject.names.scheduler_name}]
+
+
+def _owned_by_gpushare_daemonset(subject: Subject) -> bool:
+    owners = subject.metadata.get("ownerReferences")
+    if not isinstance(owners, list):
+        return False
+    daemonsets = subject.names.gpushare_daemonsets
+    return any(isinstance(o, dict) and o.get("kind") == "DaemonSet" and o.get("name") in daemonsets
+               for o in owners)
+
+
+def _priority_ops(subject: Subject) -> list[Op]:
+    if subject.kind == "DaemonSet":
+        if subject.metadata.get("name") not in subject.names.gpushare_daemonsets:
+            return []
+    elif subject.kind != "Pod" or not _owned_by_gpushare_daemonset(subject):
+        return []
+    spec, base = pod_spec(subject.obj, subject.kind)
+    if spec is None or spec.get("priorityClassName"):
+        return []
+    ops: list[Op] = [{"op": "add", "path": pointer((*base, "priorityClassName")),
+                      "value": subject.names.priority_class}]
+    # A priority already resolved from the old class would contradict the new class; the
+    # Priority admission plugin recomputes it when it runs again after this webhook.
+    if "priority" in spec:
+        ops.append({"op": "remove", "path": pointer((*base, "priority"))})
+    return ops
+
+
+def _env_ops(subject: Subject, card_gib: int | None) -> list[Op]:
+    if subject.kind != "Pod":
+        return []
+    names = subject.names
+    spec, base = pod_spec(subject.obj, subject.kind)
+    if spec is None:
+        return []
+    mem_by_container = {
+        (c.group, c.index): whole_gib(c.amount(names.resources.gpu_mem))
+        for c in container_requests(spec, base, names)
+    }
+    ops: list[Op] = []
+    for group, index, container, path in iter_containers(spec, base):
+        gib = mem_by_container.get((group, index))
+        if gib is None:
+            continue
+        wanted = [(names.env_mem_container, str(gib))]
+        if card_gib is not None:
+            wanted.append((names.env_mem_dev, str(card_gib)))
+        env = container.get("env")
+        present = {e.get("name") for e in env if isinstance(e, dict)} if isinstance(env, list) else set()
+        missing = [{"name": n, "value": v} for n, v in wanted if n not in present]
+        if not missing:
+            continue
+        if isinstance(env, list):
+            ops.extend({"op": "add", "path": pointer((*path, "env", "-")), "value": e} for e in missing)
+        else:
+            op = "replace" if "env" in container else "add"
+            ops.append({"op": op, "path": pointer((*path, "env")), "value": missing})
+    return ops
+
+
+def known_card_gib(subject: Subject) -> int | None:
+    """GiB per card when the pod is pinned to a node the state knows."""
+    if subject.kind != "Pod" or subject.state is None:
+        return None
+    node_name = (subject.obj.get("spec") or {}).get("nodeName")
+    if not isinstance(node_name, str) or not node_name:
+        return None
+    node = subject.state.get_node(node_name)
+    return node.gpu_mem_per_card(subject.names) if node is not None else None
+
+
+PatchPlanner = Callable[[Subject], list[Op]]
+
+
+def plan_patch(subject: Subject, enabled: Callable[[str], bool] = lambda _id: True) -> list[tuple[str, Op]]:
+    """Every patch operation for the subject, each tagged with the mutation id it serves."""
+    if subject.operation != "CREATE" and subject.kind == "Pod":
+        return []  # pod specs are immutable after creation
+    planned: list[tuple[str, Op]] = []
+    if enabled("GM001"):
+        planned += [("GM001", op) for op in _scheduler_ops(subject)]
+    if enabled("GM002"):
+        planned += [("GM002", op) for op in _priority_ops(subject)]
+    if enabled("GM003"):
+        planned += [("GM003", op) for op in _env_ops(subject, known_card_gib(subject))]
+    return planned

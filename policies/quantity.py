@@ -1,0 +1,78 @@
+"""Kubernetes resource quantities, parsed by the grammar of k8s.io/apimachinery.
+
+    quantity  ::= signedNumber suffix
+    suffix    ::= binarySI | decimalExponent | decimalSI
+    binarySI  ::= Ki | Mi | Gi | Ti | Pi | Ei
+    decimalSI ::= m | "" | k | M | G | T | P | E
+    decimalExponent ::= ("e" | "E") signedNumber
+
+Values are exact ``Decimal``s, so "2500m" is 2.5 and never a float rounding error.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"m": Decimal("0.001"), "": Decimal(1), "k": Decimal(10**3), "M": Decimal(10**6),
+            "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
+_QUANTITY = re.compile(
+    r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|m|k|M|G|T|P|E)?$"
+)
+# Quantities longer than this are not something a person wrote; refuse before Decimal work.
+_MAX_LEN = 64
+
+
+class QuantityError(ValueError):
+    """The value is not a Kubernetes quantity."""
+
+
+def parse_quantity(value: object) -> Decimal:
+    """Parse an int, a float or a quantity string ("5", "2500m", "2Gi", "1e3") into a Decimal."""
+    if isinstance(value, bool):
+        raise QuantityError(f"{value!r} is a boolean, not a quantity")
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise QuantityError(f"{value!r} is not a finite number")
+        return Decimal(repr(value))
+    if not isinstance(value, str):
+        raise QuantityError(f"{type(value).__name__} is not a quantity")
+    text = value.strip()
+    if len(text) > _MAX_LEN:
+        raise QuantityError(f"quantity is longer than {_MAX_LEN} characters")
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise QuantityError(f"{value!r} is not a quantity")
+    try:
+        number = Decimal(match["number"])
+    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
+        raise QuantityError(f"{value!r} is not a quantity") from None
+    suffix = match["suffix"] or ""
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix[:1] in ("e", "E") and len(suffix) > 1:
+        exponent = int(suffix[1:])
+        if abs(exponent) > 30:
+            raise QuantityError(f"{value!r}: exponent out of range")
+        return number.scaleb(exponent)
+    return number * _DECIMAL[suffix]
+
+
+def binary_suffix(value: object) -> str | None:
+    """The binary-SI suffix a quantity string carries ("Gi" for "2Gi"), if any."""
+    if isinstance(value, str):
+        match = _QUANTITY.match(value.strip())
+        if match and match["suffix"] in _BINARY:
+            return match["suffix"]
+    return None
+
+
+def format_number(value: Decimal) -> str:
+    """A Decimal as a person would write it: 30, 2.5, 0.001."""
+    if value == value.to_integral_value():
+        return str(int(value))
+    return format(value.normalize(), "f")

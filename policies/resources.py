@@ -1,0 +1,175 @@
+"""Shared-GPU requests read from pods and workload templates.
+
+Only the GPU resources named in settings are read; everything else in a pod spec is
+ignored, which keeps the admission hot path cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from .quantity import QuantityError, parse_quantity
+from .settings import Names
+
+Path = tuple[str | int, ...]
+
+# Where each kind keeps its pod spec.
+POD_SPEC_PATHS: dict[str, Path] = {
+    "Pod": ("spec",),
+    "PodTemplate": ("template", "spec"),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "ReplicationController": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+WORKLOAD_KINDS = frozenset(POD_SPEC_PATHS) - {"Pod"}
+CONTAINER_GROUPS = ("initContainers", "containers")
+
+
+class ShapeError(ValueError):
+    """The object does not have the shape its kind requires (e.g. containers is not a list)."""
+
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(f"{render_path(path)}: {message}")
+        self.path = path
+
+
+def render_path(path: Path) -> str:
+    """A field path as kubectl explains it: spec.containers[0].resources.limits["aliyun.com/gpu-mem"]."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "." in part or "/" in part:
+            out += f'["{part}"]'
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceValue:
+    """One GPU resource value as written, with its parsed quantity (None if unparseable)."""
+
+    raw: Any
+    quantity: Decimal | None
+    error: str | None
+    path: Path
+
+
+@dataclass(slots=True)
+class ContainerRequest:
+    """The GPU resources of one container, limits and requests kept apart."""
+
+    name: str
+    group: str
+    index: int
+    path: Path
+    limits: dict[str, ResourceValue] = field(default_factory=dict)
+    requests: dict[str, ResourceValue] = field(default_factory=dict)
+
+    def value(self, resource: str) -> ResourceValue | None:
+        """The effective value: the limit, else the request (as the API server defaults it)."""
+        return self.limits.get(resource) or self.requests.get(resource)
+
+    def amount(self, resource: str) -> Decimal | None:
+        found = self.value(resource)
+        return found.quantity if found is not None else None
+
+    def has(self, resource: str) -> bool:
+        return resource in self.limits or resource in self.requests
+
+
+def _get(obj: Any, path: Path) -> Any:
+    for part in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def pod_spec_path(kind: str) -> Path | None:
+    return POD_SPEC_PATHS.get(kind)
+
+
+def pod_spec(obj: dict[str, Any], kind: str) -> tuple[dict[str, Any] | None, Path]:
+    """The pod spec of a Pod or workload and its path; (None, path) when absent."""
+    path = POD_SPEC_PATHS[kind]
+    spec = obj
+    for depth, part in enumerate(path):
+        spec = spec.get(part) if isinstance(spec, dict) else None
+        if spec is None:
+            return None, path
+        if not isinstance(spec, dict):
+            raise ShapeError(path[: depth + 1], f"must be an object, got {type(spec).__name__}")
+    return spec, path
+
+
+def _read_values(resources: Any, section: str, base: Path, watched: frozenset[str]) -> dict[str, ResourceValue]:
+    block = resources.get(section) if isinstance(resources, dict) else None
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise ShapeError((*base, section), f"must be an object, got {type(block).__name__}")
+    found: dict[str, ResourceValue] = {}
+    for name in watched.intersection(block):
+        raw = block[name]
+        path = (*base, section, name)
+        try:
+            found[name] = ResourceValue(raw, parse_quantity(raw), None, path)
+        except QuantityError as exc:
+            found[name] = ResourceValue(raw, None, str(exc), path)
+    return found
+
+
+def watched_resources(names: Names) -> frozenset[str]:
+    r = names.resources
+    return frozenset((r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive))
+
+
+def iter_containers(spec: dict[str, Any], base: Path) -> Iterator[tuple[str, int, dict[str, Any], Path]]:
+    for group in CONTAINER_GROUPS:
+        items = spec.get(group)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise ShapeError((*base, group), f"must be a list, got {type(items).__name__}")
+        for index, container in enumerate(items):
+            if not isinstance(container, dict):
+                raise ShapeError((*base, group, index), f"must be an object, got {type(container).__name__}")
+            yield group, index, container, (*base, group, index)
+
+
+def container_requests(spec: dict[str, Any] | None, base: Path, names: Names) -> list[ContainerRequest]:
+    """The GPU requests of every container and init container that asks for any GPU resource."""
+    if spec is None:
+        return []
+    watched = watched_resources(names)
+    out: list[ContainerRequest] = []
+    for group, index, container, path in iter_containers(spec, base):
+        resources = container.get("resources")
+        if resources is None:
+            continue
+        res_path = (*path, "resources")
+        if not isinstance(resources, dict):
+            raise ShapeError(res_path, f"must be an object, got {type(resources).__name__}")
+        limits = _read_values(resources, "limits", res_path, watched)
+        requests = _read_values(resources, "requests", res_path, watched)
+        if limits or requests:
+            name = container.get("name")
+            out.append(ContainerRequest(str(name) if name is not None else f"{group}[{index}]",
+                                        group, index, path, limits, requests))
+    return out
+
+
+def whole_gib(value: Decimal | None) -> int | None:
+    """A positive whole number of GiB, or None when the value is not one."""
+    if value is None or value <= 0 or value != value.to_integral_value():
+        return None
+    return int(value)

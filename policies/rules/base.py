@@ -1,0 +1,128 @@
+"""What a rule is, what it finds, and what it is shown."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from ..resources import ContainerRequest, Path, container_requests, pod_spec, render_path
+from ..settings import Names, Severity
+
+if TYPE_CHECKING:
+    from ..cluster import ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One rule's verdict on one place in an object."""
+
+    rule: str
+    severity: Severity
+    message: str
+    path: Path = ()
+
+    @property
+    def path_text(self) -> str:
+        return render_path(self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    username: str = ""
+    groups: tuple[str, ...] = ()
+
+
+@dataclass
+class Subject:
+    """The object under review, with what the rules derive from it computed once."""
+
+    kind: str
+    obj: dict[str, Any]
+    names: Names
+    operation: str = "CREATE"
+    namespace: str = ""
+    old: dict[str, Any] | None = None
+    user: UserInfo = field(default_factory=UserInfo)
+    state: ClusterState | None = None
+
+    @cached_property
+    def metadata(self) -> dict[str, Any]:
+        meta = self.obj.get("metadata")
+        return meta if isinstance(meta, dict) else {}
+
+    @cached_property
+    def name(self) -> str:
+        name = self.metadata.get("name")
+        if isinstance(name, str) and name:
+            return name
+        generate = self.metadata.get("generateName")
+        return f"{generate}*" if isinstance(generate, str) and generate else "<unnamed>"
+
+    @cached_property
+    def ns(self) -> str:
+        ns = self.metadata.get("namespace")
+        return ns if isinstance(ns, str) and ns else self.namespace
+
+    @cached_property
+    def label(self) -> str:
+        """How a message names the object: "Job default/cuda-33", "Node gpu-1"."""
+        return f"{self.kind} {self.ns}/{self.name}" if self.ns else f"{self.kind} {self.name}"
+
+    @cached_property
+    def containers(self) -> list[ContainerRequest]:
+        spec, base = pod_spec(self.obj, self.kind)
+        return container_requests(spec, base, self.names)
+
+    def where(self, container: ContainerRequest) -> str:
+        noun = "init container" if container.group == "initContainers" else "container"
+        return f'{self.label} {noun} "{container.name}"'
+
+
+Check = Callable[[Subject], Iterable[tuple[str, Path]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A rule: an id, a default severity, the seed it comes from, and its check.
+
+    A check yields (message without the id prefix, path); the engine prefixes the id and
+    applies the configured severity.
+    """
+
+    id: str
+    severity: Severity
+    title: str
+    doc: str
+    seed: str
+    kinds: frozenset[str]
+    check: Check
+    operations: frozenset[str] = frozenset({"CREATE", "UPDATE"})
+    stateful: bool = False
+
+
+REGISTRY: dict[str, Rule] = {}
+
+
+def rule(
+    id: str,
+    *,
+    severity: Severity,
+    title: str,
+    doc: str,
+    seed: str,
+    kinds: Iterable[str],
+    operations: Iterable[str] = ("CREATE", "UPDATE"),
+    stateful: bool = False,
+) -> Callable[[Check], Check]:
+    """Register a check function as a rule."""
+
+    def register(check: Check) -> Check:
+        if id in REGISTRY:
+            raise ValueError(f"rule {id} registered twice")
+        REGISTRY[id] = Rule(id, severity, title, doc, seed, frozenset(kinds), check,
+                            frozenset(operations), stateful)
+        return check
+
+    return register

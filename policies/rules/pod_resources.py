@@ -1,0 +1,172 @@
+"""GS001-GS006: stateless checks of shared-GPU requests in pods and workload templates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import ROUND_HALF_UP, Decimal
+
+from ..quantity import format_number
+from ..resources import POD_SPEC_PATHS, ContainerRequest, Path, ResourceValue, whole_gib
+from .base import Subject, rule
+
+POD_KINDS = tuple(POD_SPEC_PATHS)
+Found = Iterator[tuple[str, Path]]
+
+CORE_STEP, CORE_MIN, CORE_MAX = 5, 5, 100
+_UNIT_SCALE = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+               "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def _raw(value: ResourceValue) -> str:
+    return str(value.raw)
+
+
+def _written_values(container: ContainerRequest, resource: str) -> Iterator[ResourceValue]:
+    """The limit and, when it says something else, the request."""
+    limit, request = container.limits.get(resource), container.requests.get(resource)
+    if limit is not None:
+        yield limit
+    if request is not None and (limit is None or request.raw != limit.raw):
+        yield request
+
+
+def core_suggestion(value: Decimal | None) -> str:
+    """The nearest accepted compute percentages: "30 or 35", "5", "100"."""
+    if value is None:
+        return f"use an integer multiple of {CORE_STEP} from {CORE_MIN} to {CORE_MAX}, e.g. 30"
+    lower = (value // CORE_STEP) * CORE_STEP
+    candidates = sorted({min(max(int(c), CORE_MIN), CORE_MAX) for c in (lower, lower + CORE_STEP)})
+    return "use " + " or ".join(str(c) for c in candidates)
+
+
+def core_accepted(value: Decimal | None) -> bool:
+    return (value is not None and CORE_MIN <= value <= CORE_MAX
+            and value == value.to_integral_value() and int(value) % CORE_STEP == 0)
+
+
+@rule("GS001", severity="deny", seed="000", kinds=POD_KINDS,
+      title="GPU core percentage is a multiple of 5 in 5..100",
+      doc="aliyun.com/gpu-core.percentage must be an integer multiple of 5 from 5 to 100; "
+          "any other value makes the job unschedulable.")
+def core_percentage_step(subject: Subject) -> Found:
+    core = subject.names.resources.gpu_core
+    for container in subject.containers:
+        for value in _written_values(container, core):
+            if core_accepted(value.quantity):
+                continue
+            why = (f"is not a quantity ({value.error})" if value.quantity is None
+                   else f"is not a multiple of {CORE_STEP} in {CORE_MIN}..{CORE_MAX}")
+            yield (f"{subject.where(container)}: {core}={_raw(value)} {why}; "
+                   f"{core_suggestion(value.quantity)}", value.path)
+
+
+@rule("GS002", severity="deny", seed="000", kinds=POD_KINDS,
+      title="GPU core percentage comes with GPU memory",
+      doc="A container that requests aliyun.com/gpu-core.percentage must also request "
+          "aliyun.com/gpu-mem: compute is allocated on the card its memory is placed on.")
+def core_needs_memory(subject: Subject) -> Found:
+    core, mem = subject.names.resources.gpu_core, subject.names.resources.gpu_mem
+    for container in subject.containers:
+        if container.has(core) and not container.has(mem):
+            value = container.value(core)
+            assert value is not None
+            yield (f"{subject.where(container)}: {core}={_raw(value)} is requested without {mem}; "
+                   f"add limits.{mem} with a whole number of GiB (1 or more)", value.path)
+
+
+def mem_suggestion(value: ResourceValue) -> str:
+    """What a gpu-mem value should have been: whole GiB, unit dropped."""
+    raw = value.raw.strip() if isinstance(value.raw, str) else value.raw
+    quantity = value.quantity
+    suffix = next((s for s in sorted(_UNIT_SCALE, key=len, reverse=True)
+                   if isinstance(raw, str) and raw.endswith(s)), None)
+    if quantity is not None and suffix is not None and quantity >= 1:
+        gib_scale = _UNIT_SCALE["Gi"] if suffix.endswith("i") else _UNIT_SCALE["G"]
+        gib = max(1, int((quantity / gib_scale).to_integral_value(ROUND_HALF_UP)))
+        return f"use {gib}"
+    if quantity is None or quantity < 1:
+        return "use a whole number of GiB, 1 or more"
+    low = int(quantity // 1)
+    return f"use {low} or {low + 1}"
+
+
+@rule("GS003", severity="deny", seed="000", kinds=POD_KINDS,
+      title="GPU memory is a positive whole number of GiB",
+      doc="aliyun.com/gpu-mem counts GiB as a whole number >= 1; a unit suffix such as 2Gi "
+          "is refused because the unit is already GiB.")
+def memory_whole_gib(subject: Subject) -> Found:
+    mem = subject.names.resources.gpu_mem
+    for container in subject.containers:
+        for value in _written_values(container, mem):
+            has_unit = isinstance(value.raw, str) and value.raw.strip()[-1:].isalpha()
+            if whole_gib(value.quantity) is not None and not has_unit:
+                continue
+            why = ("carries a unit, but the resource already counts GiB" if has_unit
+                   else "is not a whole number of GiB >= 1")
+            yield (f"{subject.where(container)}: {mem}={_raw(value)} {why}; {mem_suggestion(value)}",
+                   value.path)
+
+
+@rule("GS004", severity="deny", seed="000", kinds=POD_KINDS,
+      title="GPU requests equal limits",
+      doc="Extended resources cannot be overcommitted: where requests are given for GPU "
+          "resources they must equal the limits, and a request needs a limit.")
+def requests_equal_limits(subject: Subject) -> Found:
+    r = subject.names.resources
+    for container in subject.containers:
+        for resource in (r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive):
+            request = container.requests.get(resource)
+            if request is None:
+                continue
+            limit = container.limits.get(resource)
+            if limit is None:
+                yield (f"{subject.where(container)}: requests.{resource}={_raw(request)} has no limit; "
+                       f"set limits.{resource}: {_raw(request)} (extended resources need a limit)",
+                       request.path)
+            elif request.quantity is not None and limit.quantity is not None \
+                    and request.quantity != limit.quantity:
+                yield (f"{subject.where(container)}: requests.{resource}={_raw(request)} differs from "
+                       f"limits.{resource}={_raw(limit)}; set the request to {_raw(limit)} "
+                       f"or leave it out", request.path)
+
+
+def _names(containers: list[ContainerRequest]) -> str:
+    return ", ".join(f'"{c.name}"' for c in containers)
+
+
+@rule("GS005", severity="deny", seed="000", kinds=POD_KINDS,
+      title="No mem-only and core+mem containers in one pod",
+      doc="cGPU cannot run jobs that request only GPU memory beside jobs that request memory "
+          "and compute on one node, so one pod must not mix the two.")
+def no_job_type_mixing(subject: Subject) -> Found:
+    core, mem = subject.names.resources.gpu_core, subject.names.resources.gpu_mem
+    mem_only = [c for c in subject.containers if c.has(mem) and not c.has(core)]
+    core_mem = [c for c in subject.containers if c.has(mem) and c.has(core)]
+    if mem_only and core_mem:
+        yield (f"{subject.label} mixes mem-only containers ({_names(mem_only)}) with core+mem containers "
+               f"({_names(core_mem)}); give every GPU container {core} or none of them",
+               mem_only[0].path)
+
+
+@rule("GS006", severity="deny", seed="003", kinds=POD_KINDS,
+      title="Exclusive and shared GPU resources are not mixed",
+      doc="A node runs one GPU scheduling mode: a pod cannot ask for whole GPUs "
+          "(nvidia.com/gpu, aliyun.com/gpu) and shared GPU resources together.")
+def no_exclusive_and_shared(subject: Subject) -> Found:
+    r = subject.names.resources
+    whole = (r.gpu_exclusive, r.gpu_topology)
+    shared = (r.gpu_mem, r.gpu_core)
+    exclusive_users = [c for c in subject.containers if any(c.has(w) for w in whole)]
+    shared_users = [c for c in subject.containers if any(c.has(s) for s in shared)]
+    for container in exclusive_users:
+        if container in shared_users:
+            asked = [w for w in whole if container.has(w)] + [s for s in shared if container.has(s)]
+            yield (f"{subject.where(container)}: requests {' and '.join(asked)} together; "
+                   f"use whole GPUs ({' or '.join(whole)}) or shared GPU ({r.gpu_mem}), not both",
+                   container.path)
+    only_exclusive = [c for c in exclusive_users if c not in shared_users]
+    only_shared = [c for c in shared_users if c not in exclusive_users]
+    if only_exclusive and only_shared:
+        yield (f"{subject.label} has containers with whole GPUs ({_names(only_exclusive)}) and containers "
+               f"with shared GPU ({_names(only_shared)}); a node runs one GPU mode, so use one kind",
+               only_exclusive[0].path)

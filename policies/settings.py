@@ -1,0 +1,131 @@
+"""The one configuration object: every name, limit and switch the project uses.
+
+Sources, strongest first: environment (``GPUSHARE_`` prefix, ``__`` between nested keys),
+then a YAML config file, then the defaults below. The same file configures the webhook
+server and ``gpushare check`` so that CI and admission judge alike.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Severity = Literal["deny", "warn"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ResourceNames(_Section):
+    gpu_mem: str = "aliyun.com/gpu-mem"
+    gpu_core: str = "aliyun.com/gpu-core.percentage"
+    gpu_count: str = "aliyun.com/gpu-count"
+    gpu_topology: str = "aliyun.com/gpu"
+    gpu_exclusive: str = "nvidia.com/gpu"
+
+
+class LabelNames(_Section):
+    schedule: str = "ack.node.gpu.schedule"
+    placement: str = "ack.node.gpu.placement"
+    card_name: str = "aliyun.accelerator/nvidia_name"
+    card_mem: str = "aliyun.accelerator/nvidia_mem"
+    card_count: str = "aliyun.accelerator/nvidia_count"
+    region: str = "topology.kubernetes.io/region"
+    # Where the kubelet's CPU manager policy is published (label or annotation); see DESIGN.md.
+    cpu_manager_policy: str = "gpushare.io/cpu-manager-policy"
+
+
+class Names(_Section):
+    resources: ResourceNames = ResourceNames()
+    labels: LabelNames = LabelNames()
+    scheduler_name: str = "ack-co-scheduler"
+    default_scheduler: str = "default-scheduler"
+    priority_class: str = "system-node-critical"
+    gpushare_daemonsets: tuple[str, ...] = ("gpushare-device-plugin-ds",)
+    env_mem_container: str = "ALIYUN_COM_GPU_MEM_CONTAINER"
+    env_mem_dev: str = "ALIYUN_COM_GPU_MEM_DEV"
+    ecs_provider_prefixes: tuple[str, ...] = ("alicloud://",)
+    exempt_annotation: str = "gpushare.io/exempt"
+    exempt_reason_annotation: str = "gpushare.io/exempt-reason"
+
+
+class RuleOverride(_Section):
+    enabled: bool = True
+    severity: Severity | None = None
+
+
+class ServerSettings(_Section):
+    host: str = "0.0.0.0"
+    port: int = Field(8443, ge=0, le=65535)
+    cert_dir: Path = Path("certs-dev")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # One process keeps the binding assume-cache exact (GB001); threads serve keep-alive.
+    workers: int = Field(1, ge=1)
+    threads: int = Field(16, ge=1)
+    keepalive_seconds: int = Field(75, ge=1)
+    request_timeout_seconds: int = Field(30, ge=1)
+    graceful_timeout_seconds: int = Field(25, ge=1)
+
+
+class CertSettings(_Section):
+    service_name: str = "gpushare-webhook"
+    namespace: str = "gpushare-system"
+    extra_sans: tuple[str, ...] = ()
+    key_type: Literal["ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-4096"] = "ecdsa-p256"
+    ca_days: int = Field(3650, ge=1)
+    cert_days: int = Field(365, ge=1)
+
+    def service_dns_names(self) -> list[str]:
+        svc, ns = self.service_name, self.namespace
+        return [svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GPUSHARE_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    names: Names = Names()
+    rules: dict[str, RuleOverride] = Field(default_factory=dict)
+    server: ServerSettings = ServerSettings()
+    certs: CertSettings = CertSettings()
+
+
+class ConfigFileError(ValueError):
+    """The config file cannot be read or does not fit the settings schema."""
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    """Defaults, overlaid by the YAML file at ``path`` (if any), overlaid by the environment."""
+    from_file: dict[str, Any] = {}
+    if path is not None:
+        import yaml
+
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            loaded = yaml.safe_load(text) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ConfigFileError(f"{path}: cannot read config: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigFileError(f"{path}: config must be a mapping, got {type(loaded).__name__}")
+        from_file = loaded
+    try:
+        from_env = Settings().model_dump(exclude_unset=True)
+        return Settings(**_deep_merge(from_file, from_env))
+    except ValueError as exc:
+        where = f"{path}: " if path else ""
+        raise ConfigFileError(f"{where}invalid configuration: {exc}") from None

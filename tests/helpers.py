@@ -1,0 +1,146 @@
+"""Shared test helpers: real processes, real TLS, polling with deadlines (never sleeps)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import requests
+
+DATA = Path(__file__).parent / "data"
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+T = TypeVar("T")
+
+
+def gpushare_executable() -> str:
+    """The installed console script beside this interpreter."""
+    candidate = Path(sys.executable).parent / "gpushare"
+    if not candidate.exists():
+        raise RuntimeError(f"gpushare is not installed beside {sys.executable}; run pip install -e .")
+    return str(candidate)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(probe: Callable[[], T | None], timeout: float = 20.0, interval: float = 0.02,
+               what: str = "condition") -> T:
+    """Poll ``probe`` until it returns something truthy, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = probe()
+            if result:
+                return result
+        except Exception as exc:  # the probe may fail while the thing starts
+            last_error = exc
+        time.sleep(interval)  # pacing the poll, not synchronisation: the deadline decides
+    raise TimeoutError(f"{what} not reached within {timeout}s (last error: {last_error!r})")
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen[bytes]
+    url: str
+    cert_dir: Path
+    log_path: Path
+
+    @property
+    def ca(self) -> str:
+        return str(self.cert_dir / "ca.crt")
+
+    def session(self) -> requests.Session:
+        session = requests.Session()
+        session.verify = self.ca
+        return session
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def post_json(self, path: str, payload: Any, session: requests.Session | None = None,
+                  **kwargs: Any) -> requests.Response:
+        client = session or self.session()
+        return client.post(self.url + path, data=json.dumps(payload),
+                           headers={"Content-Type": "application/json"}, timeout=15, **kwargs)
+
+
+@contextmanager
+def gpushare_server(workdir: Path, *args: str, env: dict[str, str] | None = None,
+                    ready_path: str = "/healthz") -> Iterator[RunningServer]:
+    """Start the real ``gpushare serve`` on a free loopback port and stop it afterwards."""
+    port = free_port()
+    cert_dir = workdir / "certs"
+    log_path = workdir / f"server-{port}.log"
+    command = [gpushare_executable(), "serve", "--host", "127.0.0.1", "--port", str(port),
+               "--cert-dir", str(cert_dir), *args]
+    environment = {**os.environ, **(env or {})}
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir,
+                                   env=environment)
+    server = RunningServer(process, f"https://localhost:{port}", cert_dir, log_path)
+    try:
+        def healthy() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
+            if not (cert_dir / "ca.crt").exists():
+                return False
+            return requests.get(server.url + ready_path, verify=server.ca, timeout=2).status_code == 200
+
+        wait_until(healthy, timeout=30, what="gpushare serve answering /healthz")
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def load_json(name: str) -> dict[str, Any]:
+    return json.loads((DATA / name).read_text())
+
+
+def admission_review(obj: dict[str, Any] | None, *, kind: str | None = None, operation: str = "CREATE",
+                     namespace: str | None = None, old: dict[str, Any] | None = None,
+                     api_version: str = "admission.k8s.io/v1", group: str = "", version: str = "v1",
+                     resource: str | None = None, sub_resource: str = "", dry_run: bool = False,
+                     username: str = "kubernetes-admin", groups: tuple[str, ...] = ("system:masters",),
+                     uid: str | None = None) -> dict[str, Any]:
+    """A real AdmissionReview as kube-apiserver sends it."""
+    kind = kind or (obj or {}).get("kind", "Pod")
+    meta = (obj or {}).get("metadata", {})
+    namespace = namespace if namespace is not None else meta.get("namespace", "default")
+    request: dict[str, Any] = {
+        "uid": uid or str(uuid.uuid4()),
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": resource or kind.lower() + "s"},
+        "requestKind": {"group": group, "version": version, "kind": kind},
+        "requestResource": {"group": group, "version": version, "resource": resource or kind.lower() + "s"},
+        "name": meta.get("name", ""),
+        "namespace": namespace,
+        "operation": operation,
+        "userInfo": {"username": username, "uid": "u-1", "groups": list(groups)},
+        "object": copy.deepcopy(obj),
+        "oldObject": copy.deepcopy(old),
+        "dryRun": dry_run,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+    }
+    if sub_resource:
+        request["subResource"] = sub_resource
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}

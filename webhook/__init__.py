@@ -1,0 +1,1 @@
+"""gpushare-webhook HTTP edge: Flask app, AdmissionReview I/O, cluster state sources, CLI."""

@@ -1,0 +1,106 @@
+"""Flask app factory: routes, body limits and JSON errors. Policy lives in ``policies``."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from policies.cluster import ClusterState
+from policies.engine import Engine
+from policies.settings import Settings
+
+from .admission import Mode, answer_review
+from .review import ReviewError, parse_review
+
+log = logging.getLogger("gpushare.webhook")
+
+
+class BadRequest(ValueError):
+    """Input the server refuses with a 400 and a JSON reason."""
+
+
+@dataclass
+class Services:
+    """What the routes need, built once per process."""
+
+    settings: Settings
+    engine: Engine
+    state: ClusterState | None
+    ready: Callable[[], bool] = field(default=lambda: True)
+    state_source: str = "none"
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(json.dumps(payload, separators=(",", ":")), status=status, mimetype="application/json")
+
+
+def error_response(status: int, reason: str) -> Response:
+    return _json({"error": {"code": status, "reason": reason}}, status)
+
+
+def read_json_body(max_bytes: int) -> Any:
+    """The request body decoded as JSON, or BadRequest / RequestEntityTooLarge."""
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise RequestEntityTooLarge()
+    raw = request.get_data(cache=False)
+    if len(raw) > max_bytes:
+        raise RequestEntityTooLarge()
+    if not raw:
+        raise BadRequest("empty body; send an AdmissionReview as JSON")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"body is not UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise BadRequest("JSON nested too deeply") from None
+
+
+def create_app(services: Services) -> Flask:
+    """The webhook WSGI app over the given services."""
+    app = Flask("gpushare-webhook")
+    app.config["MAX_CONTENT_LENGTH"] = services.settings.server.max_body_bytes
+    app.extensions["gpushare"] = services
+    max_bytes = services.settings.server.max_body_bytes
+
+    def review_route(mode: Mode) -> Response:
+        try:
+            review = parse_review(read_json_body(max_bytes))
+            return _json(answer_review(review, services.engine, services.state, mode))
+        except (BadRequest, ReviewError) as exc:
+            return error_response(400, str(exc))
+
+    app.add_url_rule("/mutate", "mutate", lambda: review_route("mutate"), methods=["POST"])
+    app.add_url_rule("/validate", "validate", lambda: review_route("validate"), methods=["POST"])
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        ready = services.ready()
+        return _json({"ready": ready, "state": services.state_source}, 200 if ready else 503)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        reason = exc.description or exc.name
+        if isinstance(exc, RequestEntityTooLarge):
+            reason = f"body larger than {max_bytes} bytes"
+        return error_response(exc.code or 500, reason)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(500, f"internal error: {type(exc).__name__}")
+
+    return app

@@ -1,0 +1,70 @@
+"""The ``gpushare`` command. Subcommands import their heavy modules lazily so that
+``gpushare check`` starts fast."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+class UsageFailure(click.ClickException):
+    """A clear one-line error with exit code 2 (bad input or usage), never a traceback."""
+
+    exit_code = 2
+
+
+def _settings(config: Path | None, **server: object):  # type: ignore[no-untyped-def]
+    from policies.settings import ConfigFileError, load_settings
+
+    try:
+        settings = load_settings(config)
+    except ConfigFileError as exc:
+        raise UsageFailure(str(exc)) from None
+    overrides = {k: v for k, v in server.items() if v is not None}
+    if overrides:
+        settings = settings.model_copy(update={"server": settings.server.model_copy(update=overrides)})
+    return settings
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpushare-webhook")
+def main() -> None:
+    """Admission webhook, policy checks and node scoring for shared-GPU Kubernetes clusters."""
+
+
+@main.command()
+@click.option("--host", help="Address to listen on (default from config: 0.0.0.0).")
+@click.option("--port", type=click.IntRange(0, 65535), help="Port to listen on (default 8443).")
+@click.option("--cert-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory with tls.crt/tls.key; a CA and certificate are generated when missing.")
+@click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
+              help="Cluster state from a `kubectl get nodes,pods -A -o yaml` file.")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
+              help="YAML config file (default .gpushare.yaml when present).")
+def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: Path | None,
+          config: Path | None) -> None:
+    """Run the admission webhook over TLS under gunicorn."""
+    import logging
+
+    from webhook.runtime import serve as run
+    from webhook.state import SnapshotError
+
+    if config is None and Path(".gpushare.yaml").is_file():
+        config = Path(".gpushare.yaml")
+    settings = _settings(config, host=host, port=port, cert_dir=cert_dir)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    try:
+        run(settings, settings.server.cert_dir, snapshot)
+    except SnapshotError as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def inspect_plugin_main() -> None:
+    """Entry point for the kubectl plugin ``kubectl inspect gpushare``."""
+    main(["inspect", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""Run a WSGI app under gunicorn, embedded (no gunicorn command line, no config file)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+
+class EmbeddedGunicorn(BaseApplication):  # type: ignore[misc]
+    """Gunicorn's arbiter and workers around an app built by ``factory`` in each worker."""
+
+    def __init__(self, factory: Callable[[], Any], options: dict[str, Any]) -> None:
+        self._factory = factory
+        self._options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._options.items():
+            if value is not None or key in ("accesslog",):
+                self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        return self._factory()
+
+
+def run_gunicorn(factory: Callable[[], Any], options: dict[str, Any]) -> None:
+    EmbeddedGunicorn(factory, options).run()
