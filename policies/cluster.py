@@ -57,6 +57,7 @@ class PodInfo:
     phase: str
     gpus: tuple[PodGPU, ...]
     annotations: dict[str, str]
+    topology_gpus: int = 0
 
     @property
     def key(self) -> str:
@@ -77,6 +78,11 @@ class PodInfo:
     @property
     def is_core_mem(self) -> bool:
         return any(g.core for g in self.gpus)
+
+    @property
+    def uses_gpu(self) -> bool:
+        """Worth keeping in the state: it holds shared or topology GPUs."""
+        return bool(self.gpus) or self.topology_gpus > 0
 
     @property
     def terminated(self) -> bool:
@@ -144,35 +150,42 @@ def node_from_manifest(obj: dict[str, Any], names: Names) -> NodeInfo:
     )
 
 
-def pod_gpus(obj: dict[str, Any], names: Names) -> tuple[PodGPU, ...]:
-    """The shared-GPU requests of a Pod object (containers that ask for gpu-mem)."""
+def pod_gpus(obj: dict[str, Any], names: Names) -> tuple[tuple[PodGPU, ...], int]:
+    """The shared-GPU requests of a Pod object and its count of topology (whole) GPUs."""
     spec = obj.get("spec")
     if not isinstance(spec, dict):
-        return ()
+        return (), 0
     mem_name, core_name = names.resources.gpu_mem, names.resources.gpu_core
     out = []
+    topology = 0
     for request in container_requests(spec, ("spec",), names):
+        topology += int(request.amount(names.resources.gpu_topology) or 0)
         mem = whole_gib(request.amount(mem_name))
         if mem is None:
             continue
         core = request.amount(core_name)
         out.append(PodGPU(request.name, mem, int(core) if core is not None else 0))
-    return tuple(out)
+    return tuple(out), topology
 
 
-def pod_from_manifest(obj: dict[str, Any], names: Names, keep_annotations: Iterable[str] = ()) -> PodInfo:
-    """Project a Pod object into a PodInfo, keeping only the named annotations."""
+def pod_from_manifest(obj: dict[str, Any], names: Names) -> PodInfo:
+    """Project a Pod object into a PodInfo, keeping only the card-allocation annotations."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    kept = {k: str(annotations[k]) for k in keep_annotations if k in annotations}
+    if not isinstance(annotations, dict):
+        annotations = {}
+    kept = {k: str(annotations[k]) for k in (names.allocation_annotation, names.card_index_annotation)
+            if k in annotations}
+    gpus, topology = pod_gpus(obj, names)
     return PodInfo(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
         node_name=str((obj.get("spec") or {}).get("nodeName") or ""),
         phase=str((obj.get("status") or {}).get("phase") or ""),
-        gpus=pod_gpus(obj, names),
+        gpus=gpus,
         annotations=kept,
+        topology_gpus=topology,
     )
 
 

@@ -49,6 +49,9 @@ class Names(_Section):
     env_mem_container: str = "ALIYUN_COM_GPU_MEM_CONTAINER"
     env_mem_dev: str = "ALIYUN_COM_GPU_MEM_DEV"
     ecs_provider_prefixes: tuple[str, ...] = ("alicloud://",)
+    # Where the GPU-sharing scheduler records the card it chose for a pod (read, never written).
+    allocation_annotation: str = "scheduler.framework.gpushare.allocation"
+    card_index_annotation: str = "ALIYUN_COM_GPU_MEM_IDX"
     exempt_annotation: str = "gpushare.io/exempt"
     exempt_reason_annotation: str = "gpushare.io/exempt-reason"
 

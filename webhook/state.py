@@ -56,7 +56,7 @@ def snapshot_from_text(text: str, names: Names, source: str = "<snapshot>") -> C
             snapshot.upsert_node(node_from_manifest(item, names))
         elif kind == "Pod":
             pod = pod_from_manifest(item, names)
-            if pod.uses_shared_gpu:
+            if pod.uses_gpu:
                 snapshot.upsert_pod(pod)
     return snapshot
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 
-from ..quantity import format_number
 from ..resources import POD_SPEC_PATHS, ContainerRequest, Path, ResourceValue, whole_gib
 from .base import Subject, rule
 
