@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .quantity import QuantityError, parse_quantity
-from .resources import container_requests, whole_gib
+from .resources import container_requests
 from .settings import Names
 
 
@@ -160,7 +160,7 @@ def pod_gpus(obj: dict[str, Any], names: Names) -> tuple[tuple[PodGPU, ...], int
     topology = 0
     for request in container_requests(spec, ("spec",), names):
         topology += int(request.amount(names.resources.gpu_topology) or 0)
-        mem = whole_gib(request.amount(mem_name))
+        mem = request.count(mem_name)
         if mem is None:
             continue
         core = request.amount(core_name)

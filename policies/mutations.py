@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .resources import container_requests, iter_containers, pod_spec, whole_gib
+from .resources import container_requests, iter_containers, pod_spec
 from .rules.base import Subject
 
 Op = dict[str, Any]
@@ -94,7 +94,7 @@ def _env_ops(subject: Subject, card_gib: int | None) -> list[Op]:
     if spec is None:
         return []
     mem_by_container = {
-        (c.group, c.index): whole_gib(c.amount(names.resources.gpu_mem))
+        (c.group, c.index): c.count(names.resources.gpu_mem)
         for c in container_requests(spec, base, names)
     }
     ops: list[Op] = []

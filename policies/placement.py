@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .cards import NodeCards, node_cards, place_pod
 from .cluster import NodeInfo, PodGPU, PodInfo
-from .resources import ContainerRequest, whole_gib
+from .resources import ContainerRequest
 from .settings import Names
 
 SHARED_MODES = frozenset({"cgpu", "core_mem", "share", "mps"})
@@ -46,7 +46,7 @@ def demand_from_containers(key: str, containers: Sequence[ContainerRequest], nam
     gpus: list[PodGPU] = []
     whole = topology = 0
     for c in containers:
-        mem = whole_gib(c.amount(r.gpu_mem))
+        mem = c.count(r.gpu_mem)
         if mem is not None:
             core = c.amount(r.gpu_core)
             gpus.append(PodGPU(c.name, mem, int(core) if core is not None else 0))

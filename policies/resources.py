@@ -62,6 +62,16 @@ class ResourceValue:
     error: str | None
     path: Path
 
+    @property
+    def has_unit(self) -> bool:
+        """Written with a suffix ("2Gi", "2500m"), which a GiB count must not carry."""
+        return isinstance(self.raw, str) and self.raw.strip()[-1:].isalpha()
+
+    @property
+    def whole_count(self) -> int | None:
+        """The value as a plain positive whole number (how GiB and GPU counts are written), else None."""
+        return None if self.has_unit else whole_gib(self.quantity)
+
 
 @dataclass(slots=True)
 class ContainerRequest:
@@ -81,6 +91,11 @@ class ContainerRequest:
     def amount(self, resource: str) -> Decimal | None:
         found = self.value(resource)
         return found.quantity if found is not None else None
+
+    def count(self, resource: str) -> int | None:
+        """The effective value as a plain positive whole number, else None."""
+        found = self.value(resource)
+        return found.whole_count if found is not None else None
 
     def has(self, resource: str) -> bool:
         return resource in self.limits or resource in self.requests

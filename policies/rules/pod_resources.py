@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 
-from ..resources import POD_SPEC_PATHS, ContainerRequest, Path, ResourceValue, whole_gib
+from ..resources import POD_SPEC_PATHS, ContainerRequest, Path, ResourceValue
 from .base import Subject, rule
 
 POD_KINDS = tuple(POD_SPEC_PATHS)
@@ -97,10 +97,9 @@ def memory_whole_gib(subject: Subject) -> Found:
     mem = subject.names.resources.gpu_mem
     for container in subject.containers:
         for value in _written_values(container, mem):
-            has_unit = isinstance(value.raw, str) and value.raw.strip()[-1:].isalpha()
-            if whole_gib(value.quantity) is not None and not has_unit:
+            if value.whole_count is not None:
                 continue
-            why = ("carries a unit, but the resource already counts GiB" if has_unit
+            why = ("carries a unit, but the resource already counts GiB" if value.has_unit
                    else "is not a whole number of GiB >= 1")
             yield (f"{subject.where(container)}: {mem}={_raw(value)} {why}; {mem_suggestion(value)}",
                    value.path)

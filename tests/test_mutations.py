@@ -1,0 +1,168 @@
+"""GM001-GM003: one JSON patch, applied with jsonpatch to the object as sent, idempotent."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonpatch
+import pytest
+
+from policies.engine import Engine
+
+from .helpers import load_json
+from .manifests import CORE, MEM, container, pod, pod_spec, workload
+
+CORE_MEM_NODE = "cn-beijing.192.168.1.10"
+
+
+def mutate(engine: Engine, obj, state=None, operation="CREATE"):
+    verdict = engine.mutate(engine.subject(obj["kind"], obj, operation=operation, namespace="default", state=state))
+    patched = jsonpatch.apply_patch(obj, verdict.patch) if verdict.patch else copy.deepcopy(obj)
+    return verdict, patched
+
+
+def env_of(c):
+    return {e["name"]: e["value"] for e in c.get("env", [])}
+
+
+def test_gm001_sets_scheduler_when_unset(engine):
+    verdict, patched = mutate(engine, pod(pod_spec(container(limits={MEM: 3}))))
+    assert patched["spec"]["schedulerName"] == "ack-co-scheduler"
+    assert "GM001" in verdict.patch_ids
+
+
+def test_gm001_replaces_default_scheduler(engine):
+    obj = pod(pod_spec(container(limits={MEM: 3}), schedulerName="default-scheduler"))
+    _, patched = mutate(engine, obj)
+    assert patched["spec"]["schedulerName"] == "ack-co-scheduler"
+
+
+def test_gm001_keeps_a_scheduler_the_user_chose(engine):
+    obj = pod(pod_spec(container(limits={MEM: 3}), schedulerName="volcano"))
+    verdict, patched = mutate(engine, obj)
+    assert patched["spec"]["schedulerName"] == "volcano"
+    assert "GM001" not in verdict.patch_ids
+
+
+def test_gm001_ignores_pods_without_gpu_mem(engine):
+    verdict, _ = mutate(engine, pod(pod_spec(container(limits={"nvidia.com/gpu": 1}))))
+    assert verdict.patch == []
+
+
+def test_gm003_env_without_known_card(engine):
+    obj = pod(pod_spec(container("a", limits={MEM: 3}), container("b")))
+    _, patched = mutate(engine, obj)
+    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "3"}
+    assert "env" not in patched["spec"]["containers"][1]
+
+
+def test_gm003_env_dev_from_the_pinned_node(engine, demo_state):
+    obj = pod(pod_spec(container("a", limits={MEM: 4, CORE: 30}), nodeName=CORE_MEM_NODE))
+    _, patched = mutate(engine, obj, state=demo_state)
+    # seed 000's node: 60 GiB over 4 cards = 15 GiB per card
+    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4",
+                                                         "ALIYUN_COM_GPU_MEM_DEV": "15"}
+
+
+def test_gm003_unknown_node_gives_no_dev(engine, demo_state):
+    obj = pod(pod_spec(container("a", limits={MEM: 4}), nodeName="not-a-node"))
+    _, patched = mutate(engine, obj, state=demo_state)
+    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}
+
+
+def test_gm003_appends_to_existing_env_and_keeps_user_values(engine):
+    existing = [{"name": "FOO", "value": "1"}, {"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "99"}]
+    obj = pod(pod_spec(container("a", limits={MEM: 4}, env=existing), nodeName=CORE_MEM_NODE))
+    verdict, patched = mutate(engine, obj)
+    assert patched["spec"]["containers"][0]["env"] == existing  # nothing missing without a known card
+    assert all(op["path"] != "/spec/containers/0/env" for op in verdict.patch)
+
+
+def test_gm003_covers_init_containers(engine):
+    obj = pod(pod_spec(container("main", limits={MEM: 2}), init=[container("warm", limits={MEM: 1})]))
+    _, patched = mutate(engine, obj)
+    assert env_of(patched["spec"]["initContainers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "1"}
+    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "2"}
+
+
+def test_gm003_skips_invalid_memory_values(engine):
+    _, patched = mutate(engine, pod(pod_spec(container("a", limits={MEM: "2Gi"}))))
+    assert "env" not in patched["spec"]["containers"][0]
+
+
+def test_mutation_is_idempotent(engine, demo_state):
+    obj = pod(pod_spec(container("a", limits={MEM: 4}, env=[{"name": "X", "value": "y"}]),
+                       container("b", limits={MEM: 2}), nodeName=CORE_MEM_NODE))
+    first, once = mutate(engine, obj, state=demo_state)
+    assert first.patch
+    second, twice = mutate(engine, once, state=demo_state)
+    assert second.patch == []
+    assert twice == once
+    names = [e["name"] for e in once["spec"]["containers"][0]["env"]]
+    assert names == ["X", "ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV"]
+
+
+def test_gm002_daemonset_gets_system_node_critical(engine):
+    ds = workload("DaemonSet", pod_spec(container("plugin")), name="gpushare-device-plugin-ds",
+                  namespace="kube-system")
+    verdict, patched = mutate(engine, ds)
+    assert patched["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
+    assert verdict.patch_ids == ["GM002"]
+    again, _ = mutate(engine, patched, operation="UPDATE")
+    assert again.patch == []
+
+
+def test_gm002_other_daemonsets_are_left_alone(engine):
+    verdict, _ = mutate(engine, workload("DaemonSet", pod_spec(container("x")), name="fluentd"))
+    assert verdict.patch == []
+
+
+def test_gm002_keeps_a_priority_class_the_user_set(engine):
+    ds = workload("DaemonSet", pod_spec(container("x"), priorityClassName="custom"),
+                  name="gpushare-device-plugin-ds")
+    verdict, _ = mutate(engine, ds)
+    assert verdict.patch == []
+
+
+def test_gm002_pods_of_the_daemonset_and_stale_priority(engine):
+    owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "gpushare-device-plugin-ds",
+              "uid": "1", "controller": True}]
+    obj = pod(pod_spec(container("plugin"), priority=0), name="gpushare-device-plugin-ds-x8k2",
+              namespace="kube-system", ownerReferences=owner)
+    _, patched = mutate(engine, obj)
+    assert patched["spec"]["priorityClassName"] == "system-node-critical"
+    assert "priority" not in patched["spec"]
+
+
+def test_daemonset_names_are_configurable():
+    from policies.settings import Settings
+
+    engine = Engine(Settings(names={"gpushare_daemonsets": ["my-gpu-plugin"]}))
+    verdict, _ = mutate(engine, workload("DaemonSet", pod_spec(container("x")), name="my-gpu-plugin"))
+    assert verdict.patch_ids == ["GM002"]
+
+
+@pytest.mark.parametrize("operation", ["UPDATE"])
+def test_pods_are_not_mutated_on_update(engine, operation):
+    verdict, _ = mutate(engine, pod(pod_spec(container(limits={MEM: 3}))), operation=operation)
+    assert verdict.patch == []
+
+
+def test_realistic_pod_patch_applies_and_escapes_paths(engine):
+    obj = load_json("pod-realistic.json")
+    verdict, patched = mutate(engine, obj)
+    assert verdict.patch_ids == ["GM001", "GM003"]
+    assert patched["spec"]["schedulerName"] == "ack-co-scheduler"
+    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}
+    assert patched["spec"]["tolerations"] == obj["spec"]["tolerations"]
+
+
+def test_json_pointer_escapes_special_characters():
+    from policies.mutations import pointer
+
+    assert pointer(("metadata", "annotations", "a/b~c")) == "/metadata/annotations/a~1b~0c"
+
+
+def test_workload_templates_are_not_given_scheduler_or_env(engine):
+    verdict, _ = mutate(engine, workload("Deployment", pod_spec(container(limits={MEM: 3}))))
+    assert verdict.patch == []
