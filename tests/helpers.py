@@ -66,6 +66,8 @@ class RunningServer:
 
     def session(self) -> requests.Session:
         session = requests.Session()
+        # REQUESTS_CA_BUNDLE in the environment would override session.verify: trust only our CA.
+        session.trust_env = False
         session.verify = self.ca
         return session
 

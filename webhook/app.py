@@ -44,9 +44,24 @@ def error_response(status: int, reason: str) -> Response:
     return _json({"error": {"code": status, "reason": reason}}, status)
 
 
+def _drain(limit: int) -> None:
+    """Read and drop a refused body (up to ``limit`` bytes) so the client can read our 413
+    instead of a reset; past the limit gunicorn simply closes the connection."""
+    stream = request.environ.get("wsgi.input")
+    length = request.content_length or 0
+    if stream is None or length > limit:
+        return
+    while length > 0:
+        chunk = stream.read(min(length, 65536))
+        if not chunk:
+            return
+        length -= len(chunk)
+
+
 def read_json_body(max_bytes: int) -> Any:
     """The request body decoded as JSON, or BadRequest / RequestEntityTooLarge."""
     if request.content_length is not None and request.content_length > max_bytes:
+        _drain(4 * max_bytes)
         raise RequestEntityTooLarge()
     raw = request.get_data(cache=False)
     if len(raw) > max_bytes:
