@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .resources import container_requests, iter_containers, pod_spec
+from .resources import iter_containers, pod_spec
 from .rules.base import Subject
 
 Op = dict[str, Any]
@@ -93,10 +93,9 @@ def _env_ops(subject: Subject, card_gib: int | None) -> list[Op]:
     spec, base = pod_spec(subject.obj, subject.kind)
     if spec is None:
         return []
-    mem_by_container = {
-        (c.group, c.index): c.count(names.resources.gpu_mem)
-        for c in container_requests(spec, base, names)
-    }
+    mem_by_container = {(c.group, c.index): c.count(names.resources.gpu_mem) for c in subject.containers}
+    if not any(mem_by_container.values()):
+        return []
     ops: list[Op] = []
     for group, index, container, path in iter_containers(spec, base):
         gib = mem_by_container.get((group, index))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from decimal import Decimal
 from typing import Any
 
@@ -143,6 +144,7 @@ def _read_values(resources: Any, section: str, base: Path, watched: frozenset[st
     return found
 
 
+@lru_cache(maxsize=8)
 def watched_resources(names: Names) -> frozenset[str]:
     r = names.resources
     return frozenset((r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive))

@@ -1,0 +1,92 @@
+"""Benchmark: /validate and /mutate over TLS with keep-alive, at 1 and 16 connections, against
+the real `gpushare serve` and against a bare Flask app under identical gunicorn settings.
+
+    python bench/admission.py [--seconds 5] [--rounds 3] [--tool auto|wrk|python]
+
+Prints requests/s, p50 and p99 per case and the ratio project/bare. Target: ratio >= 0.85 at
+16 connections (the policy costs at most 15 % over the stack's floor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.loadgen import LoadResult, drive  # noqa: E402
+from bench.processes import free_port, https_server  # noqa: E402
+from certs.issue import ensure_serving_certs  # noqa: E402
+
+
+def review_for(pod: dict) -> dict:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": pod["metadata"]["namespace"], "operation": "CREATE",
+        "userInfo": {"username": "system:serviceaccount:kube-system:job-controller",
+                     "groups": ["system:serviceaccounts", "system:authenticated"]},
+        "object": pod, "oldObject": None, "dryRun": False,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tool", choices=["auto", "wrk", "python"], default="auto")
+    args = parser.parse_args()
+    pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
+    review = review_for(pod)
+    print(f"AdmissionReview body: {len(json.dumps(review))} bytes (realistic defaulted Pod)")
+    gpushare = Path(sys.executable).parent / "gpushare"
+    best: dict[tuple[str, str, int], LoadResult] = {}
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        certs = Path(tmp, "certs")
+        ensure_serving_certs(certs, ["localhost", "127.0.0.1"])
+        ca = certs / "ca.crt"
+        commands = {
+            "project": lambda port: [str(gpushare), "serve", "--host", "127.0.0.1", "--port", str(port),
+                                     "--cert-dir", str(certs)],
+            "bare": lambda port: [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--port", str(port),
+                                  "--cert-dir", str(certs)],
+        }
+        ports = {}
+        for name, command in commands.items():
+            ports[name] = free_port()
+            stack.enter_context(https_server(command(ports[name]), ca, ports[name], Path(tmp, f"{name}.log")))
+        # Interleave project and bare, several rounds, and keep each case's best round: other load on
+        # the machine then hits both alike instead of skewing whichever ran during it.
+        for round_no in range(1, args.rounds + 1):
+            for endpoint in ("/validate", "/mutate"):
+                for connections in (1, 16):
+                    for name in commands:
+                        url = f"https://localhost:{ports[name]}{endpoint}"
+                        if round_no == 1:
+                            drive(url, str(ca), review, 4, 1, args.tool)  # warm-up
+                        result = drive(url, str(ca), review, connections, args.seconds, args.tool)
+                        key = (name, endpoint, connections)
+                        if key not in best or result.rps > best[key].rps:
+                            best[key] = result
+                        print(f"round {round_no} {name:8} {endpoint:10} c={connections:<3} {result.rps:9.1f} req/s"
+                              f"  p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms  errors {result.errors}"
+                              f"  ({result.tool})", flush=True)
+    print()
+    print(f"best of {args.rounds} rounds, {args.seconds:.0f} s each:")
+    for endpoint in ("/validate", "/mutate"):
+        for connections in (1, 16):
+            project, bare = best[("project", endpoint, connections)], best[("bare", endpoint, connections)]
+            target = "   target >= 0.85" if connections == 16 else ""
+            print(f"  {endpoint:10} c={connections:<3} project {project.rps:8.1f} req/s "
+                  f"(p50 {project.p50_ms:.2f} ms, p99 {project.p99_ms:.2f} ms)  bare {bare.rps:8.1f} req/s "
+                  f"(p50 {bare.p50_ms:.2f} ms, p99 {bare.p99_ms:.2f} ms)  ratio {project.rps / bare.rps:.3f}{target}")
+
+
+if __name__ == "__main__":
+    main()

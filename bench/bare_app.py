@@ -1,0 +1,44 @@
+"""The stack's floor: a Flask app that answers every AdmissionReview "allowed", served by the
+same embedded gunicorn with the same settings as the webhook. Used by bench/admission.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from flask import Flask, Response, request
+
+from policies.settings import load_settings
+from webhook.gunicorn_conf import gunicorn_options
+from webhook.server import run_gunicorn
+
+
+def create_bare_app() -> Flask:
+    app = Flask("bare")
+
+    def allow() -> Response:
+        review = json.loads(request.get_data())
+        body = {"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"], "allowed": True}}
+        return Response(json.dumps(body), mimetype="application/json")
+
+    app.add_url_rule("/validate", "validate", allow, methods=["POST"])
+    app.add_url_rule("/mutate", "mutate", allow, methods=["POST"])
+    app.add_url_rule("/healthz", "healthz", lambda: Response('{"status":"ok"}', mimetype="application/json"))
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--cert-dir", type=Path, required=True)
+    args = parser.parse_args()
+    settings = load_settings()
+    settings = settings.model_copy(update={"server": settings.server.model_copy(
+        update={"host": "127.0.0.1", "port": args.port})})
+    run_gunicorn(create_bare_app, gunicorn_options(settings, args.cert_dir))
+
+
+if __name__ == "__main__":
+    main()
