@@ -181,7 +181,8 @@ def _read_http_response(sock: ssl.SSLSocket) -> bytes:
         assert chunk, "connection closed before the headers"
         data += chunk
     head, _, rest = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
     while len(rest) < length:
         chunk = sock.recv(65536)
         assert chunk, "connection closed mid-body"
