@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.loadgen import LoadResult, drive  # noqa: E402
-from bench.processes import free_port, https_server  # noqa: E402
+from bench.processes import cpu_seconds, free_port, https_server  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
 
 
@@ -47,6 +48,7 @@ def main() -> None:
     print(f"AdmissionReview body: {len(json.dumps(review))} bytes (realistic defaulted Pod)")
     gpushare = Path(sys.executable).parent / "gpushare"
     best: dict[tuple[str, str, int], LoadResult] = {}
+    cpu_per_request: dict[tuple[str, str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         certs = Path(tmp, "certs")
         ensure_serving_certs(certs, ["localhost", "127.0.0.1"])
@@ -57,10 +59,12 @@ def main() -> None:
             "bare": lambda port: [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--port", str(port),
                                   "--cert-dir", str(certs)],
         }
-        ports = {}
+        ports, pids = {}, {}
         for name, command in commands.items():
             ports[name] = free_port()
-            stack.enter_context(https_server(command(ports[name]), ca, ports[name], Path(tmp, f"{name}.log")))
+            process = stack.enter_context(https_server(command(ports[name]), ca, ports[name],
+                                                       Path(tmp, f"{name}.log")))
+            pids[name] = process.pid
         # Interleave project and bare, several rounds, and keep each case's best round: other load on
         # the machine then hits both alike instead of skewing whichever ran during it.
         for round_no in range(1, args.rounds + 1):
@@ -70,13 +74,16 @@ def main() -> None:
                         url = f"https://localhost:{ports[name]}{endpoint}"
                         if round_no == 1:
                             drive(url, str(ca), review, 4, 1, args.tool)  # warm-up
+                        cpu_before = cpu_seconds(pids[name])
                         result = drive(url, str(ca), review, connections, args.seconds, args.tool)
+                        cpu_us = (cpu_seconds(pids[name]) - cpu_before) / max(result.requests, 1) * 1e6
                         key = (name, endpoint, connections)
+                        cpu_per_request.setdefault(key, []).append(cpu_us)
                         if key not in best or result.rps > best[key].rps:
                             best[key] = result
                         print(f"round {round_no} {name:8} {endpoint:10} c={connections:<3} {result.rps:9.1f} req/s"
                               f"  p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms  errors {result.errors}"
-                              f"  ({result.tool})", flush=True)
+                              f"  server CPU {cpu_us:6.0f} us/req  ({result.tool})", flush=True)
     print()
     print(f"best of {args.rounds} rounds, {args.seconds:.0f} s each:")
     for endpoint in ("/validate", "/mutate"):
@@ -86,6 +93,14 @@ def main() -> None:
             print(f"  {endpoint:10} c={connections:<3} project {project.rps:8.1f} req/s "
                   f"(p50 {project.p50_ms:.2f} ms, p99 {project.p99_ms:.2f} ms)  bare {bare.rps:8.1f} req/s "
                   f"(p50 {bare.p50_ms:.2f} ms, p99 {bare.p99_ms:.2f} ms)  ratio {project.rps / bare.rps:.3f}{target}")
+    print()
+    print("server CPU per request (median over rounds; less sensitive to other load on the machine):")
+    for endpoint in ("/validate", "/mutate"):
+        for connections in (1, 16):
+            project = statistics.median(cpu_per_request[("project", endpoint, connections)])
+            bare = statistics.median(cpu_per_request[("bare", endpoint, connections)])
+            print(f"  {endpoint:10} c={connections:<3} project {project:6.0f} us  bare {bare:6.0f} us  "
+                  f"bare/project {bare / project:.3f}")
 
 
 if __name__ == "__main__":

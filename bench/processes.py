@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import subprocess
@@ -18,14 +19,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def rss_mib(pid: int) -> float:
-    """Resident memory of a process and its children, from /proc."""
-    total = 0
+def _family(pid: int) -> list[int]:
     pids = [pid]
     children = Path(f"/proc/{pid}/task/{pid}/children")
     if children.exists():
         pids += [int(p) for p in children.read_text().split()]
-    for p in pids:
+    return pids
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process and its direct children (the gunicorn workers)."""
+    ticks = 0
+    for p in _family(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process and its children, from /proc."""
+    total = 0
+    for p in _family(pid):
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
