@@ -66,5 +66,10 @@ def inspect_plugin_main() -> None:
     main(["inspect", *sys.argv[1:]])
 
 
+from .cli_certs import certs  # noqa: E402  (subcommand modules import this one)
+
+main.add_command(certs)
+
+
 if __name__ == "__main__":
     main()

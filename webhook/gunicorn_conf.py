@@ -14,6 +14,8 @@ from typing import Any
 
 from policies.settings import Settings
 
+from .tls_reload import reloading_ssl_context
+
 
 def bind_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
@@ -32,6 +34,8 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
         "graceful_timeout": server.graceful_timeout_seconds,
         "certfile": str(directory / "tls.crt"),
         "keyfile": str(directory / "tls.key"),
+        # One cached TLS context, rebuilt when the certificate files change (rotation, no restart).
+        "ssl_context": reloading_ssl_context,
         # Admission requests have short headers; bound them so a hostile client cannot hog memory.
         "limit_request_line": 4094,
         "limit_request_fields": 64,
