@@ -159,6 +159,7 @@ class SecretStore:
 
         labels = {"app.kubernetes.io/name": "gpushare-webhook", "app.kubernetes.io/component": "certificates"}
         body = client.V1Secret(
+            api_version="v1", kind="Secret",
             metadata=client.V1ObjectMeta(name=name, namespace=self.namespace, labels=labels,
                                          resource_version=self._versions.get(name)),
             type=secret_type, data={k: _b64(v) for k, v in data.items()})
