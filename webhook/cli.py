@@ -69,6 +69,9 @@ def inspect_plugin_main() -> None:
 from .cli_certs import certs  # noqa: E402  (subcommand modules import this one)
 
 main.add_command(certs)
+from .cli_inspect import inspect  # noqa: E402
+
+main.add_command(inspect)
 
 
 if __name__ == "__main__":

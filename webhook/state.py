@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -49,8 +50,13 @@ def _flatten(docs: list[Any]) -> list[dict[str, Any]]:
 
 def snapshot_from_text(text: str, names: Names, source: str = "<snapshot>") -> ClusterSnapshot:
     """Build a ClusterSnapshot from `kubectl get nodes,pods -A -o yaml|json` output."""
+    return snapshot_from_objects(_flatten(_documents(text, source)), names)
+
+
+def snapshot_from_objects(items: Iterable[dict[str, Any]], names: Names) -> ClusterSnapshot:
+    """Build a ClusterSnapshot from Node and Pod objects (other kinds are ignored)."""
     snapshot = ClusterSnapshot()
-    for item in _flatten(_documents(text, source)):
+    for item in items:
         kind = item.get("kind")
         if kind == "Node":
             snapshot.upsert_node(node_from_manifest(item, names))
