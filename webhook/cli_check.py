@@ -123,10 +123,10 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
          namespace: str, exclude: tuple[str, ...], stdin_filename: str, color: str) -> int:
     from policies.engine import Engine
 
-    from .checking import Checker, Problem, Report
+    from .checking import Checker, Report
     from .manifests import ManifestError
     from .report import render
-    from .sources import STDIN, read_text, select_files
+    from .sources import STDIN, select_files
 
     settings = load_config(config)
     try:
@@ -142,15 +142,8 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
     for note in selection.notes:
         _note(f"note: {note}")
     report = Report(fail_on=fail_on or settings.check.fail_on)  # type: ignore[arg-type]
-    for path in selection.files:
-        source = stdin_filename if path == STDIN else path
-        try:
-            text = read_text(path, source)
-        except ManifestError as exc:
-            report.sources.append(source)
-            report.problems.append(Problem.of(exc))
-            continue
-        checker.check_text(text, source, report)
+    for result in checker.check_paths([(p, stdin_filename if p == STDIN else p) for p in selection.files]):
+        report.add(result)
     render(report, fmt, sys.stdout, settings=settings, color=fmt == "text" and wants_color(color, sys.stdout))
     sys.stdout.flush()
     for problem in report.problems:
