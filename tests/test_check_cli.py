@@ -293,3 +293,41 @@ def test_check_judges_as_the_engine_does():
     code, report = check_json(SEED_33)
     assert code == 1
     assert [f["message"] for f in report["findings"]] == [f.message for f in verdict.findings]
+
+
+def _awkward_inputs(tmp_path: Path) -> list[Path]:
+    """An exempted finding, a warning, an input error and a config that overrides severities."""
+    exempted = workload("Pod", pod_spec(container("c", limits={MEM: "2Gi"})), name="exempted")
+    exempted["metadata"]["annotations"] = {"gpushare.io/exempt": "GS003", "gpushare.io/exempt-reason": "INC-7"}
+    files = [write_yaml(tmp_path / "exempted.yaml", exempted), SEED_33, tmp_path / "broken.yaml"]
+    files[2].write_text("kind: Pod\nmetadata: {name: x\n")
+    config = write_yaml(tmp_path / "config.yaml", {"rules": {"GS001": {"severity": "warn"},
+                                                             "GS002": {"enabled": False}}})
+    return [Path("--config"), config, *files]
+
+
+def test_sarif_with_suppressions_overrides_and_input_errors_still_validates(tmp_path):
+    done = run_gpushare("check", "--format", "sarif", *_awkward_inputs(tmp_path))
+    assert done.returncode == 2
+    log = json.loads(done.stdout)
+    schema = json.loads((DATA / "sarif-schema-2.1.0.json").read_text())
+    assert list(Draft4Validator(schema, format_checker=Draft4Validator.FORMAT_CHECKER).iter_errors(log)) == []
+    run = log["runs"][0]
+    [invocation] = run["invocations"]
+    assert invocation["executionSuccessful"] is False and invocation["exitCode"] == 2
+    [notification] = invocation["toolExecutionNotifications"]
+    assert notification["locations"][0]["physicalLocation"]["region"]["startLine"] == 2
+    overrides = {o["descriptor"]["id"]: o["configuration"] for o in invocation["ruleConfigurationOverrides"]}
+    assert overrides == {"GS001": {"enabled": True, "level": "warning"}, "GS002": {"enabled": False, "level": "error"}}
+    by_rule = {r["ruleId"]: r for r in run["results"]}
+    assert by_rule["GS001"]["level"] == "warning"
+    assert by_rule["GS003"]["suppressions"] == [{"kind": "inSource", "status": "accepted", "justification": "INC-7"}]
+
+
+def test_junit_marks_exemptions_skipped_warnings_passing_and_input_errors_errored(tmp_path):
+    done = run_gpushare("check", "--format", "junit", *_awkward_inputs(tmp_path))
+    assert done.returncode == 2
+    root = ET.fromstring(done.stdout)
+    outcome = {case.get("name").split()[0]: [child.tag for child in case] for case in root.iter("testcase")}
+    assert outcome == {"GS003": ["skipped"], "GS001": ["system-out"], "read": ["error"]}
+    assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("3", "0", "1", "1")
