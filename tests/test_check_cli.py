@@ -38,12 +38,13 @@ def test_seed_000_with_33_percent_fails_with_gs001_at_its_file_and_line():
     done = run_gpushare("check", SEED_33)
     assert done.returncode == 1
     line = line_of(SEED_33, "gpu-core.percentage: 33")
-    assert done.stdout.splitlines()[0] == f"{SEED_33}:{line}: deny {GS001_33}"
+    document = line_of(SEED_33, "apiVersion: batch/v1")
+    assert done.stdout.splitlines()[0] == f"{SEED_33}:{line}: deny {GS001_33} (document at line {document})"
     code, report = check_json(SEED_33)
     assert code == 1
     [finding] = report["findings"]
     assert (finding["rule"], finding["file"], finding["line"]) == ("GS001", str(SEED_33), line)
-    assert finding["documentLine"] == line_of(SEED_33, "apiVersion: batch/v1")
+    assert finding["documentLine"] == document
     assert finding["field"] == 'spec.template.spec.containers[0].resources.limits["aliyun.com/gpu-core.percentage"]'
     assert finding["object"] == {"kind": "Job", "name": "cuda-sample-33", "namespace": "default"}
 
@@ -69,7 +70,8 @@ def test_stdin_is_read_for_dash_and_named_by_stdin_filename():
     done = run_gpushare("check", "-", stdin=text)
     assert done.returncode == 1
     line = line_of(SEED_33, "gpu-core.percentage: 33")
-    assert done.stdout.splitlines()[0] == f"<stdin>:{line}: deny {GS001_33}"
+    document = line_of(SEED_33, "apiVersion: batch/v1")
+    assert done.stdout.splitlines()[0] == f"<stdin>:{line}: deny {GS001_33} (document at line {document})"
     ok = run_gpushare("check", "--stdin-filename", "rendered.yaml", "-",
                       stdin="".join(p.read_text() + "---\n" for p in SEED_OK))
     assert ok.returncode == 0 and "in 3 objects from 1 file" in ok.stdout

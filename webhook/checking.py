@@ -51,7 +51,8 @@ class Located:
         return self.finding.message
 
     @property
-    def field(self) -> str:
+    def field_path(self) -> str:
+        """The offending field as kubectl explains it, e.g. spec.containers[0].resources.limits[...]."""
         return render_path(self.finding.path)
 
 

@@ -15,7 +15,7 @@ def finding_dict(finding: Located, report: Report) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rule": finding.rule, "severity": finding.severity, "message": finding.message,
         "file": finding.source, "line": finding.line, "documentLine": finding.document_line,
-        "field": finding.field,
+        "field": finding.field_path,
         "object": {"kind": finding.kind, "name": finding.name, "namespace": finding.namespace},
         "fails": report.fails(finding),
     }

@@ -54,8 +54,8 @@ class _Suite:
 def _details(f: Located) -> str:
     lines = [f"{f.source}:{f.line}: {f.severity} {f.message}", f"object: {f.object_label} "
              f"(document at line {f.document_line})"]
-    if f.field:
-        lines.append(f"field: {f.field}")
+    if f.field_path:
+        lines.append(f"field: {f.field_path}")
     return "\n".join(lines) + "\n"
 
 

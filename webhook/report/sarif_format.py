@@ -56,7 +56,7 @@ def descriptor(entry: RuleEntry) -> dict[str, Any]:
 
 def _fingerprint(f: Located) -> str:
     """Stable across line shifts: the rule, the object and the field."""
-    key = "\0".join((f.rule, f.kind, f.namespace, f.name, f.field))
+    key = "\0".join((f.rule, f.kind, f.namespace, f.name, f.field_path))
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -69,7 +69,7 @@ def _result(f: Located, index: dict[str, int], report: Report) -> dict[str, Any]
         "message": {"text": f.message},
         "locations": [location],
         "partialFingerprints": {"gpushareObjectField/v1": _fingerprint(f)},
-        "properties": {"documentLine": f.document_line, "field": f.field},
+        "properties": {"documentLine": f.document_line, "field": f.field_path},
     }
     if f.rule in index:
         result["ruleIndex"] = index[f.rule]

@@ -21,6 +21,8 @@ def _parts(finding: Located, exempt: bool) -> list[tuple[str, str]]:
     label = "exempt" if exempt else finding.severity
     parts = [(f"{finding.source}:{finding.line}:", "cyan"), (" ", ""), (label, STYLES[label]), (" ", ""),
              (finding.message, "dim" if exempt else "")]
+    if finding.line != finding.document_line:
+        parts.append((f" (document at line {finding.document_line})", "dim"))
     if exempt:
         parts.append((f" (exempted: {finding.exemption_reason})", "dim"))
     return parts
