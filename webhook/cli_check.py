@@ -111,6 +111,8 @@ def check(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | 
     except BrokenPipeError:  # `gpushare check ... | head`: the reader left, nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1
+    except KeyboardInterrupt:
+        code = 130
     except Exception as exc:
         if os.environ.get("GPUSHARE_DEBUG"):
             raise
