@@ -15,8 +15,9 @@ from typing import Any, TextIO
 
 import click
 
+from .report import FORMATS
+
 DEFAULT_CONFIG = ".gpushare.yaml"
-FORMATS = ("text", "json", "junit", "sarif", "github")  # as webhook.report.FORMATS, without importing it
 
 
 class InputFailure(click.ClickException):

@@ -15,7 +15,7 @@ from .cli_check import DEFAULT_CONFIG, OneLineUsage, load_config
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
               help=f"YAML config file (default {DEFAULT_CONFIG} when present): shows severities as configured.")
 def rules(fmt: str, config: Path | None) -> None:
-    """List every rule: id, severity (as configured), seed document, what it checks."""
+    """List every rule with its severity, seed and what it checks."""
     from policies.rule_index import rule_entries
 
     entries = rule_entries(load_config(config))

@@ -1,13 +1,17 @@
-"""Renderers of a check Report: text, json, junit, sarif, github. Each module has one job."""
+"""Renderers of a check Report: text, json, junit, sarif, github. Each module has one job.
+
+Importing this package is cheap (the CLI reads FORMATS from it); a renderer is imported when used.
+"""
 
 from __future__ import annotations
 
 import importlib
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from policies.settings import Settings
+if TYPE_CHECKING:
+    from policies.settings import Settings
 
-from ..checking import Report
+    from ..checking import Report
 
 FORMATS = ("text", "json", "junit", "sarif", "github")
 
