@@ -42,11 +42,12 @@ def _location(source: str, line: int | None) -> dict[str, Any]:
 
 def descriptor(entry: RuleEntry) -> dict[str, Any]:
     level = LEVELS[entry.default_severity or "warn"]
+    source = f"seed {entry.seed}" if entry.seed[:1].isdigit() else entry.seed
     return {
         "id": entry.id,
         "shortDescription": {"text": entry.title},
         "fullDescription": {"text": entry.doc},
-        "help": {"text": f"{entry.doc} (source: seed {entry.seed}.) To exempt one object, annotate it with "
+        "help": {"text": f"{entry.doc} (Source: {source}.) To exempt one object, annotate it with "
                          f"gpushare.io/exempt: {entry.id} and a gpushare.io/exempt-reason."},
         "defaultConfiguration": {"level": level},
         "properties": {"seed": entry.seed, "kinds": list(entry.kinds), "stateful": entry.stateful,
