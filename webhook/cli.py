@@ -61,6 +61,13 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
         raise UsageFailure(str(exc)) from None
 
 
+from webhook.cli_check import check  # noqa: E402  (subcommands register after the group)
+from webhook.cli_rules import rules  # noqa: E402
+
+main.add_command(check)
+main.add_command(rules)
+
+
 def inspect_plugin_main() -> None:
     """Entry point for the kubectl plugin ``kubectl inspect gpushare``."""
     main(["inspect", *sys.argv[1:]])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from itertools import chain
 from typing import Any
 
 from policies.cluster import ClusterSnapshot
@@ -41,4 +40,4 @@ def read_cluster(api_client: Any, names: Names, page_size: int = PAGE_SIZE) -> C
     core = client.CoreV1Api(api_client)
     nodes = _paged(core.list_node, "Node", page_size)
     pods = _paged(core.list_pod_for_all_namespaces, "Pod", page_size)
-    return snapshot_from_objects(chain(nodes, pods), names)
+    return snapshot_from_objects([*nodes, *pods], names)

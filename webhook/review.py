@@ -93,6 +93,10 @@ def build_response(review: AdmissionReview, verdict: Verdict | None, *, allowed:
             response["patchType"] = "JSONPatch"
         if verdict.rule_ids:
             response["auditAnnotations"] = {"rules": ",".join(verdict.rule_ids)}
+        if verdict.exempted:  # exemptions leave an audit trail, with the reason given
+            response.setdefault("auditAnnotations", {}).update(
+                exempted=",".join(dict.fromkeys(f.rule for f in verdict.exempted)),
+                exemption_reason=verdict.exemption_reason)
     response["allowed"] = True if allowed is None else allowed
     if not response["allowed"]:
         response["status"] = {"code": 403, "reason": "Forbidden", "message": message or "denied",

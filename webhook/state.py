@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -48,13 +47,13 @@ def _flatten(docs: list[Any]) -> list[dict[str, Any]]:
     return items
 
 
-def snapshot_from_text(text: str, names: Names, source: str = "<snapshot>") -> ClusterSnapshot:
-    """Build a ClusterSnapshot from `kubectl get nodes,pods -A -o yaml|json` output."""
-    return snapshot_from_objects(_flatten(_documents(text, source)), names)
+def snapshot_objects(text: str, source: str = "<snapshot>") -> list[dict[str, Any]]:
+    """Every object of `kubectl get ... -o yaml|json` output, Lists flattened."""
+    return _flatten(_documents(text, source))
 
 
-def snapshot_from_objects(items: Iterable[dict[str, Any]], names: Names) -> ClusterSnapshot:
-    """Build a ClusterSnapshot from Node and Pod objects (other kinds are ignored)."""
+def snapshot_from_objects(items: list[dict[str, Any]], names: Names) -> ClusterSnapshot:
+    """A ClusterSnapshot of the nodes and GPU-using pods among ``items``."""
     snapshot = ClusterSnapshot()
     for item in items:
         kind = item.get("kind")
@@ -65,6 +64,11 @@ def snapshot_from_objects(items: Iterable[dict[str, Any]], names: Names) -> Clus
             if pod.uses_gpu:
                 snapshot.upsert_pod(pod)
     return snapshot
+
+
+def snapshot_from_text(text: str, names: Names, source: str = "<snapshot>") -> ClusterSnapshot:
+    """Build a ClusterSnapshot from `kubectl get nodes,pods -A -o yaml|json` output."""
+    return snapshot_from_objects(snapshot_objects(text, source), names)
 
 
 def load_snapshot(path: str | Path, names: Names) -> ClusterSnapshot:
