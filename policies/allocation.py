@@ -29,15 +29,10 @@ class PodUsage:
     namespace: str
     name: str
     mem_by_card: dict[int, int]
-    core_by_card: dict[int, int]
 
     @property
     def mem(self) -> int:
         return sum(self.mem_by_card.values())
-
-    @property
-    def core(self) -> int:
-        return sum(self.core_by_card.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +92,7 @@ def node_usage(state: ClusterState, node_name: str, names: Names) -> NodeUsage |
     for card in occupancy.cards:
         for key, mem in card.pod_mem.items():
             namespace, _, name = key.partition("/")
-            usage = pods.setdefault(key, PodUsage(namespace, name, {}, {}))
-            usage.mem_by_card[card.index] = mem
-            usage.core_by_card[card.index] = card.pod_core.get(key, 0)
+            pods.setdefault(key, PodUsage(namespace, name, {})).mem_by_card[card.index] = mem
     cards = tuple(CardUsage(c.index, c.used_mem, c.total_mem, c.used_core) for c in occupancy.cards)
     return NodeUsage(node.name, node.internal_ip, occupancy.mode, occupancy.placement, cards,
                      tuple(pods[k] for k in sorted(pods)))

@@ -33,9 +33,8 @@ class Card:
     used_mem: int = 0
     used_core: int = 0
     pods: set[str] = field(default_factory=set)
-    # GiB and core percent each pod holds on this card (for `inspect -d`).
+    # GiB each pod holds on this card (for `inspect -d`).
     pod_mem: dict[str, int] = field(default_factory=dict)
-    pod_core: dict[str, int] = field(default_factory=dict)
 
     @property
     def free_mem(self) -> int:
@@ -148,7 +147,6 @@ def _take(card: Card, gpu: PodGPU, pod_key: str) -> None:
     card.used_core += gpu.core
     card.pods.add(pod_key)
     card.pod_mem[pod_key] = card.pod_mem.get(pod_key, 0) + gpu.mem
-    card.pod_core[pod_key] = card.pod_core.get(pod_key, 0) + gpu.core
 
 
 def node_cards(node: NodeInfo, pods: Sequence[PodInfo], names: Names) -> NodeCards:

@@ -73,11 +73,10 @@ def inspect_plugin_main() -> None:
     main(["inspect", *sys.argv[1:]])
 
 
-from .cli_certs import certs  # noqa: E402  (subcommand modules import this one)
+from webhook.cli_certs import certs  # noqa: E402
+from webhook.cli_inspect import inspect  # noqa: E402
 
 main.add_command(certs)
-from .cli_inspect import inspect  # noqa: E402
-
 main.add_command(inspect)
 
 

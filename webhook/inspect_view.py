@@ -60,15 +60,9 @@ def summary_table(usage: ClusterUsage) -> str:
 def _node_detail(node: NodeUsage) -> list[str]:
     lines = tabulate([["NAME:", node.name], ["IPADDRESS:", node.ip or ABSENT],
                       ["MODE:", f"{node.mode or 'unlabelled'} ({node.placement})"]])
-    header = ["NAME", "NAMESPACE", *(f"GPU{c.index}(Allocated)" for c in node.cards)]
-    if node.shows_core:
-        header += [f"GPU{c.index} Core(%)" for c in node.cards]
-    rows = [header]
+    rows = [["NAME", "NAMESPACE", *(f"GPU{c.index}(Allocated)" for c in node.cards)]]
     for pod in node.pods:
-        row = [pod.name, pod.namespace, *(str(pod.mem_by_card.get(c.index, 0)) for c in node.cards)]
-        if node.shows_core:
-            row += [str(pod.core_by_card.get(c.index, 0)) for c in node.cards]
-        rows.append(row)
+        rows.append([pod.name, pod.namespace, *(str(pod.mem_by_card.get(c.index, 0)) for c in node.cards)])
     percent = node.used_mem * 100 // node.total_mem if node.total_mem else 0
     lines += ["", *tabulate(rows)]
     lines += tabulate([["Allocated:", f"{node.used_mem} ({percent}%)"], ["Total:", str(node.total_mem)]])
@@ -94,9 +88,7 @@ def as_json(usage: ClusterUsage) -> dict[str, Any]:
             "gpus": [{"index": c.index, "allocatedMemGiB": c.used_mem, "totalMemGiB": c.total_mem,
                       **({"allocatedCorePercent": c.used_core} if n.shows_core else {})} for c in n.cards],
             "pods": [{"namespace": p.namespace, "name": p.name, "memGiB": p.mem,
-                      "memGiBByGPU": {str(k): v for k, v in sorted(p.mem_by_card.items())},
-                      **({"corePercentByGPU": {str(k): v for k, v in sorted(p.core_by_card.items())}}
-                         if n.shows_core else {})} for p in n.pods],
+                      "memGiBByGPU": {str(k): v for k, v in sorted(p.mem_by_card.items())}} for p in n.pods],
         } for n in usage.nodes],
         "cluster": {"allocatedMemGiB": usage.used_mem, "totalMemGiB": usage.total_mem, "percent": usage.percent},
     }
