@@ -119,16 +119,24 @@ class _Handler(BaseHTTPRequestHandler):
         with self.store.lock:
             self.store.requests.append(Seen(self.command, self.path, self.headers.get("Content-Type", ""), body))
 
+    def _accept(self, with_body: bool) -> tuple[Any, tuple[str, str, str | None, dict[str, list[str]]] | None]:
+        """Read the body (writes), record the request, and route it (None: a 404 went out)."""
+        body = self._body() if with_body else None
+        self._record(body)
+        return body, self._route()
+
+    def _not_found(self, resource: str, name: str | None) -> None:
+        self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
+
     def do_GET(self) -> None:
-        self._record(None)
-        route = self._route()
+        _, route = self._accept(with_body=False)
         if route is None:
             return
         resource, ns, name, query = route
         if name is not None:
             found = self.store.get(resource, name, ns)
             if found is None:
-                self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
+                self._not_found(resource, name)
             else:
                 self._send(200, found)
             return
@@ -154,9 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
                          "items": items[start:end]})
 
     def do_POST(self) -> None:
-        body = self._body()
-        self._record(body)
-        route = self._route()
+        body, route = self._accept(with_body=True)
         if route is None:
             return
         resource, ns, _, _ = route
@@ -171,15 +177,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(201, self.store.put(body))
 
     def do_PUT(self) -> None:
-        body = self._body()
-        self._record(body)
-        route = self._route()
+        body, route = self._accept(with_body=True)
         if route is None:
             return
         resource, ns, name, _ = route
         current = self.store.get(resource, name or "", ns)
         if current is None:
-            self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
+            self._not_found(resource, name)
             return
         sent = (body.get("metadata") or {}).get("resourceVersion")
         if sent and sent != current["metadata"]["resourceVersion"]:
@@ -191,9 +195,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, self.store.put(body))
 
     def do_PATCH(self) -> None:
-        body = self._body()
-        self._record(body)
-        route = self._route()
+        body, route = self._accept(with_body=True)
         if route is None:
             return
         resource, ns, name, _ = route
@@ -206,7 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
                 current["metadata"]["resourceVersion"] = self.store.next_version()
             current = copy.deepcopy(current)
         if current is None:
-            self._send(404, _status(404, "NotFound", f'{resource} "{name}" not found'))
+            self._not_found(resource, name)
             return
         try:
             if content_type.startswith("application/json-patch+json"):
