@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.processes import free_port, https_server  # noqa: E402
-from webhook.tls_reload import ReloadingContext  # noqa: E402
+from bench.processes import free_port, https_server
+from webhook.tls_reload import ReloadingContext
 
 GPUSHARE = str(Path(sys.executable).parent / "gpushare")
 

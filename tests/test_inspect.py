@@ -17,8 +17,8 @@ from policies.settings import Settings
 from webhook.cluster_read import read_cluster
 from webhook.kube_client import api_client
 
-from .helpers import DATA, SEEDS, free_port, gpushare_executable
-from .object_apiserver import ObjectStore, RunningApiServer, object_apiserver
+from .fake_apiserver import FakeApiServer, running
+from .helpers import DATA, SEEDS, gpushare_executable
 
 BIN = Path(sys.executable).parent
 
@@ -135,9 +135,8 @@ def objects(snapshot: str) -> list[dict]:
 
 
 def test_live_cluster_matches_the_snapshot(tmp_path):
-    with object_apiserver() as api:
-        for obj in objects("inspect-seed003-binpack.yaml") + objects("inspect-seed001.yaml"):
-            api.store.put(obj)
+    with running() as api:
+        api.add(*objects("inspect-seed003-binpack.yaml"), *objects("inspect-seed001.yaml"))
         kubeconfig = str(api.kubeconfig(tmp_path / "kubeconfig"))
         live = inspect("--kubeconfig", kubeconfig)
         assert live.returncode == 0, live.stderr
@@ -153,14 +152,13 @@ def test_live_cluster_matches_the_snapshot(tmp_path):
 
 
 def test_live_read_pages_through_large_lists(tmp_path):
-    with object_apiserver() as api:
-        for obj in objects("inspect-seed003-binpack.yaml"):
-            api.store.put(obj)
+    with running() as api:
+        api.add(*objects("inspect-seed003-binpack.yaml"))
         client = api_client(api.kubeconfig(tmp_path / "kubeconfig"))
         state = read_cluster(client, Settings().names, page_size=2)
-        pod_reads = [r.path for r in api.store.requests if r.path.startswith("/api/v1/pods")]
-        assert len(pod_reads) == 3 and all("limit=2" in p for p in pod_reads)
-        assert sum("continue=" in p for p in pod_reads) == 2
+        pod_reads = [r.query for r in api.requests if r.path == "/api/v1/pods"]
+        assert len(pod_reads) == 3 and all(q.get("limit") == "2" for q in pod_reads)
+        assert sum("continue" in q for q in pod_reads) == 2
         assert sorted(p.name for p in state.pods()) == ["binpack-a", "binpack-b", "binpack-c", "binpack-d",
                                                         "binpack-done"]
 
@@ -172,7 +170,9 @@ def test_errors_are_one_line_with_exit_codes(tmp_path):
     assert done.returncode == 2 and re.search(r"bad\.yaml:\d+: invalid YAML", done.stderr)
     done = inspect("--snapshot", str(DATA / "inspect-seed001.yaml"), "no-such-node")
     assert done.returncode == 2 and "no such node: no-such-node" in done.stderr
-    RunningApiServer(f"http://127.0.0.1:{free_port()}", ObjectStore()).kubeconfig(tmp_path / "kc")
+    gone = FakeApiServer().start()
+    gone.kubeconfig(tmp_path / "kc")
+    gone.stop()  # nothing listens on its port any more
     done = inspect("--kubeconfig", str(tmp_path / "kc"))
     assert done.returncode == 1 and "cannot reach the API server" in done.stderr
     assert "Traceback" not in done.stderr

@@ -14,8 +14,8 @@ import socket
 import ssl
 import subprocess
 
+from .fake_apiserver import running
 from .helpers import admission_review, free_port, gpushare_executable, load_json, wait_until
-from .object_apiserver import object_apiserver
 from .test_deploy import one, render_kustomize
 
 SERVICE_DNS = "gpushare-webhook.gpushare-system.svc"
@@ -39,9 +39,9 @@ def test_certificate_job_then_webhook_pods_then_api_server_call(tmp_path):
     (certs_container,) = job["spec"]["template"]["spec"]["containers"]
     deployment = one(objects, "Deployment", "gpushare-webhook")
     (webhook_container,) = deployment["spec"]["template"]["spec"]["containers"]
-    with object_apiserver() as api:
-        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-            api.store.put(one(objects, kind, "gpushare-webhook"))
+    with running() as api:
+        api.add(*(one(objects, kind, "gpushare-webhook")
+                  for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")))
         # The Job's container: its command and args, its namespace from the downward API.
         assert certs_container["command"] == ["gpushare"]
         env = {**os.environ, "KUBECONFIG": str(api.kubeconfig(tmp_path / "kubeconfig")),
@@ -52,7 +52,7 @@ def test_certificate_job_then_webhook_pods_then_api_server_call(tmp_path):
         # The Deployment mounts the serving Secret at --cert-dir.
         secret_name = next(v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"]
                            if v["name"] == "tls")
-        secret = api.store.get("secrets", secret_name, "gpushare-system")
+        secret = api.get(f"/api/v1/namespaces/gpushare-system/secrets/{secret_name}")
         mounted = tmp_path / "certs"
         mounted.mkdir()
         for name, value in secret["data"].items():
@@ -60,8 +60,9 @@ def test_certificate_job_then_webhook_pods_then_api_server_call(tmp_path):
         config = tmp_path / "config.yaml"
         config.write_text(one(objects, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"])
         bundles = {base64.b64decode(w["clientConfig"]["caBundle"])
-                   for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
-                   for w in api.store.get(kind, "gpushare-webhook")["webhooks"]}
+                   for kind in ("mutating", "validating")
+                   for w in api.get(f"/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/"
+                                    "gpushare-webhook")["webhooks"]}
     assert len(bundles) == 1
     (bundle,) = bundles
     # The Deployment's arguments, with the mount paths and port of this machine.
