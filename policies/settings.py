@@ -92,7 +92,7 @@ class OverloadSettings(_Section):
 
     # A review that waited longer than this for a worker thread is refused at once with a 503
     # (the API server then applies the webhook's failurePolicy) instead of being answered late.
-    queue_budget_seconds: float = Field(1.0, gt=0, le=30)
+    queue_budget_seconds: float = Field(0.25, gt=0, le=30)
     # TLS handshake, request headers and body must arrive within this many seconds (slowloris).
     client_timeout_seconds: float = Field(5.0, gt=0, le=60)
     # Open connections per worker process; past it new connections wait in the listen backlog.

@@ -25,6 +25,7 @@ import contextlib
 import errno
 import json
 import logging
+import select
 import selectors
 import socket
 import ssl
@@ -123,6 +124,14 @@ class DeadlineConn(TConn):  # type: ignore[misc]
         else:
             super().close(graceful)
 
+    def has_data(self) -> bool:
+        """Whether request bytes are already here (decrypted in TLS, or in the kernel buffer)."""
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return True
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+
     def timed_out(self) -> ClientTimeout:
         return ClientTimeout(self.stage, self.client_timeout)
 
@@ -192,10 +201,22 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         now = time.monotonic()
         conn.waited = now - conn.queued_at
         conn.deadline = now + conn.client_timeout
-        if conn.initialized:
-            conn.stage = "headers"
         if self._metrics is not None:
             self._metrics.waiting.dec()
+        if not conn.initialized:
+            try:
+                conn.init()
+            except ClientTimeout as exc:
+                self.handle_error(None, conn.sock, conn.client, exc)
+                return False
+            except OSError as exc:  # includes ssl.SSLError: not TLS, or the client went away
+                log.debug("TLS handshake with %s failed: %s", _peer(conn.client), exc)
+                return False
+            if not conn.has_data():
+                # Handshake done but no request yet (a pre-dialled connection): wait in the
+                # poller like a kept-alive connection instead of holding this thread.
+                return True
+        conn.stage = "headers"
         return super().handle(conn)
 
     def _linger(self, sock: socket.socket) -> None:
