@@ -86,7 +86,8 @@ def queue_wait_summary(delta: dict[str, float]) -> str:
 
 def describe(outcome: openloop.Outcome, seconds: float) -> str:
     statuses = ", ".join(f"{code}: {count}" for code, count in sorted(outcome.statuses.items()))
-    return (f"answered {outcome.answered}/{outcome.scheduled} ({100 * outcome.answered / max(outcome.scheduled, 1):.2f} %)"
+    share = 100 * outcome.answered / max(outcome.scheduled, 1)
+    return (f"answered {outcome.answered}/{outcome.scheduled} ({share:.2f} %)"
             f"  [{statuses}]  unanswered {outcome.unanswered}\n"
             f"    p50 {outcome.percentile(0.5) * 1000:.1f} ms  p99 {outcome.percentile(0.99) * 1000:.1f} ms  "
             f"max {max(outcome.latencies, default=float('nan')) * 1000:.1f} ms  "

@@ -3,6 +3,7 @@ classic attacks (deep nesting, huge arrays, duplicate keys, non-UTF-8, malformed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import ssl
@@ -60,10 +61,8 @@ def test_engine_raises_nothing_but_shape_errors(engine, demo_state, kind, spec, 
     ]))
     subject = engine.subject(kind, obj, state=demo_state)
     for run in (engine.validate, engine.mutate):
-        try:
+        with contextlib.suppress(ShapeError):
             run(subject)
-        except ShapeError:
-            pass
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=FAST)
@@ -99,10 +98,8 @@ def test_manifest_parser_and_engine_never_crash(engine, doc, text):
             continue
         for manifest in manifests:
             if manifest.kind in POD_SPEC_PATHS:
-                try:
+                with contextlib.suppress(ShapeError):
                     engine.validate(engine.subject(manifest.kind, manifest.obj))
-                except ShapeError:
-                    pass
 
 
 def _valid_body() -> dict:

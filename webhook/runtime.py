@@ -54,6 +54,9 @@ def serve(settings: Settings, cert_dir: Path, snapshot: Path | None) -> None:
     prepare_certificates(settings, cert_dir)
     services = build_services(settings, snapshot)  # fail fast on a bad snapshot, before forking
     configured_guards(settings.auth)  # and on an unusable CA or token file
+    if settings.server.workers > 1:
+        log.warning("server.workers=%d: each process keeps its own /metrics registry and binding "
+                    "assume-cache; see docs/operations.md", settings.server.workers)
 
     def factory() -> Flask:
         app = create_app(services)
