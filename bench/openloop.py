@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -147,14 +148,16 @@ async def _closed_loop(host: str, port: int, ca: str, payload: bytes, connection
     return outcome
 
 
-def _process(queue: multiprocessing.Queue, mode: str, args: tuple) -> None:
+def _process(queue: multiprocessing.Queue, mode: str, args: tuple, cpu: int | None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     runner = _open_loop if mode == "open" else _closed_loop
     outcome = asyncio.run(runner(*args))
     queue.put(outcome)
 
 
 def run(mode: str, processes: int, host: str, port: int, ca: str, payload: bytes, *, rate: float = 0,
-        seconds: float, connections: int) -> Outcome:
+        seconds: float, connections: int, cpu: int | None = None) -> Outcome:
     """Open loop: ``rate`` requests/s in total for ``seconds``, at most ``connections`` connections.
     Closed loop: ``connections`` connections sending back to back for ``seconds``."""
     queue: multiprocessing.Queue = multiprocessing.Queue()
@@ -165,7 +168,7 @@ def run(mode: str, processes: int, host: str, port: int, ca: str, payload: bytes
             args = (host, port, ca, payload, rate / processes, seconds, per_conn, min(per_conn, 16))
         else:
             args = (host, port, ca, payload, per_conn, seconds)
-        procs.append(multiprocessing.Process(target=_process, args=(queue, mode, args)))
+        procs.append(multiprocessing.Process(target=_process, args=(queue, mode, args, cpu)))
     for proc in procs:
         proc.start()
     total = Outcome()
