@@ -1,6 +1,8 @@
 """Gunicorn settings for the webhook, derived from the one Settings object.
 
-Worker model: one ``gthread`` process. The API server keeps TLS connections alive and
+Worker model: one ``gthread`` process (``webhook.worker.WebhookWorker``, which adds client
+deadlines, load shedding and JSON protocol errors; see docs/operations.md).
+The API server keeps TLS connections alive and
 reuses them; gthread keeps idle keep-alive connections in a poller instead of pinning a
 thread to each (the sync worker cannot do keep-alive at all, and async workers would add
 a monkey-patching dependency). One process keeps the in-memory binding assume-cache exact;
