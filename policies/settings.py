@@ -116,6 +116,43 @@ class CheckSettings(_Section):
     fail_on: Severity = "deny"
 
 
+class OverloadSettings(_Section):
+    """Limits that keep the webhook answering when clients are too many, slow or hostile."""
+
+    # A review that waited longer than this for a worker thread is refused at once with a 503
+    # (the API server then applies the webhook's failurePolicy) instead of being answered late.
+    queue_budget_seconds: float = Field(0.25, gt=0, le=30)
+    # TLS handshake, request headers and body must arrive within this many seconds (slowloris).
+    client_timeout_seconds: float = Field(5.0, gt=0, le=60)
+    # Open connections per worker process; past it new connections wait in the listen backlog.
+    max_connections: int = Field(1000, ge=1)
+    # Bodies larger than this are JSON-decoded at most ``large_body_concurrency`` at a time, so a
+    # burst of huge reviews cannot multiply the decoded size by the thread count.
+    large_body_bytes: int = Field(256 * 1024, ge=1024)
+    large_body_concurrency: int = Field(2, ge=1)
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    # json: one JSON object per line (for log collectors); text: the same fields as key=value.
+    format: Literal["json", "text"] = "json"
+    # One line per admission review at info level (never the object body).
+    requests: bool = True
+
+
+class AuthSettings(_Section):
+    """Optional authentication, off by default (see docs/operations.md)."""
+
+    # PEM CA bundle: clients on ``client_cert_paths`` must present a certificate it signed.
+    client_ca_file: Path | None = None
+    # Accepted client certificate names (subject CN or DNS SAN); empty accepts any the CA signed.
+    client_names: tuple[str, ...] = ()
+    client_cert_paths: tuple[str, ...] = ("/mutate", "/validate")
+    # File holding the bearer token that ``bearer_paths`` require (re-read when it changes).
+    bearer_token_file: Path | None = None
+    bearer_paths: tuple[str, ...] = ("/dry-run",)
+
+
 ENV_PREFIX = "GPUSHARE_"
 ENV_NESTED_DELIMITER = "__"
 
@@ -129,6 +166,9 @@ class Settings(_Section):
     certs: CertSettings = CertSettings()
     cert_rotation: CertRotationSettings = CertRotationSettings()
     check: CheckSettings = CheckSettings()
+    overload: OverloadSettings = OverloadSettings()
+    logging: LogSettings = LogSettings()
+    auth: AuthSettings = AuthSettings()
 
 
 class ConfigFileError(ValueError):

@@ -92,5 +92,6 @@ def test_the_admission_response_keeps_an_audit_trail_of_exemptions(engine):
     review = parse_review(admission_review(pod))
     response = build_response(review, engine.validate(engine.subject("Pod", pod, namespace="default")))["response"]
     assert response["allowed"] is True
-    assert response["auditAnnotations"] == {"exempted": "GS003", "exemption_reason": REASON}
+    assert response["auditAnnotations"] == {"decision": "allowed", "rules": "", "exempted": "GS003",
+                                            "exemption_reason": REASON}
     assert "warnings" not in response
