@@ -120,6 +120,13 @@ def test_kustomize_and_helm_render_the_same_objects(kustomized, helm_rendered):
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
 
 
+def test_helm_lint_finds_no_error():
+    report = helm.lint(str(CHART))
+    assert report["total_charts_linted"] == 1 and report["errors"] == []
+    # Only informational findings (severity 1, e.g. "icon is recommended") are tolerated.
+    assert all(m["severity"] <= 1 for m in report["messages"]), report["messages"]
+
+
 def test_helm_values_reach_the_objects():
     objects = render_helm({"image": {"repository": "registry.example/gpushare", "tag": "1.2.3"}, "replicas": 3,
                            "webhooks": {"failurePolicy": {"pods": "Ignore"}, "timeoutSeconds": 3},
