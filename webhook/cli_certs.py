@@ -126,6 +126,8 @@ def _run(action: Any) -> Any:
         raise ClusterFailure(f"the API server refused: HTTP {exc.status} {exc.reason}") from None
     except HTTPError as exc:
         raise ClusterFailure(f"cannot reach the API server: {exc}") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the certificates: {exc}") from None
 
 
 def _report(target: Target, result: Any) -> None:
