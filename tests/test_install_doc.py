@@ -41,6 +41,21 @@ def test_the_overlay_of_the_guide_renders_with_the_users_image(tmp_path):
     assert images == {"registry.example.com/p/gpushare-webhook:0.1.0"}
 
 
+def test_the_readme_overlay_line_renders_with_the_users_image(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Install into a cluster"):]
+    block = section[section.index("```sh\n") + 6:section.index("```", section.index("```sh\n") + 6)]
+    (overlay_line,) = [line for line in block.splitlines() if line.startswith("mkdir -p gpushare-install")]
+    shutil.copytree(ROOT / "deploy" / "kustomize", tmp_path / "deploy" / "kustomize")
+    made = subprocess.run(["bash", "-c", overlay_line], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                          env={"REGISTRY": "registry.example.com/q", "PATH": "/usr/bin:/bin"})
+    assert made.returncode == 0, made.stderr
+    done = subprocess.run([shutil.which("kubectl") or "kubectl", "kustomize", str(tmp_path / "gpushare-install")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "image: registry.example.com/q/gpushare-webhook:0.1.0" in done.stdout
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     with gpushare_server(tmp_path_factory.mktemp("doc")) as running:
