@@ -39,9 +39,21 @@ class LabelNames(_Section):
     cpu_manager_policy: str = "gpushare.io/cpu-manager-policy"
 
 
+class CardAnnotationNames(_Section):
+    """Annotations that say which cards a pod holds or how a node's cards are linked (read, never written)."""
+
+    # ACK GPU sharing v2: {"<container index>": {"<card index>": <core percent>}}.
+    core_allocation: str = "gpushare.alibabacloud.com/core-percentage"
+    # ACK topology-aware scheduling: the whole GPUs a topology pod was given, "0,1".
+    topology_visible: str = "topology.kubernetes.io/gpu-visible"
+    # This project's node annotation: the interconnect bandwidth matrix (docs/scoring.md).
+    node_topology: str = "gpushare.io/gpu-topology"
+
+
 class Names(_Section):
     resources: ResourceNames = ResourceNames()
     labels: LabelNames = LabelNames()
+    card_annotations: CardAnnotationNames = CardAnnotationNames()
     scheduler_name: str = "ack-co-scheduler"
     default_scheduler: str = "default-scheduler"
     priority_class: str = "system-node-critical"
@@ -87,6 +99,13 @@ class CertSettings(_Section):
         return [svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local"]
 
 
+class ScoringSettings(_Section):
+    """Node ranking for ``/dry-run``, ``gpushare score`` and the scheduler extender."""
+
+    # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority: the scheduler multiplies by 10.
+    extender_max_priority: int = Field(10, ge=1, le=100)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="GPUSHARE_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -96,6 +115,7 @@ class Settings(BaseSettings):
     rules: dict[str, RuleOverride] = Field(default_factory=dict)
     server: ServerSettings = ServerSettings()
     certs: CertSettings = CertSettings()
+    scoring: ScoringSettings = ScoringSettings()
 
 
 class ConfigFileError(ValueError):
