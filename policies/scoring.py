@@ -1,0 +1,307 @@
+"""Where can this pod go, on which cards, and why not elsewhere.
+
+Filters every node (card-model selectors and required node affinity, then the placement
+checks GB001-GB005 through ``placement.judge``) and scores the nodes that fit, 0..100,
+by the node's own placement policy (seed 003):
+
+- binpack (default): how full the chosen cards are after placing the pod, so the
+  fullest card that fits wins and empty cards stay free for large requests;
+- spread: how empty the chosen cards stay, so the emptiest card wins;
+- topology (whole GPUs): half how full the node is after placing, half how well the
+  chosen cards are linked (their slowest link against the node's fastest).
+
+A core+mem container counts memory and compute alike. Pods that ask for no GPU, or
+only for exclusive ``nvidia.com/gpu``, are filtered but not scored (0): kube-scheduler
+ranks those. Per-node profiles are cached until the state reports a change on that node,
+so ranking one pod against a large cluster costs a pass over cached data.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .cards import CORE_PER_CARD, Card
+from .cluster import ClusterState, NodeInfo, PodGPU
+from .placement import NodeProfile, PodDemand, demand_from_containers, judge, node_profile, quick_card
+from .resources import ContainerRequest, container_requests, pod_spec
+from .selectors import NodeSelector, node_selector_from_spec
+from .settings import Names
+from .topology import set_min_link
+
+# Filters that preemption cannot cure: kube-scheduler's FailedAndUnresolvableNodes.
+# A node the state does not know yet may appear soon: resolvable.
+NO_STATE = "state"
+UNRESOLVABLE = frozenset({"NodeAffinity", "NodeResourcesFit", "GB002", "GB005"})
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """What ranking needs from a pod or a workload's pod template."""
+
+    demand: PodDemand
+    selector: NodeSelector
+    pinned_node: str = ""  # spec.nodeName: the pod skips the scheduler and goes there
+
+    @property
+    def asks_for_gpu(self) -> bool:
+        d = self.demand
+        return bool(d.gpus or d.whole_gpus or d.topology_gpus)
+
+
+def pod_request(kind: str, obj: dict[str, Any], names: Names, *, key: str,
+                containers: Sequence[ContainerRequest] | None = None) -> PodRequest:
+    """The ranking request of a Pod or workload object; ShapeError when its spec is malformed."""
+    spec, base = pod_spec(obj, kind)
+    if containers is None:
+        containers = container_requests(spec, base, names)
+    node_name = (spec or {}).get("nodeName")
+    return PodRequest(demand_from_containers(key, containers, names), node_selector_from_spec(spec, base),
+                      node_name if isinstance(node_name, str) else "")
+
+
+@dataclass(slots=True)
+class NodeScore:
+    """One node's verdict for one pod."""
+
+    node: str
+    fits: bool
+    score: int = 0
+    problems: Sequence[tuple[str, str]] = ()  # (rule id or scheduler plugin, message)
+    cards: list[int] | None = None
+    profile: NodeProfile | None = None
+    # No eviction could make this node fit (kube-scheduler's FailedAndUnresolvableNodes).
+    unresolvable: bool = False
+
+    @property
+    def reasons(self) -> list[str]:
+        return [f"{rule}: {message}" for rule, message in self.problems]
+
+
+def _unresolvable(problems: Sequence[tuple[str, str]], demand: PodDemand, profile: NodeProfile) -> bool:
+    for rule, _ in problems:
+        if rule in UNRESOLVABLE:
+            return True
+        if rule == "GB004" and demand.gpus:
+            card_size = profile.cards.cards[0].total_mem if profile.cards.cards else 0
+            if any(g.mem > card_size or g.core > CORE_PER_CARD for g in demand.gpus):
+                return True
+        whole = profile.topology
+        if rule == "GB004" and demand.topology_gpus and whole is not None and demand.topology_gpus > whole.count:
+            return True
+    return False
+
+
+def _exclusive_problem(demand: PodDemand, node: NodeInfo, names: Names) -> tuple[str, str] | None:
+    """kube-scheduler's resource fit for whole exclusive GPUs, by allocatable (usage is its business)."""
+    resource = names.resources.gpu_exclusive
+    have = node.allocatable.get(resource, node.capacity.get(resource, 0))
+    if have >= demand.whole_gpus:
+        return None
+    return ("NodeResourcesFit", f"node {node.name} has {have} {resource} allocatable, needs {demand.whole_gpus}")
+
+
+def shared_score(demand: PodDemand, profile: NodeProfile, cards: Sequence[int]) -> int:
+    """0..100: how full (binpack) or how empty (spread) the chosen cards are once the pod is placed.
+
+    Memory of the distinct chosen cards, after placing, over their size; for core+mem
+    pods the average of that and the same for compute.
+    """
+    all_cards = profile.cards.cards
+    chosen = {index: all_cards[index] for index in cards}
+    mem_used = sum(c.used_mem for c in chosen.values()) + sum(g.mem for g in demand.gpus)
+    fill = mem_used / sum(c.total_mem for c in chosen.values())
+    if demand.is_core_mem:
+        core_used = sum(c.used_core for c in chosen.values()) + sum(g.core for g in demand.gpus)
+        fill = (fill + core_used / (CORE_PER_CARD * len(chosen))) / 2
+    return round(100 * (fill if profile.cards.placement == "binpack" else 1 - fill))
+
+
+def _one_card_score(gpu: PodGPU, card: Card, profile: NodeProfile) -> int:
+    """shared_score for one container, without the bookkeeping for several."""
+    fill = (card.used_mem + gpu.mem) / card.total_mem
+    if gpu.core:
+        fill = (fill + (card.used_core + gpu.core) / CORE_PER_CARD) / 2
+    return round(100 * (fill if profile.cards.placement == "binpack" else 1 - fill))
+
+
+def topology_score(demand: PodDemand, profile: NodeProfile, cards: Sequence[int]) -> int:
+    """0..100: half how full the node is after placing, half how well the chosen cards are linked."""
+    whole = profile.topology
+    assert whole is not None and whole.count
+    fill = (len(whole.held) + len(cards)) / whole.count
+    slowest = set_min_link(whole, cards)
+    if len(cards) < 2:
+        link = 1.0
+    elif slowest is None or not whole.best_link:
+        link = 0.5  # links unknown: neither rewarded nor ruled out
+    else:
+        link = slowest / whole.best_link
+    return round(100 * (fill + link) / 2)
+
+
+def score_node(request: PodRequest, profile: NodeProfile, names: Names) -> NodeScore:
+    """Filter and score one node for the pod."""
+    node = profile.node
+    selector = request.selector
+    if not selector.empty:
+        why = selector.mismatch(node.labels, node.name)
+        if why is not None:
+            return NodeScore(node.name, False, problems=[("NodeAffinity", f"node {node.name}: {why}")],
+                             profile=profile, unresolvable=True)
+    demand = request.demand
+    result = judge(demand, profile, names)
+    problems = result.problems
+    if demand.whole_gpus:
+        exclusive = _exclusive_problem(demand, node, names)
+        if exclusive is not None:
+            problems = [*problems, exclusive]
+    if problems:
+        return NodeScore(node.name, False, problems=problems, profile=profile,
+                         unresolvable=_unresolvable(problems, demand, profile))
+    cards = result.cards
+    if demand.gpus and cards is not None:
+        score = shared_score(demand, profile, cards)
+    elif demand.topology_gpus and cards is not None:
+        score = topology_score(demand, profile, cards)
+    else:
+        score = 0
+    return NodeScore(node.name, True, score, cards=cards, profile=profile)
+
+
+class Scorer:
+    """Ranks nodes for pods over a cluster state, caching per-node profiles between calls.
+
+    A profile is reused while the state's ``node_generation(name)`` is unchanged (a
+    ``ClusterSnapshot`` bumps it on every change to the node or its pods); states without
+    generations get fresh profiles every call. Ranking never changes the state.
+    """
+
+    def __init__(self, names: Names) -> None:
+        self.names = names
+        self._lock = threading.Lock()
+        self._state: ClusterState | None = None
+        self._profiles: dict[str, tuple[int, NodeProfile]] = {}
+
+    def profile(self, state: ClusterState, node: NodeInfo) -> NodeProfile:
+        """The node's profile, from the cache while the state reports no change on the node."""
+        generation_of = getattr(state, "node_generation", None)
+        if generation_of is None:
+            return node_profile(node, state.pods_on_node(node.name), self.names)
+        if state is not self._state:
+            with self._lock:
+                if state is not self._state:
+                    self._state, self._profiles = state, {}
+        generation = generation_of(node.name)  # read before the pods: a later change re-reads
+        cached = self._profiles.get(node.name)
+        if cached is not None and cached[0] == generation and cached[1].node is node:
+            return cached[1]
+        built = node_profile(node, state.pods_on_node(node.name), self.names)
+        self._profiles[node.name] = (generation, built)
+        return built
+
+    def rank(self, request: PodRequest, state: ClusterState, *, node_names: Iterable[str] | None = None,
+             nodes: Iterable[NodeInfo] | None = None) -> list[NodeScore]:
+        """Every candidate node with its verdict: fitting nodes first, best score first, then by name.
+
+        Candidates are ``nodes`` (objects the caller holds, e.g. the scheduler's NodeList),
+        else ``node_names`` looked up in the state, else every node of the state.
+        """
+        names = self.names
+        scores: list[NodeScore] = []
+        if nodes is not None:
+            profiles = [node_profile(node, state.pods_on_node(node.name), names) for node in nodes]
+        else:
+            if node_names is None:
+                candidates = state.nodes()
+            else:
+                candidates = []
+                for name in node_names:
+                    node = state.get_node(name)
+                    if node is None:
+                        scores.append(NodeScore(name, False, problems=[
+                            (NO_STATE, f"node {name} is not in the webhook's cluster state (yet)")]))
+                    else:
+                        candidates.append(node)
+            profile_of = self.profile
+            profiles = [profile_of(state, node) for node in candidates]
+            self._forget_removed(state)
+        demand, selector = request.demand, request.selector
+        single = demand.gpus[0] if len(demand.gpus) == 1 else None
+        for profile in profiles:
+            if single is not None and selector.empty:
+                # The common case: judge's first step, and the score, without intermediate objects.
+                index = quick_card(demand, profile)
+                if index is not None:
+                    card = profile.cards.cards[index]
+                    scores.append(NodeScore(profile.node.name, True, _one_card_score(single, card, profile),
+                                            cards=[index], profile=profile))
+                    continue
+            scores.append(score_node(request, profile, names))
+        scores.sort(key=lambda s: (not s.fits, -s.score, s.node))
+        return scores
+
+    def _forget_removed(self, state: ClusterState) -> None:
+        """Drop profiles of nodes that left the state, once they are a fair share of the cache."""
+        profiles = self._profiles
+        if len(profiles) > 64 and len(profiles) > 2 * len(state.nodes()):
+            present = {n.name for n in state.nodes()}
+            self._profiles = {k: v for k, v in profiles.items() if k in present}
+
+
+def card_details(score: NodeScore, demand: PodDemand) -> list[dict[str, Any]]:
+    """Per container (or per pod, for whole GPUs) the cards it would get and how full they would be."""
+    profile = score.profile
+    if not score.fits or score.cards is None or profile is None:
+        return []
+    if demand.gpus:
+        out: list[dict[str, Any]] = []
+        used: dict[int, int] = {}
+        for gpu, index in zip(demand.gpus, score.cards, strict=True):
+            card = profile.cards.cards[index]
+            before = used.get(index, card.used_mem)
+            used[index] = before + gpu.mem
+            entry: dict[str, Any] = {"container": gpu.container, "gpus": [index], "mem": gpu.mem,
+                                     "gpu_mem_before": f"{before}/{card.total_mem}",
+                                     "gpu_mem_after": f"{before + gpu.mem}/{card.total_mem}"}
+            if gpu.core:
+                entry["core"] = gpu.core
+            out.append(entry)
+        return out
+    whole = profile.topology
+    assert whole is not None
+    return [{"container": None, "gpus": list(score.cards), "min_link_gbps": set_min_link(whole, score.cards)}]
+
+
+def explain(score: NodeScore, demand: PodDemand) -> list[str]:
+    """Why the node scores what it scores, or why it does not fit."""
+    if not score.fits:
+        return score.reasons
+    profile = score.profile
+    if profile is None or score.cards is None:
+        if demand.whole_gpus:
+            return [f"whole GPUs ({demand.whole_gpus}) are counted by kube-scheduler; not scored here"]
+        return ["no GPU requested; kube-scheduler ranks this pod"]
+    if demand.gpus:
+        placement = profile.cards.placement
+        return [f'{placement}: container "{d["container"]}" on GPU{d["gpus"][0]}: '
+                f'{d["gpu_mem_before"]} -> {d["gpu_mem_after"]} GiB' for d in card_details(score, demand)]
+    whole = profile.topology
+    assert whole is not None
+    cards = ",".join(str(c) for c in score.cards)
+    slowest = set_min_link(whole, score.cards)
+    if slowest is not None:
+        why = f"topology: GPUs {cards}, slowest link {slowest:g} GB/s (best on the node {whole.best_link:g})"
+    elif len(score.cards) > 1:
+        why = f"topology: lowest free GPUs {cards} (the node describes no links)"
+    else:
+        why = f"topology: GPU {cards}"
+    return [why] + ([whole.note] if whole.note else [])
+
+
+def ranking_entry(score: NodeScore, demand: PodDemand) -> dict[str, Any]:
+    """One node of a ranking as plain data: node, score, fits, cards, reasons."""
+    return {"node": score.node, "score": score.score, "fits": score.fits,
+            "cards": card_details(score, demand), "reasons": explain(score, demand)}
