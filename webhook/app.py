@@ -17,6 +17,7 @@ from policies.settings import Settings
 
 from .admission import Mode, answer_review
 from .review import ReviewError, parse_review
+from .scoring_routes import register_scoring_routes
 
 log = logging.getLogger("gpushare.webhook")
 
@@ -99,6 +100,7 @@ def create_app(services: Services) -> Flask:
 
     app.add_url_rule("/mutate", "mutate", lambda: review_route("mutate"), methods=["POST"])
     app.add_url_rule("/validate", "validate", lambda: review_route("validate"), methods=["POST"])
+    register_scoring_routes(app, services, read_json_body)
 
     @app.get("/healthz")
     def healthz() -> Response:
