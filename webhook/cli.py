@@ -61,6 +61,11 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
         raise UsageFailure(str(exc)) from None
 
 
+from webhook.cli_score import score  # noqa: E402  (subcommands register after the group)
+
+main.add_command(score)
+
+
 def inspect_plugin_main() -> None:
     """Entry point for the kubectl plugin ``kubectl inspect gpushare``."""
     main(["inspect", *sys.argv[1:]])
