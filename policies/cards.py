@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .cluster import NodeInfo, PodGPU, PodInfo
@@ -39,7 +39,7 @@ class Card:
     total_mem: int
     used_mem: int = 0
     used_core: int = 0
-    pods: set[str] = field(default_factory=set)
+    pods: tuple[str, ...] = ()  # keys of the pods on the card; a tuple: small, and shared by copies
 
     @property
     def free_mem(self) -> int:
@@ -50,7 +50,7 @@ class Card:
         return CORE_PER_CARD - self.used_core
 
     def copy(self) -> Card:
-        return Card(self.index, self.total_mem, self.used_mem, self.used_core, set(self.pods))
+        return Card(self.index, self.total_mem, self.used_mem, self.used_core, self.pods)
 
 
 @dataclass(slots=True)
@@ -153,10 +153,11 @@ def recorded_cards(pod: PodInfo, names: Names) -> list[CardShares | None]:
 
 def _fits(card: Card, gpu: PodGPU, pod_key: str, pod_limit: int | None) -> str | None:
     """None when the container fits the card, else the reason it does not."""
-    if card.free_mem < gpu.mem:
-        return f"GPU{card.index} has {card.free_mem}/{card.total_mem} GiB free, needs {gpu.mem}"
-    if gpu.core and card.free_core < gpu.core:
-        return f"GPU{card.index} has {card.free_core}% compute free, needs {gpu.core}%"
+    free = card.total_mem - card.used_mem
+    if free < gpu.mem:
+        return f"GPU{card.index} has {free}/{card.total_mem} GiB free, needs {gpu.mem}"
+    if gpu.core and CORE_PER_CARD - card.used_core < gpu.core:
+        return f"GPU{card.index} has {CORE_PER_CARD - card.used_core}% compute free, needs {gpu.core}%"
     if pod_limit is not None and pod_key not in card.pods and len(card.pods) >= pod_limit:
         return f"GPU{card.index} already runs {len(card.pods)} pods, the cGPU limit is {pod_limit}"
     return None
@@ -168,32 +169,46 @@ class CardOrder:
     binpack tries the fullest card first (least free memory, then lowest index); spread
     the emptiest (least used memory, then fewest pods, then lowest index). The first card
     in that order that fits is the choice. Built once per occupancy and read-only, so a
-    cached order serves many scoring calls; for binpack a bisection skips the cards too
-    full for the request.
+    cached order serves many scoring calls. What the choice reads is kept in one flat
+    tuple of small integers (``hot``: free GiB, free compute, pods, card index per card,
+    in order), so scanning a node touches one object, not a card object per card; for
+    binpack a bisection skips the cards too full for the request.
     """
 
-    __slots__ = ("_free", "cards", "placement")
+    __slots__ = ("_free", "cards", "hot", "placement")
+    STRIDE = 4  # fields per card in ``hot``
 
     def __init__(self, cards: Sequence[Card], placement: Placement) -> None:
         self.placement = placement
         if placement == "spread":
             self.cards = tuple(sorted(cards, key=lambda c: (c.used_mem, len(c.pods), c.index)))
-            self._free: list[int] | None = None
+            self._free: tuple[int, ...] | None = None
         else:
             self.cards = tuple(sorted(cards, key=lambda c: (c.total_mem - c.used_mem, c.index)))
-            self._free = [c.total_mem - c.used_mem for c in self.cards]
+            self._free = tuple(c.total_mem - c.used_mem for c in self.cards)
+        self.hot = tuple(value for c in self.cards
+                         for value in (c.total_mem - c.used_mem, CORE_PER_CARD - c.used_core, len(c.pods), c.index))
+
+    def first_fit_position(self, mem: int, core: int, pod_key: str, pod_limit: int | None) -> int:
+        """Where in the order the chosen card is (its fields start at ``STRIDE * position`` in ``hot``); -1 for none."""
+        hot = self.hot
+        position = bisect_left(self._free, mem) if self._free is not None else 0
+        base, end = position * 4, len(hot)
+        while base < end:
+            if (hot[base] >= mem and (not core or hot[base + 1] >= core)
+                    and (pod_limit is None or hot[base + 2] < pod_limit or pod_key in self.cards[base // 4].pods)):
+                return base // 4
+            base += 4
+        return -1
 
     def first_fit(self, gpu: PodGPU, pod_key: str, pod_limit: int | None) -> Card | None:
-        cards = self.cards
-        start = bisect_left(self._free, gpu.mem) if self._free is not None else 0
-        mem, core = gpu.mem, gpu.core
-        for position in range(start, len(cards)):
-            card = cards[position]
-            if (card.total_mem - card.used_mem >= mem
-                    and (not core or CORE_PER_CARD - card.used_core >= core)
-                    and (pod_limit is None or len(card.pods) < pod_limit or pod_key in card.pods)):
-                return card
-        return None
+        position = self.first_fit_position(gpu.mem, gpu.core, pod_key, pod_limit)
+        return None if position < 0 else self.cards[position]
+
+
+def no_fit_reasons(cards: Sequence[Card], gpu: PodGPU, pod_key: str, pod_limit: int | None) -> list[str]:
+    """Why each card cannot take the container, in card order (cards that could are left out)."""
+    return [why for card in cards if (why := _fits(card, gpu, pod_key, pod_limit)) is not None]
 
 
 def choose_card(cards: Sequence[Card], gpu: PodGPU, pod_key: str, placement: Placement,
@@ -205,13 +220,14 @@ def choose_card(cards: Sequence[Card], gpu: PodGPU, pod_key: str, placement: Pla
     chosen = (order or CardOrder(cards, placement)).first_fit(gpu, pod_key, pod_limit)
     if chosen is not None:
         return chosen, []
-    return None, [why for card in cards if (why := _fits(card, gpu, pod_key, pod_limit)) is not None]
+    return None, no_fit_reasons(cards, gpu, pod_key, pod_limit)
 
 
 def _take(card: Card, mem: int, core: int, pod_key: str) -> None:
     card.used_mem += mem
     card.used_core += core
-    card.pods.add(pod_key)
+    if pod_key not in card.pods:
+        card.pods += (pod_key,)
 
 
 def _charge_recorded(cards: list[Card], gpu: PodGPU, mem: CardShares, core: CardShares | None,

@@ -8,6 +8,7 @@ in, so 150,000 pods cost little memory and nothing mutable leaks into policy cod
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -202,9 +203,12 @@ def pod_from_manifest(obj: dict[str, Any], names: Names) -> PodInfo:
 class ClusterSnapshot:
     """An in-memory, thread-safe ClusterState; the live watch and snapshot files both fill one.
 
-    Every change bumps a generation counter and records it on the node it touches, so
-    derived per-node data (card occupancy for scoring) can be cached until its node changes.
+    Every change bumps a generation counter, records it on the node it touches and in a
+    bounded change log, so derived per-node data (card occupancy for scoring) can be
+    cached and refreshed for just the nodes that changed.
     """
+
+    CHANGE_LOG = 65_536  # changes remembered; a reader further behind starts over
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -213,10 +217,28 @@ class ClusterSnapshot:
         self._by_node: dict[str, dict[str, PodInfo]] = {}
         self._generation = 0
         self._node_generation: dict[str, int] = {}
+        self._log_generations: list[int] = []
+        self._log_nodes: list[str] = []
+        self._log_floor = 0  # changes after this generation are all in the log
 
     def _touch(self, node: str) -> None:
         self._generation += 1
         self._node_generation[node] = self._generation
+        self._log_generations.append(self._generation)
+        self._log_nodes.append(node)
+        if len(self._log_generations) > self.CHANGE_LOG:
+            half = self.CHANGE_LOG // 2
+            self._log_floor = self._log_generations[half - 1]
+            del self._log_generations[:half], self._log_nodes[:half]
+
+    def changes_since(self, generation: int) -> list[str] | None:
+        """Names of the nodes changed (themselves or their pods) after ``generation``, or None
+        when the log no longer reaches that far back."""
+        with self._lock:
+            if generation < self._log_floor:
+                return None
+            start = bisect_right(self._log_generations, generation)
+            return self._log_nodes[start:]
 
     @property
     def generation(self) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .cards import CardOrder, NodeCards, choose_card, node_cards, place_pod
+from .cards import CardOrder, NodeCards, no_fit_reasons, node_cards, place_pod
 from .cluster import NodeInfo, PodGPU, PodInfo
 from .resources import ContainerRequest
 from .settings import Names
@@ -74,12 +74,18 @@ class NodeProfile:
     """A node and what its pods hold, as judging needs it. Read-only once built."""
 
     node: NodeInfo
+    name: str
     mode: str
     static_cpu: bool
     mem_only: tuple[str, ...]  # live mem-only shared-GPU pods, by key
     core_mem: tuple[str, ...]  # live core+mem shared-GPU pods, by key
+    # GB001, GB002 and GB005 surely pass for a mem-only / a core+mem pod: decided once per node.
+    takes_mem_only: bool
+    takes_core_mem: bool
     cards: NodeCards  # shared-GPU occupancy; judging places pods on copies
     order: CardOrder
+    card_size: int  # GiB per card
+    binpack: bool
     pod_limit: int | None  # cGPU pods per card, on the modes that have the limit
     topology: TopologyCards | None  # whole-GPU occupancy, topology nodes only
 
@@ -88,20 +94,28 @@ def node_profile(node: NodeInfo, pods_on_node: Sequence[PodInfo], names: Names) 
     live = sorted((p for p in pods_on_node if p.uses_shared_gpu and not p.terminated), key=lambda p: p.key)
     occupancy = node_cards(node, pods_on_node, names)
     mode = occupancy.mode
+    static = cpu_manager_policy(node, names) == "static"
+    mem_only = tuple(p.key for p in live if not p.is_core_mem)
+    core_mem = tuple(p.key for p in live if p.is_core_mem)
     return NodeProfile(
         node=node,
+        name=node.name,
         mode=mode,
-        static_cpu=cpu_manager_policy(node, names) == "static",
-        mem_only=tuple(p.key for p in live if not p.is_core_mem),
-        core_mem=tuple(p.key for p in live if p.is_core_mem),
+        static_cpu=static,
+        mem_only=mem_only,
+        core_mem=core_mem,
+        takes_mem_only=not static and mode in SHARED_MODES and not core_mem,
+        takes_core_mem=not static and mode == "core_mem" and not mem_only,
         cards=occupancy,
         order=CardOrder(occupancy.cards, occupancy.placement),
+        card_size=occupancy.cards[0].total_mem if occupancy.cards else 0,
+        binpack=occupancy.placement == "binpack",
         pod_limit=occupancy.pod_limit(),
         topology=topology_cards(node, pods_on_node, names) if mode == "topology" else None,
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class PlacementResult:
     problems: list[tuple[str, str]]
     # Per shared-GPU container the card it would get, or the whole-GPU card set on a topology node.
@@ -120,29 +134,29 @@ def _mode_problems(demand: PodDemand, profile: NodeProfile, names: Names) -> lis
     schedule = names.labels.schedule
     if demand.uses_shared:
         if profile.static_cpu:
-            problems.append(("GB005", f"node {profile.node.name} runs the static CPU manager policy, which "
+            problems.append(("GB005", f"node {profile.name} runs the static CPU manager policy, which "
                                       f"shared GPU scheduling does not support; pick a node with policy none"))
         if mode not in SHARED_MODES:
             shown = mode or "unset (exclusive)"
-            problems.append(("GB002", f"node {profile.node.name} has {schedule}={shown}; shared-GPU pods "
+            problems.append(("GB002", f"node {profile.name} has {schedule}={shown}; shared-GPU pods "
                                       f"need one of {', '.join(sorted(SHARED_MODES))}"))
         elif demand.is_core_mem and mode != "core_mem":
-            problems.append(("GB002", f"node {profile.node.name} has {schedule}={mode}; core+mem pods "
+            problems.append(("GB002", f"node {profile.name} has {schedule}={mode}; core+mem pods "
                                       f"need core_mem"))
         others = profile.mem_only if demand.is_core_mem else profile.core_mem
         other = [k for k in others if k != demand.key]
         if other:
             kinds = "mem-only" if demand.is_core_mem else "core+mem"
             shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
-            problems.append(("GB001", f"node {profile.node.name} already runs {kinds} pods ({shown}); a "
+            problems.append(("GB001", f"node {profile.name} already runs {kinds} pods ({shown}); a "
                                       f"{demand.job_type} pod cannot share the node with them"))
     elif demand.topology_gpus:
         if mode != "topology":
             shown = mode or "unset (exclusive)"
-            problems.append(("GB002", f"node {profile.node.name} has {schedule}={shown}; pods asking for "
+            problems.append(("GB002", f"node {profile.name} has {schedule}={shown}; pods asking for "
                                       f"{names.resources.gpu_topology} need {schedule}=topology"))
     elif mode == "topology" and demand.whole_gpus:
-        problems.append(("GB002", f"node {profile.node.name} has {schedule}=topology and takes only "
+        problems.append(("GB002", f"node {profile.name} has {schedule}=topology and takes only "
                                   f"topology workloads ({names.resources.gpu_topology}); this pod asks for "
                                   f"{names.resources.gpu_exclusive}"))
     return problems
@@ -153,7 +167,7 @@ def _place_shared(demand: PodDemand, profile: NodeProfile, result: PlacementResu
     if len(demand.gpus) == 1 and not keep_state:
         _place_one(demand, profile, result)
         return
-    name = profile.node.name
+    name = profile.name
     unlimited = profile.cards.copy()
     unlimited.mode = ""  # no cGPU pod limit: tells a card that is full apart from one that is crowded
     cards, no_fit = place_pod(unlimited, demand.key, demand.gpus)
@@ -172,20 +186,21 @@ def _place_one(demand: PodDemand, profile: NodeProfile, result: PlacementResult)
     """One container on the cached order, without copying: the choice place_pod makes."""
     gpu, occupancy = demand.gpus[0], profile.cards
     limit = profile.pod_limit
-    card = profile.order.first_fit(gpu, demand.key, limit)
-    if card is not None:
-        result.cards = [card.index]
+    position = profile.order.first_fit_position(gpu.mem, gpu.core, demand.key, limit)
+    if position >= 0:
+        result.cards = [profile.order.cards[position].index]
         return
     if not occupancy.cards:
-        result.problems.append(_no_card("GB004", profile.node.name, gpu.container,
+        result.problems.append(_no_card("GB004", profile.name, gpu.container,
                                         ("the node has no shared GPU cards",)))
         return
-    _, reasons = choose_card(occupancy.cards, gpu, demand.key, occupancy.placement, None, profile.order)
-    if reasons:
-        result.problems.append(_no_card("GB004", profile.node.name, gpu.container, reasons))
+    # No card fits under the limit: GB004 when none fits even without it, else GB003.
+    unlimited = no_fit_reasons(occupancy.cards, gpu, demand.key, None)
+    if len(unlimited) == len(occupancy.cards):
+        result.problems.append(_no_card("GB004", profile.name, gpu.container, unlimited))
         return
-    _, reasons = choose_card(occupancy.cards, gpu, demand.key, occupancy.placement, limit, profile.order)
-    result.problems.append(_no_card("GB003", profile.node.name, gpu.container, reasons))
+    limited = no_fit_reasons(occupancy.cards, gpu, demand.key, limit)
+    result.problems.append(_no_card("GB003", profile.name, gpu.container, limited))
 
 
 def _no_card(rule: str, node: str, container: str, reasons: Sequence[str]) -> tuple[str, str]:
@@ -205,7 +220,7 @@ def _place_whole(demand: PodDemand, profile: NodeProfile, result: PlacementResul
         holders = sorted(set(cards.held.values()))
         shown = ", ".join(holders[:3]) + (f" and {len(holders) - 3} more" if len(holders) > 3 else "")
         held = f" (held by {shown})" if holders else ""
-        result.problems.append(("GB004", f"node {profile.node.name} has {len(cards.free())} of {cards.count} "
+        result.problems.append(("GB004", f"node {profile.name} has {len(cards.free())} of {cards.count} "
                                          f"GPUs free{held}, needs {demand.topology_gpus}"))
         return
     result.cards = list(chosen)
@@ -214,23 +229,22 @@ def _place_whole(demand: PodDemand, profile: NodeProfile, result: PlacementResul
 def _may_object(demand: PodDemand, profile: NodeProfile) -> bool:
     """False when the mode checks surely pass: the common case, decided without building messages."""
     if demand.gpus:
-        return (profile.static_cpu or profile.mode not in SHARED_MODES
-                or (demand.is_core_mem and profile.mode != "core_mem")
-                or bool(profile.mem_only if demand.is_core_mem else profile.core_mem))
+        return not (profile.takes_core_mem if demand.is_core_mem else profile.takes_mem_only)
     return bool(demand.topology_gpus or demand.whole_gpus) and (
         (profile.mode != "topology") if demand.topology_gpus else profile.mode == "topology")
 
 
-def quick_card(demand: PodDemand, profile: NodeProfile) -> int | None:
-    """For a one-container shared-GPU pod the node surely takes, its card; else None (ask ``judge``).
+def quick_card(demand: PodDemand, profile: NodeProfile) -> int:
+    """For a one-container shared-GPU pod the node surely takes, where its card is in
+    ``profile.order`` (see ``CardOrder.hot``); -1 otherwise (ask ``judge``).
 
-    The first step of ``judge``, without building a result or a message: ranking a pod
-    against thousands of nodes mostly ends here.
+    ``judge``'s answer for the common case, without building a result or a message:
+    ranking a pod against thousands of nodes mostly ends here.
     """
-    if len(demand.gpus) != 1 or _may_object(demand, profile):
-        return None
-    card = profile.order.first_fit(demand.gpus[0], demand.key, profile.pod_limit)
-    return None if card is None else card.index
+    if len(demand.gpus) != 1 or not (profile.takes_core_mem if demand.is_core_mem else profile.takes_mem_only):
+        return -1
+    gpu = demand.gpus[0]
+    return profile.order.first_fit_position(gpu.mem, gpu.core, demand.key, profile.pod_limit)
 
 
 def judge(demand: PodDemand, profile: NodeProfile, names: Names, *, keep_state: bool = False) -> PlacementResult:
@@ -239,14 +253,11 @@ def judge(demand: PodDemand, profile: NodeProfile, names: Names, *, keep_state: 
     With ``keep_state`` the result carries the node's card occupancy after the placement.
     Never changes ``profile``.
     """
-    if not keep_state:
-        index = quick_card(demand, profile)
-        if index is not None:
-            return PlacementResult([], [index])
     problems = _mode_problems(demand, profile, names) if _may_object(demand, profile) else []
     result = PlacementResult(problems)
-    if problems and any(rule == "GB002" for rule, _ in problems):
-        return result
+    for rule, _ in problems:
+        if rule == "GB002":  # the node does not take this kind of pod: its cards do not matter
+            return result
     if demand.uses_shared:
         _place_shared(demand, profile, result, keep_state)
     elif demand.topology_gpus:

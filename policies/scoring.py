@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cards import CORE_PER_CARD, Card
-from .cluster import ClusterState, NodeInfo, PodGPU
+from .cards import CORE_PER_CARD
+from .cluster import ClusterState, NodeInfo
 from .placement import NodeProfile, PodDemand, demand_from_containers, judge, node_profile, quick_card
 from .resources import ContainerRequest, container_requests, pod_spec
 from .selectors import NodeSelector, node_selector_from_spec
@@ -119,14 +119,6 @@ def shared_score(demand: PodDemand, profile: NodeProfile, cards: Sequence[int]) 
     return round(100 * (fill if profile.cards.placement == "binpack" else 1 - fill))
 
 
-def _one_card_score(gpu: PodGPU, card: Card, profile: NodeProfile) -> int:
-    """shared_score for one container, without the bookkeeping for several."""
-    fill = (card.used_mem + gpu.mem) / card.total_mem
-    if gpu.core:
-        fill = (fill + (card.used_core + gpu.core) / CORE_PER_CARD) / 2
-    return round(100 * (fill if profile.cards.placement == "binpack" else 1 - fill))
-
-
 def topology_score(demand: PodDemand, profile: NodeProfile, cards: Sequence[int]) -> int:
     """0..100: half how full the node is after placing, half how well the chosen cards are linked."""
     whole = profile.topology
@@ -172,35 +164,50 @@ def score_node(request: PodRequest, profile: NodeProfile, names: Names) -> NodeS
 
 
 class Scorer:
-    """Ranks nodes for pods over a cluster state, caching per-node profiles between calls.
+    """Ranks nodes for pods over a cluster state, keeping node profiles between calls.
 
-    A profile is reused while the state's ``node_generation(name)`` is unchanged (a
-    ``ClusterSnapshot`` bumps it on every change to the node or its pods); states without
-    generations get fresh profiles every call. Ranking never changes the state.
+    With a state that keeps a change log (``ClusterSnapshot``: ``generation`` and
+    ``changes_since``), each call first rebuilds the profiles of just the nodes that
+    changed since the last call; a state without one gets fresh profiles every call.
+    Ranking never changes the state. Safe to share between threads.
     """
 
     def __init__(self, names: Names) -> None:
         self.names = names
         self._lock = threading.Lock()
         self._state: ClusterState | None = None
-        self._profiles: dict[str, tuple[int, NodeProfile]] = {}
+        self._seen = -1  # the state's generation the profiles reflect
+        self._profiles: dict[str, NodeProfile] = {}
+        self._ordered: tuple[NodeProfile, ...] = ()
 
-    def profile(self, state: ClusterState, node: NodeInfo) -> NodeProfile:
-        """The node's profile, from the cache while the state reports no change on the node."""
-        generation_of = getattr(state, "node_generation", None)
-        if generation_of is None:
-            return node_profile(node, state.pods_on_node(node.name), self.names)
-        if state is not self._state:
-            with self._lock:
-                if state is not self._state:
-                    self._state, self._profiles = state, {}
-        generation = generation_of(node.name)  # read before the pods: a later change re-reads
-        cached = self._profiles.get(node.name)
-        if cached is not None and cached[0] == generation and cached[1].node is node:
-            return cached[1]
-        built = node_profile(node, state.pods_on_node(node.name), self.names)
-        self._profiles[node.name] = (generation, built)
-        return built
+    def _build(self, state: ClusterState, node: NodeInfo) -> NodeProfile:
+        return node_profile(node, state.pods_on_node(node.name), self.names)
+
+    def profiles(self, state: ClusterState) -> tuple[dict[str, NodeProfile], tuple[NodeProfile, ...]]:
+        """Every node's profile, by name and in order, up to date with the state."""
+        generation = getattr(state, "generation", None)
+        changes_since = getattr(state, "changes_since", None)
+        if generation is None or changes_since is None:
+            built = {n.name: self._build(state, n) for n in state.nodes()}
+            return built, tuple(built.values())
+        with self._lock:
+            if state is self._state and generation == self._seen:
+                return self._profiles, self._ordered
+            # Read the generation before the data: a change racing this refresh is seen again next time.
+            changed = changes_since(self._seen) if state is self._state else None
+            if changed is None:
+                self._profiles = {n.name: self._build(state, n) for n in state.nodes()}
+            else:
+                profiles = dict(self._profiles)
+                for name in set(changed):
+                    node = state.get_node(name)
+                    if node is None:
+                        profiles.pop(name, None)
+                    else:
+                        profiles[name] = self._build(state, node)
+                self._profiles = profiles
+            self._state, self._seen, self._ordered = state, generation, tuple(self._profiles.values())
+            return self._profiles, self._ordered
 
     def rank(self, request: PodRequest, state: ClusterState, *, node_names: Iterable[str] | None = None,
              nodes: Iterable[NodeInfo] | None = None) -> list[NodeScore]:
@@ -209,46 +216,55 @@ class Scorer:
         Candidates are ``nodes`` (objects the caller holds, e.g. the scheduler's NodeList),
         else ``node_names`` looked up in the state, else every node of the state.
         """
-        names = self.names
         scores: list[NodeScore] = []
         if nodes is not None:
-            profiles = [node_profile(node, state.pods_on_node(node.name), names) for node in nodes]
+            candidates: Iterable[NodeProfile] = [self._build(state, node) for node in nodes]
         else:
+            by_name, ordered = self.profiles(state)
             if node_names is None:
-                candidates = state.nodes()
+                candidates = ordered
             else:
                 candidates = []
                 for name in node_names:
-                    node = state.get_node(name)
-                    if node is None:
+                    profile = by_name.get(name)
+                    if profile is None:
                         scores.append(NodeScore(name, False, problems=[
                             (NO_STATE, f"node {name} is not in the webhook's cluster state (yet)")]))
                     else:
-                        candidates.append(node)
-            profile_of = self.profile
-            profiles = [profile_of(state, node) for node in candidates]
-            self._forget_removed(state)
-        demand, selector = request.demand, request.selector
-        single = demand.gpus[0] if len(demand.gpus) == 1 else None
-        for profile in profiles:
-            if single is not None and selector.empty:
-                # The common case: judge's first step, and the score, without intermediate objects.
-                index = quick_card(demand, profile)
-                if index is not None:
-                    card = profile.cards.cards[index]
-                    scores.append(NodeScore(profile.node.name, True, _one_card_score(single, card, profile),
-                                            cards=[index], profile=profile))
-                    continue
-            scores.append(score_node(request, profile, names))
-        scores.sort(key=lambda s: (not s.fits, -s.score, s.node))
+                        candidates.append(profile)
+        self._score_all(request, candidates, scores)
+        scores.sort(key=_ranking_key)
         return scores
 
-    def _forget_removed(self, state: ClusterState) -> None:
-        """Drop profiles of nodes that left the state, once they are a fair share of the cache."""
-        profiles = self._profiles
-        if len(profiles) > 64 and len(profiles) > 2 * len(state.nodes()):
-            present = {n.name for n in state.nodes()}
-            self._profiles = {k: v for k, v in profiles.items() if k in present}
+    def _score_all(self, request: PodRequest, profiles: Iterable[NodeProfile], out: list[NodeScore]) -> None:
+        names = self.names
+        demand = request.demand
+        if len(demand.gpus) != 1 or not request.selector.empty:
+            out.extend(score_node(request, profile, names) for profile in profiles)
+            return
+        # The common case, one container and no node constraints: judge's first step and the
+        # score straight from the profile's flat card data, no intermediate objects.
+        gpu = demand.gpus[0]
+        mem, core = gpu.mem, gpu.core
+        core_mem = demand.is_core_mem
+        append = out.append
+        for profile in profiles:
+            position = quick_card(demand, profile)
+            if position < 0:
+                append(score_node(request, profile, names))
+                continue
+            hot = profile.order.hot
+            base = position * 4
+            size = profile.card_size
+            fill = (size - hot[base] + mem) / size
+            if core_mem:
+                fill = (fill + (CORE_PER_CARD - hot[base + 1] + core) / CORE_PER_CARD) / 2
+            append(NodeScore(profile.name, True, round(100 * (fill if profile.binpack else 1 - fill)),
+                             cards=[hot[base + 3]], profile=profile))
+
+
+def _ranking_key(score: NodeScore) -> tuple[bool, int, str]:
+    return (not score.fits, -score.score, score.node)
 
 
 def card_details(score: NodeScore, demand: PodDemand) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ def cards(draw) -> list[Card]:
     out = []
     for index in range(draw(st.integers(0, 6))):
         used = draw(st.integers(0, total))
-        pods = {f"ns/p{i}" for i in range(draw(st.integers(0, 22)))}
+        pods = tuple(f"ns/p{i}" for i in range(draw(st.integers(0, 22))))
         out.append(Card(index, total, used, draw(st.integers(0, 100)), pods))
     return out
 

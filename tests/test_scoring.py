@@ -221,3 +221,35 @@ def test_two_containers_fill_cards_in_turn(settings):
     pod["spec"]["containers"][1]["resources"]["limits"]["aliyun.com/gpu-mem"] = 5
     [verdict] = Scorer(names).rank(request_for(pod, names), state)
     assert verdict.cards == [0, 0] and verdict.score == 100  # GPU0 ends 15/15
+
+
+def test_change_log_names_the_nodes_touched(settings):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "cgpu"), gpu_node("n2", "cgpu"), names=names)
+    start = state.generation
+    state.upsert_pod(pod_from_manifest(gpu_pod("a", "n2", mem=1), names))
+    state.upsert_pod(pod_from_manifest(gpu_pod("a", "n1", mem=1), names))  # moved: both nodes changed
+    state.remove_node("n2")
+    assert state.changes_since(start) == ["n2", "n2", "n1", "n2"]
+    assert state.changes_since(state.generation) == []
+
+
+def test_scorer_follows_nodes_coming_and_going_and_a_truncated_log(settings):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "cgpu", 1, 15), names=names)
+    state.CHANGE_LOG = 4  # remember few changes, so the scorer must start over
+    scorer = Scorer(names)
+    request = request_for(gpu_pod("new", mem=10), names)
+    assert [s.node for s in scorer.rank(request, state)] == ["n1"]
+    state.upsert_node(snapshot(gpu_node("n2", "cgpu", 1, 15), names=names).get_node("n2"))
+    assert {s.node for s in scorer.rank(request, state)} == {"n1", "n2"}
+    seen = state.generation
+    for i in range(6):  # more changes than the log keeps
+        state.upsert_pod(pod_from_manifest(gpu_pod(f"p{i}", "n1", mem=1), names))
+    assert state.changes_since(seen) is None
+    verdicts = {s.node: s for s in scorer.rank(request, state)}
+    assert not verdicts["n1"].fits and verdicts["n2"].fits
+    state.remove_node("n2")
+    assert [s.node for s in scorer.rank(request, state)] == ["n1"]
+    assert [s.node for s in scorer.rank(request, state, node_names=["n2"])] == ["n2"]
+    assert scorer.rank(request, state, node_names=["n2"])[0].problems[0][0] == "state"

@@ -36,6 +36,8 @@ def register_scoring_routes(app: Flask, services: Services, read_json: JsonReade
     dry_run = DryRun(services.engine, scorer)
     extender = Extender(settings, scorer)
     max_bytes = settings.server.max_body_bytes
+    if services.state is not None:
+        scorer.profiles(services.state)  # build the per-node cache now, not on the scheduler's first call
 
     @app.post("/dry-run")
     def dry_run_route() -> Response:
