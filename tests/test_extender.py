@@ -7,7 +7,11 @@ k8s.io/kube-scheduler/extender/v1 types have no JSON tags: ExtenderArgs arrives 
 
 from __future__ import annotations
 
+import urllib.parse
+from pathlib import Path
+
 import pytest
+import yaml
 
 from .cluster_builders import allocation, gpu_node, gpu_pod, snapshot_yaml
 from .helpers import gpushare_server, load_json
@@ -119,3 +123,20 @@ def test_invalid_json_is_a_400(server, session):
     reply = session.post(server.url + "/scheduler/filter", data=b'{"Pod": ', timeout=10,
                          headers={"Content-Type": "application/json"})
     assert reply.status_code == 400 and "invalid JSON" in reply.json()["error"]["reason"]
+
+
+def test_the_deploy_stanza_points_at_these_endpoints(server, session):
+    """deploy/scheduler/kube-scheduler-config.yaml: the verbs it names are the routes served here."""
+    config = yaml.safe_load((Path(__file__).parents[1] / "deploy/scheduler/kube-scheduler-config.yaml").read_text())
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    [extender] = config["extenders"]
+    assert extender["nodeCacheCapable"] is True and extender["enableHTTPS"] is True
+    assert {r["name"] for r in extender["managedResources"]} == {"aliyun.com/gpu-mem", "aliyun.com/gpu",
+                                                                "aliyun.com/gpu-core.percentage"}
+    prefix = urllib.parse.urlparse(extender["urlPrefix"]).path
+    args = {"Pod": scheduled_pod(), "NodeNames": ["bin", "empty"]}
+    filtered = server.post_json(f"{prefix}/{extender['filterVerb']}", args, session)
+    assert filtered.status_code == 200 and filtered.json()["NodeNames"] == ["bin", "empty"]
+    prioritized = server.post_json(f"{prefix}/{extender['prioritizeVerb']}", args, session)
+    assert prioritized.status_code == 200
+    assert all(0 <= p["Score"] <= 10 for p in prioritized.json())
