@@ -174,3 +174,14 @@ def test_malformed_bodies_are_a_400_with_the_line(server, session, body, params,
 def test_not_utf8_is_a_400(server, session):
     reply = session.post(server.url + "/dry-run", data=b"kind: Pod\nmetadata: {name: \xff}\n", timeout=15)
     assert reply.status_code == 400 and "not UTF-8" in reply.json()["error"]["reason"]
+
+
+def test_a_pod_pinned_to_an_unknown_node_gets_a_warning(server, session):
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "elsewhere"},
+           "spec": {"nodeName": "node-the-state-lacks", "containers": [
+               {"name": "c", "image": "cuda", "resources": {"limits": {"aliyun.com/gpu-mem": 1}}}]}}
+    [result] = ok(dry_run(server, session, json.dumps(pod), "application/json"))
+    assert result["allowed"] is True and result["node"] == "node-the-state-lacks"
+    [warning] = result["warnings"]
+    assert warning["rule"] == "state" and warning["path"] == "spec.nodeName"
+    assert "node node-the-state-lacks is not in the cluster state" in warning["message"]
