@@ -13,8 +13,7 @@ from typing import Any
 import jsonpatch
 
 from .cluster import ClusterState
-from .engine import Engine
-from .mutations import Op
+from .engine import Engine, Verdict
 from .resources import POD_SPEC_PATHS
 from .rules.base import REGISTRY, Finding
 from .scoring import NO_STATE, NodeScore, PodRequest, Scorer, pod_request
@@ -25,27 +24,13 @@ FITTING_NODES_SHOWN = 3
 
 @dataclass
 class ObjectReport:
-    kind: str
-    name: str
-    namespace: str
-    findings: list[Finding] = field(default_factory=list)
-    patch: list[Op] = field(default_factory=list)
+    """The verdict (rule findings, placement findings on a judged node, and the patch) and the ranking."""
+
+    verdict: Verdict
     mutated: dict[str, Any] = field(default_factory=dict)
     request: PodRequest | None = None
     ranking: list[NodeScore] | None = None
     judged_node: str = ""  # the node the placement was judged on (?node= or spec.nodeName)
-
-    @property
-    def allowed(self) -> bool:
-        return not any(f.severity == "deny" for f in self.findings)
-
-    @property
-    def violations(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "deny"]
-
-    @property
-    def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "warn"]
 
 
 def placement_severity(settings: Settings, rule_id: str) -> Severity | None:
@@ -74,12 +59,14 @@ class DryRun:
         """The report for one object; ShapeError when the object is malformed."""
         engine = self.engine
         subject = engine.subject(kind, obj, namespace=namespace, state=state)
-        report = ObjectReport(kind, subject.name, subject.ns, mutated=obj)
+        verdict = Verdict(kind, subject.name, subject.ns)
+        report = ObjectReport(verdict, mutated=obj)
         if engine.handles(kind):
-            report.findings = engine.validate(subject).findings
-            report.patch = engine.mutate(subject).patch
-            if report.patch:
-                report.mutated = jsonpatch.apply_patch(copy.deepcopy(obj), report.patch)
+            verdict.findings = engine.validate(subject).findings
+            planned = engine.mutate(subject)
+            verdict.patch, verdict.patch_ids = planned.patch, planned.patch_ids
+            if verdict.patch:
+                report.mutated = jsonpatch.apply_patch(copy.deepcopy(obj), verdict.patch)
         if kind not in POD_SPEC_PATHS:
             return report
         request = pod_request(kind, report.mutated, self.names, key=f"{subject.ns}/{subject.name}",
@@ -90,7 +77,7 @@ class DryRun:
         report.ranking = self.scorer.rank(request, state)
         report.judged_node = node or request.pinned_node
         if report.judged_node:
-            report.findings = report.findings + self._placement_findings(report, subject.label)
+            verdict.findings = verdict.findings + self._placement_findings(report, subject.label)
         return report
 
     def _placement_findings(self, report: ObjectReport, label: str) -> list[Finding]:
@@ -109,6 +96,6 @@ class DryRun:
             if severity is None:
                 continue
             hint = accepted if rule != NO_STATE else ""
-            path = (*POD_SPEC_PATHS[report.kind], "nodeName")
+            path = (*POD_SPEC_PATHS[report.verdict.kind], "nodeName")
             findings.append(Finding(rule, severity, f"{rule}: {label}: {message}{hint}", path))
         return findings

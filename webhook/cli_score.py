@@ -47,9 +47,10 @@ def _render(console: Console, report: ObjectReport, manifest: Manifest, limit: i
 
     from policies.scoring import ranking_entry
 
+    verdict = report.verdict
     where = f"{manifest.source}:{manifest.line}"
-    title = f"{report.kind} {report.namespace}/{report.name}  ({where})"
-    for finding in report.findings:
+    title = f"{verdict.kind} {verdict.namespace}/{verdict.name}  ({where})"
+    for finding in verdict.findings:
         style = "red" if finding.severity == "deny" else "yellow"
         console.print(f"[{style}]{finding.severity}[/{style}] {finding.message}", highlight=False)
     if report.ranking is None or report.request is None:
@@ -118,5 +119,5 @@ def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top
             raise UsageFailure(f"{source}:{manifest.line_of(exc.path)}: {manifest.kind}: {exc}") from None
         _render(console, report, manifest, top or None)
         fits_somewhere = report.ranking is None or any(s.fits for s in report.ranking)
-        failed = failed or not report.allowed or not fits_somewhere
+        failed = failed or not report.verdict.allowed or not fits_somewhere
     sys.exit(1 if failed else 0)

@@ -43,12 +43,13 @@ def _finding(finding: Finding, manifest: Manifest) -> dict[str, Any]:
 
 
 def _render(report: ObjectReport, manifest: Manifest) -> dict[str, Any]:
+    verdict = report.verdict
     out: dict[str, Any] = {
-        "kind": report.kind, "name": report.name, "namespace": report.namespace, "line": manifest.line,
-        "allowed": report.allowed,
-        "violations": [_finding(f, manifest) for f in report.violations],
-        "warnings": [_finding(f, manifest) for f in report.warnings],
-        "patch": report.patch,
+        "kind": verdict.kind, "name": verdict.name, "namespace": verdict.namespace, "line": manifest.line,
+        "allowed": verdict.allowed,
+        "violations": [_finding(f, manifest) for f in verdict.violations],
+        "warnings": [_finding(f, manifest) for f in verdict.warnings],
+        "patch": verdict.patch,
         "mutated": report.mutated,
         "ranking": None,
         "node": report.judged_node or None,
