@@ -42,6 +42,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tool", choices=["auto", "wrk", "python"], default="auto")
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="do not pin servers to CPU 0 and the load generator to CPU 1")
     args = parser.parse_args()
     pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
     review = review_for(pod)
@@ -53,10 +55,12 @@ def main() -> None:
         certs = Path(tmp, "certs")
         ensure_serving_certs(certs, ["localhost", "127.0.0.1"])
         ca = certs / "ca.crt"
+        # Servers on CPU 0, the load generator on CPU 1: client and server never fight for a core.
+        pin_server = ["taskset", "-c", "0"] if args.pin else []
         commands = {
-            "project": lambda port: [str(gpushare), "serve", "--host", "127.0.0.1", "--port", str(port),
+            "project": lambda port: [*pin_server, str(gpushare), "serve", "--host", "127.0.0.1", "--port", str(port),
                                      "--cert-dir", str(certs)],
-            "bare": lambda port: [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--port", str(port),
+            "bare": lambda port: [*pin_server, sys.executable, str(ROOT / "bench" / "bare_app.py"), "--port", str(port),
                                   "--cert-dir", str(certs)],
         }
         ports, pids = {}, {}
@@ -75,7 +79,8 @@ def main() -> None:
                         if round_no == 1:
                             drive(url, str(ca), review, 4, 1, args.tool)  # warm-up
                         cpu_before = cpu_seconds(pids[name])
-                        result = drive(url, str(ca), review, connections, args.seconds, args.tool)
+                        result = drive(url, str(ca), review, connections, args.seconds, args.tool,
+                                       cpu="1" if args.pin else None)
                         cpu_us = (cpu_seconds(pids[name]) - cpu_before) / max(result.requests, 1) * 1e6
                         key = (name, endpoint, connections)
                         cpu_per_request.setdefault(key, []).append(cpu_us)

@@ -48,13 +48,14 @@ end
 """
 
 
-def _wrk(url: str, body: bytes, connections: int, seconds: float) -> LoadResult:
+def _wrk(url: str, body: bytes, connections: int, seconds: float, cpu: str | None) -> LoadResult:
     with tempfile.TemporaryDirectory() as tmp:
         script, body_file = Path(tmp, "post.lua"), Path(tmp, "body.json")
         script.write_text(_WRK_SCRIPT)
         body_file.write_bytes(body)
         threads = min(connections, 2)
-        out = subprocess.run(["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds:.0f}s",
+        pin = ["taskset", "-c", cpu] if cpu else []
+        out = subprocess.run([*pin, "wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds:.0f}s",
                               "-s", str(script), "--timeout", "10s", url],
                              capture_output=True, text=True, env={**os.environ, "BENCH_BODY": str(body_file)},
                              timeout=seconds + 60, check=True).stdout
@@ -129,10 +130,11 @@ def _python(url: str, ca: str, body: bytes, connections: int, seconds: float) ->
                       latencies[-1] * 1000, "python")
 
 
-def drive(url: str, ca: str, payload: dict, connections: int, seconds: float, tool: str = "auto") -> LoadResult:
+def drive(url: str, ca: str, payload: dict, connections: int, seconds: float, tool: str = "auto",
+          cpu: str | None = None) -> LoadResult:
     """POST ``payload`` to ``url`` over keep-alive TLS from ``connections`` connections."""
     body = json.dumps(payload).encode()
     if tool == "wrk" or (tool == "auto" and shutil.which("wrk")):
         # wrk verifies nothing; the CA is checked once by the caller's health probe.
-        return _wrk(url, body, connections, seconds)
+        return _wrk(url, body, connections, seconds, cpu)
     return _python(url, ca, body, connections, seconds)

@@ -10,6 +10,7 @@ from typing import Any
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .cluster import ClusterState
+from .exemptions import read_exemption
 from .mutations import MUTATIONS, Op, plan_patch
 from .rules.base import REGISTRY, Finding, Rule, Subject, UserInfo
 from .settings import Settings, Severity
@@ -23,6 +24,9 @@ class Verdict:
     findings: list[Finding] = field(default_factory=list)
     patch: list[Op] = field(default_factory=list)
     patch_ids: list[str] = field(default_factory=list)
+    # Findings an honoured gpushare.io/exempt annotation set aside, and the reason it gave.
+    exempted: list[Finding] = field(default_factory=list)
+    exemption_reason: str = ""
 
     @property
     def allowed(self) -> bool:
@@ -89,18 +93,33 @@ class Engine:
                        old=old, user=user or UserInfo(), state=state)
 
     def validate(self, subject: Subject) -> Verdict:
-        """Run every active rule for the subject's kind and operation."""
+        """Run every active rule for the subject's kind and operation.
+
+        Stateful rules are skipped without cluster state (``gpushare check`` without
+        ``--snapshot``). Findings of rules the object is exempted from are kept apart.
+        """
         verdict = Verdict(subject.kind, subject.name, subject.ns)
+        exemption = read_exemption(subject.obj, subject.kind, self.names)
         for active in self.rules_for(subject.kind, subject.operation):
+            if active.rule.stateful and subject.state is None:
+                continue
+            exempt = exemption is not None and exemption.covers(active.rule.id)
+            found = verdict.exempted if exempt else verdict.findings
             for message, path in active.rule.check(subject):
-                verdict.findings.append(Finding(active.rule.id, active.severity,
-                                                f"{active.rule.id}: {message}", path))
+                found.append(Finding(active.rule.id, active.severity, f"{active.rule.id}: {message}", path))
+        if verdict.exempted and exemption is not None:
+            verdict.exemption_reason = exemption.reason
         return verdict
 
     def mutate(self, subject: Subject) -> Verdict:
         """Plan the JSON patch for the subject (no rules run)."""
         verdict = Verdict(subject.kind, subject.name, subject.ns)
-        for mutation_id, op in plan_patch(subject, self.mutation_enabled):
+        exemption = read_exemption(subject.obj, subject.kind, self.names)
+
+        def enabled(mutation_id: str) -> bool:
+            return self.mutation_enabled(mutation_id) and not (exemption and exemption.covers(mutation_id))
+
+        for mutation_id, op in plan_patch(subject, enabled):
             verdict.patch.append(op)
             if mutation_id not in verdict.patch_ids:
                 verdict.patch_ids.append(mutation_id)

@@ -13,9 +13,11 @@ from policies.engine import Engine
 from policies.settings import Settings
 
 from .app import Services, create_app
+from .auth import configured_guards
 from .gunicorn_conf import gunicorn_options
 from .server import run_gunicorn
 from .state import load_demo_snapshot, load_snapshot
+from .state_status import StateStatus
 
 log = logging.getLogger("gpushare.serve")
 
@@ -31,7 +33,8 @@ def build_services(settings: Settings, snapshot: Path | None) -> Services:
         source = "demo-snapshot"
     nodes, pods = state.counts()
     log.warning("cluster state source: %s (%d nodes, %d shared-GPU pods)", source, nodes, pods)
-    return Services(settings=settings, engine=engine, state=state, state_source=source)
+    return Services(settings=settings, engine=engine, state=state, state_source=source,
+                    state_status=StateStatus.loaded_snapshot(source))
 
 
 def serving_names(settings: Settings) -> list[str]:
@@ -50,6 +53,10 @@ def serve(settings: Settings, cert_dir: Path, snapshot: Path | None) -> None:
     """Generate certificates if missing, then run the webhook under gunicorn until signalled."""
     prepare_certificates(settings, cert_dir)
     services = build_services(settings, snapshot)  # fail fast on a bad snapshot, before forking
+    configured_guards(settings.auth)  # and on an unusable CA or token file
+    if settings.server.workers > 1:
+        log.warning("server.workers=%d: each process keeps its own /metrics registry and binding "
+                    "assume-cache; see docs/operations.md", settings.server.workers)
 
     def factory() -> Flask:
         app = create_app(services)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,28 +13,19 @@ from policies.scoring import Scorer
 
 from .dry_run import DryRunInputError, dry_run_body, read_text_body
 from .extender import Extender, ExtenderArgs, parse_extender_args
+from .http_errors import error_response as _refuse
+from .http_errors import json_response as _answer
 
 if TYPE_CHECKING:
     from .app import Services
 
-JsonReader = Callable[[int], Any]
 
-
-def _answer(payload: Any, status: int = 200) -> Response:
-    return Response(json.dumps(payload, separators=(",", ":")), status=status, mimetype="application/json")
-
-
-def _refuse(status: int, reason: str) -> Response:
-    return _answer({"error": {"code": status, "reason": reason}}, status)
-
-
-def register_scoring_routes(app: Flask, services: Services, read_json: JsonReader) -> None:
-    """Add the routes; ``read_json(max_bytes)`` is the app's JSON body reader (ValueError on bad JSON)."""
+def register_scoring_routes(app: Flask, services: Services, read_json: Callable[[], Any]) -> None:
+    """Add the routes; ``read_json()`` is the app's JSON body reader (ValueError on bad JSON)."""
     settings = services.settings
     scorer = Scorer(settings.names)  # one per process: its profile cache serves every route
     dry_run = DryRun(services.engine, scorer)
     extender = Extender(settings, scorer)
-    max_bytes = settings.server.max_body_bytes
     if services.state is not None:
         scorer.profiles(services.state)  # build the per-node cache now, not on the scheduler's first call
 
@@ -50,7 +40,7 @@ def register_scoring_routes(app: Flask, services: Services, read_json: JsonReade
 
     def extender_route(answer: Callable[[ExtenderArgs, ClusterState], Any]) -> Response:
         try:
-            args = parse_extender_args(read_json(max_bytes))
+            args = parse_extender_args(read_json())
             state = services.state
             if state is None:
                 return _refuse(503, "no cluster state to filter or score nodes against")
