@@ -14,10 +14,10 @@ def run(*args: str, cwd, stdin: str | None = None) -> subprocess.CompletedProces
 
 
 def test_seed_job_table_on_the_demo_cluster(tmp_path):
-    result = run(str(DATA / "seed-000-cuda-sample.yaml"), cwd=tmp_path)
+    result = run(str(DATA / "seeds" / "000-cuda-sample.yaml"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "Job default/cuda-sample" in out and "seed-000-cuda-sample.yaml:2" in out
+    assert "Job default/cuda-sample" in out and "000-cuda-sample.yaml:2" in out
     lines = [ln for ln in out.splitlines() if "cn-" in ln]
     assert "cn-beijing.192.168.1.10" in lines[0] and "yes" in lines[0] and "GPU0 4/15" in lines[0]
     assert any("cn-hangzhou.192.168.2.20" in ln and "GB002" in ln for ln in lines)
@@ -46,7 +46,7 @@ def test_nothing_fits_exits_1_and_says_why(tmp_path):
 
 
 def test_stdin_and_a_judged_node(tmp_path):
-    job = (DATA / "seed-000-cuda-sample.yaml").read_text()
+    job = (DATA / "seeds" / "000-cuda-sample.yaml").read_text()
     result = run("-", "--node", "cn-hangzhou.192.168.2.20", cwd=tmp_path, stdin=job)
     assert result.returncode == 1  # denied on that node
     assert "deny GB002: Job default/cuda-sample: node cn-hangzhou.192.168.2.20" in result.stdout
@@ -65,5 +65,5 @@ def test_bad_input_exits_2_with_file_and_line(tmp_path):
     shape.write_text("kind: Pod\nmetadata: {name: x}\nspec:\n  containers: {}\n")
     result = run(str(shape), cwd=tmp_path)
     assert result.returncode == 2 and f"{shape}:4: Pod: spec.containers: must be a list" in result.stderr
-    unknown = run(str(DATA / "seed-000-cuda-sample.yaml"), "--node", "ghost", cwd=tmp_path)
+    unknown = run(str(DATA / "seeds" / "000-cuda-sample.yaml"), "--node", "ghost", cwd=tmp_path)
     assert unknown.returncode == 2 and "ghost" in unknown.stderr

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from webhook.cli_check import InputFailure, OneLineUsage, load_config
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -23,14 +25,12 @@ if TYPE_CHECKING:
 
 
 def _read(file: Path) -> tuple[str, str]:
-    from webhook.cli import UsageFailure
-
     if str(file) == "-":
         return sys.stdin.read(), "<stdin>"
     try:
         return file.read_text(encoding="utf-8"), str(file)
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageFailure(f"{file}: cannot read: {exc}") from None
+        raise InputFailure(f"{file}: cannot read: {exc}") from None
 
 
 def _cards_cell(entry: dict[str, Any]) -> str:
@@ -73,7 +73,7 @@ def _render(console: Console, report: ObjectReport, manifest: Manifest, limit: i
         console.print(f"... and {hidden} more nodes (--top 0 shows all)")
 
 
-@click.command("score")
+@click.command("score", cls=OneLineUsage)
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 @click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
               help="Cluster state from a `kubectl get nodes,pods -A -o yaml` file (default: the demo cluster).")
@@ -90,33 +90,30 @@ def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top
     from policies.engine import Engine
     from policies.resources import ShapeError
     from policies.scoring import Scorer
-    from webhook.cli import UsageFailure, _settings
     from webhook.manifests import ManifestError, parse_manifests
     from webhook.state import SnapshotError, load_demo_snapshot, load_snapshot
 
-    if config is None and Path(".gpushare.yaml").is_file():
-        config = Path(".gpushare.yaml")
-    settings = _settings(config)
+    settings = load_config(config)
     text, source = _read(file)
     try:
         manifests = parse_manifests(text, source)
         state = load_snapshot(snapshot, settings.names) if snapshot else load_demo_snapshot(settings.names)
     except (ManifestError, SnapshotError) as exc:
-        raise UsageFailure(str(exc)) from None
+        raise InputFailure(str(exc)) from None
     if node and state.get_node(node) is None:
-        raise UsageFailure(f"--node {node}: no such node in the cluster state")
+        raise InputFailure(f"--node {node}: no such node in the cluster state")
     dry_run = DryRun(Engine(settings), Scorer(settings.names))
     console = Console(width=max(Console().width, 140))
     failed = False
     for manifest in manifests:
         if not manifest.kind:
-            raise UsageFailure(f"{source}:{manifest.line}: object has no kind")
+            raise InputFailure(f"{source}:{manifest.line}: object has no kind")
         meta = manifest.obj.get("metadata")
         namespace = str(meta.get("namespace") or "default") if isinstance(meta, dict) else "default"
         try:
             report = dry_run.report(manifest.kind, manifest.obj, state, namespace=namespace, node=node)
         except ShapeError as exc:
-            raise UsageFailure(f"{source}:{manifest.line_of(exc.path)}: {manifest.kind}: {exc}") from None
+            raise InputFailure(f"{source}:{manifest.line_of(exc.path)}: {manifest.kind}: {exc}") from None
         _render(console, report, manifest, top or None)
         fits_somewhere = report.ranking is None or any(s.fits for s in report.ranking)
         failed = failed or not report.verdict.allowed or not fits_somewhere
