@@ -147,9 +147,11 @@ def run_size(count: int, settings: Settings, pod: dict, request: PodRequest, rou
         print(row(label, count, figures))
     gc.unfreeze()
     tracemalloc.start()
-    Scorer(names).profiles(state)
-    held = tracemalloc.get_traced_memory()[0]
+    fresh = Scorer(names)
+    fresh.profiles(state)
+    held = tracemalloc.get_traced_memory()[0]  # while ``fresh`` still holds its profiles
     tracemalloc.stop()
+    del fresh
     print(f"{'':>7} {fits} of {count} nodes fit; the cached profiles hold {held / 2**20:.1f} MiB "
           f"({held / count / 1024:.1f} KiB per node)")
 

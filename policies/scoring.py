@@ -31,9 +31,9 @@ from .selectors import NodeSelector, node_selector_from_spec
 from .settings import Names
 from .topology import set_min_link
 
-# Filters that preemption cannot cure: kube-scheduler's FailedAndUnresolvableNodes.
-# A node the state does not know yet may appear soon: resolvable.
+# The reason given for a node the state does not know (yet): it may appear soon.
 NO_STATE = "state"
+# Filters that preemption cannot cure: kube-scheduler's FailedAndUnresolvableNodes.
 UNRESOLVABLE = frozenset({"NodeAffinity", "NodeResourcesFit", "GB002", "GB005"})
 
 
@@ -44,11 +44,6 @@ class PodRequest:
     demand: PodDemand
     selector: NodeSelector
     pinned_node: str = ""  # spec.nodeName: the pod skips the scheduler and goes there
-
-    @property
-    def asks_for_gpu(self) -> bool:
-        d = self.demand
-        return bool(d.gpus or d.whole_gpus or d.topology_gpus)
 
 
 def pod_request(kind: str, obj: dict[str, Any], names: Names, *, key: str,
@@ -84,10 +79,9 @@ def _unresolvable(problems: Sequence[tuple[str, str]], demand: PodDemand, profil
     for rule, _ in problems:
         if rule in UNRESOLVABLE:
             return True
-        if rule == "GB004" and demand.gpus:
-            card_size = profile.cards.cards[0].total_mem if profile.cards.cards else 0
-            if any(g.mem > card_size or g.core > CORE_PER_CARD for g in demand.gpus):
-                return True
+        if rule == "GB004" and demand.gpus and any(
+                g.mem > profile.card_size or g.core > CORE_PER_CARD for g in demand.gpus):
+            return True  # larger than a whole card
         whole = profile.topology
         if rule == "GB004" and demand.topology_gpus and whole is not None and demand.topology_gpus > whole.count:
             return True
@@ -119,7 +113,7 @@ def shared_score(demand: PodDemand, profile: NodeProfile, cards: Sequence[int]) 
     return round(100 * (fill if profile.cards.placement == "binpack" else 1 - fill))
 
 
-def topology_score(demand: PodDemand, profile: NodeProfile, cards: Sequence[int]) -> int:
+def topology_score(profile: NodeProfile, cards: Sequence[int]) -> int:
     """0..100: half how full the node is after placing, half how well the chosen cards are linked."""
     whole = profile.topology
     assert whole is not None and whole.count
@@ -157,7 +151,7 @@ def score_node(request: PodRequest, profile: NodeProfile, names: Names) -> NodeS
     if demand.gpus and cards is not None:
         score = shared_score(demand, profile, cards)
     elif demand.topology_gpus and cards is not None:
-        score = topology_score(demand, profile, cards)
+        score = topology_score(profile, cards)
     else:
         score = 0
     return NodeScore(node.name, True, score, cards=cards, profile=profile)
