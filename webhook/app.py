@@ -20,6 +20,7 @@ from .auth import install_auth
 from .http_errors import error_response
 from .http_errors import json_response as _json
 from .jsonbody import JsonBodyError, LargeBodyGate, decode_json
+from .logs import RequestLog
 from .metrics import Metrics, endpoint_label
 from .observe import Observer, admission_kinds
 from .ops_routes import register_ops_routes
@@ -95,7 +96,7 @@ def create_app(services: Services) -> Flask:
     max_bytes = settings.server.max_body_bytes
     metrics = Metrics(admission_kinds(), lambda: services.state_status)
     app.extensions["gpushare.metrics"] = metrics  # the worker reads it too (webhook.worker)
-    observer = Observer(metrics, settings.logging.requests)
+    observer = Observer(metrics, RequestLog(settings.logging) if settings.logging.requests else None)
     gate = LargeBodyGate(settings.overload.large_body_bytes, settings.overload.large_body_concurrency,
                          settings.overload.queue_budget_seconds)
     install_auth(app, settings.auth, lambda status, reason: observer.refused(endpoint_label(request.path),

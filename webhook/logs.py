@@ -6,9 +6,12 @@ collector sees one format. Request lines are built in ``webhook.observe``.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 import sys
-from typing import Any
+import threading
+from typing import Any, TextIO
 
 from pythonjsonlogger.json import JsonFormatter
 
@@ -70,3 +73,49 @@ def gunicorn_logconfig(settings: LogSettings) -> dict[str, Any]:
             "gunicorn.access": {"level": "CRITICAL", "handlers": [], "propagate": False},
         },
     }
+
+
+class RequestLog:
+    """One line per admission review, in the configured format, written straight to the log stream.
+
+    A request line is on the hot path: building a LogRecord and running it through a formatter
+    under the handler's lock cost several times the JSON encoding and made 16 threads queue on
+    that lock. Here the line is encoded first, outside any lock, and only the write is locked
+    (with the handler's own lock, so lines never interleave with other log output). The line
+    has the same fields, order and format as the formatter would give it.
+    """
+
+    LOGGER = "gpushare.admission"
+
+    def __init__(self, settings: LogSettings) -> None:
+        self._logger = logging.getLogger(self.LOGGER)
+        self._json = settings.format == "json"
+        self._text = TextFormatter()
+
+    def enabled(self) -> bool:
+        return self._logger.isEnabledFor(logging.INFO)
+
+    def _target(self) -> tuple[TextIO, threading.RLock | None]:
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler):
+                return handler.stream, handler.lock
+        return sys.stderr, _FALLBACK_LOCK
+
+    def write(self, fields: dict[str, Any]) -> None:
+        if self._json:
+            now = dt.datetime.now(dt.UTC).isoformat()
+            line = json.dumps({"level": "INFO", "logger": self.LOGGER, **fields, "time": now}, default=str)
+        else:
+            record = logging.makeLogRecord({"name": self.LOGGER, "levelno": logging.INFO, "levelname": "INFO",
+                                            "msg": fields, "args": ()})
+            line = self._text.format(record)
+        stream, lock = self._target()
+        if lock is None:
+            stream.write(line + "\n")
+            return
+        with lock:
+            stream.write(line + "\n")
+            stream.flush()
+
+
+_FALLBACK_LOCK = threading.RLock()

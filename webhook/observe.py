@@ -6,13 +6,12 @@ disagree. Object bodies are never logged.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
+from .logs import RequestLog
 from .metrics import Metrics, outcome_for_status
 from .review import AdmissionReview
 
-log = logging.getLogger("gpushare.admission")
 MAX_REASON = 300
 
 
@@ -42,9 +41,9 @@ def _review_fields(review: AdmissionReview | None) -> dict[str, Any]:
 
 
 class Observer:
-    def __init__(self, metrics: Metrics, log_requests: bool = True) -> None:
+    def __init__(self, metrics: Metrics, request_log: RequestLog | None) -> None:
         self.metrics = metrics
-        self.log_requests = log_requests
+        self.request_log = request_log
 
     def answered(self, endpoint: str, review: AdmissionReview, body: dict[str, Any], seconds: float) -> None:
         """An AdmissionReview answer was sent."""
@@ -55,10 +54,11 @@ class Observer:
         request = review.request
         self.metrics.count_request(endpoint, request.kind.kind, request.operation, decision, seconds)
         self.metrics.count_rules(denied, warned, patched)
-        if self.log_requests and log.isEnabledFor(logging.INFO):
-            log.info({"message": "admission", "endpoint": endpoint, **_review_fields(review), "decision": decision,
-                      "rules": _ids(notes, "rules"), "denied": denied, "warned": warned, "patched": patched,
-                      "status": 200, "duration_ms": round(seconds * 1000, 3)})
+        if self.request_log is not None and self.request_log.enabled():
+            self.request_log.write({"message": "admission", "endpoint": endpoint, **_review_fields(review),
+                                    "decision": decision, "rules": _ids(notes, "rules"), "denied": denied,
+                                    "warned": warned, "patched": patched, "status": 200,
+                                    "duration_ms": round(seconds * 1000, 3)})
 
     def refused(self, endpoint: str, status: int, reason: str, seconds: float | None = None,
                 review: AdmissionReview | None = None) -> None:
@@ -67,12 +67,12 @@ class Observer:
         kind = review.request.kind.kind if review is not None else ""
         operation = review.request.operation if review is not None else ""
         self.metrics.count_request(endpoint, kind, operation, outcome, seconds)
-        if self.log_requests and log.isEnabledFor(logging.INFO):
+        if self.request_log is not None and self.request_log.enabled():
             fields: dict[str, Any] = {"message": "admission", "endpoint": endpoint, **_review_fields(review),
                                       "decision": outcome, "status": status, "reason": reason[:MAX_REASON]}
             if seconds is not None:
                 fields["duration_ms"] = round(seconds * 1000, 3)
-            log.info(fields)
+            self.request_log.write(fields)
 
 
 def admission_kinds() -> frozenset[str]:
