@@ -85,14 +85,16 @@ def node_usage(state: ClusterState, node_name: str, names: Names) -> NodeUsage |
     node = state.get_node(node_name)
     if node is None:
         return None
-    occupancy = node_cards(node, state.pods_on_node(node_name), names)
+    pods: dict[str, PodUsage] = {}
+
+    def charged(card: int, key: str, gib: int) -> None:
+        namespace, _, name = key.partition("/")
+        usage = pods.setdefault(key, PodUsage(namespace, name, {}))
+        usage.mem_by_card[card] = usage.mem_by_card.get(card, 0) + gib
+
+    occupancy = node_cards(node, state.pods_on_node(node_name), names, on_charge=charged)
     if not occupancy.cards or occupancy.total_mem <= 0:
         return None
-    pods: dict[str, PodUsage] = {}
-    for card in occupancy.cards:
-        for key, mem in card.pod_mem.items():
-            namespace, _, name = key.partition("/")
-            pods.setdefault(key, PodUsage(namespace, name, {})).mem_by_card[card.index] = mem
     cards = tuple(CardUsage(c.index, c.used_mem, c.total_mem, c.used_core) for c in occupancy.cards)
     return NodeUsage(node.name, node.internal_ip, occupancy.mode, occupancy.placement, cards,
                      tuple(pods[k] for k in sorted(pods)))
