@@ -381,3 +381,18 @@ def test_narrow_webhook_selects_the_gpushare_daemonsets_by_name(rendered):
     assert matches(program, pod([BARE], owner="gpushare-device-plugin-ds"))
     assert not matches(program, pod([BARE], owner="kube-proxy"))
     assert not matches(program, pod([BARE]))
+
+
+def test_scheduler_extender_stanza_reaches_this_service_under_a_certified_name(kustomized):
+    from urllib.parse import urlsplit
+
+    from policies.settings import CertSettings
+
+    config = yaml.safe_load((ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    (extender,) = config["extenders"]
+    url = urlsplit(extender["urlPrefix"])
+    service = one(kustomized, "Service", "gpushare-webhook")
+    assert url.scheme == "https" and url.port == service["spec"]["ports"][0]["port"]
+    assert url.hostname == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    # `gpushare certs` issues the serving certificate for exactly this name by default.
+    assert extender["tlsConfig"]["serverName"] in CertSettings().service_dns_names()
