@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .helpers import admission_review, gpushare_server, load_json
+from .helpers import admission_review, gpushare_server, load_json, wait_until
 from .manifests import CORE, MEM, container, pod_spec, workload
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
@@ -95,7 +95,9 @@ def test_one_json_log_line_per_review_without_the_object(server, session):
     path, review = _reviews()["denied"]
     server.post_json(path, review, session)
     uid = review["request"]["uid"]
-    lines = [json.loads(line) for line in server.log().splitlines() if uid in line]
+    # Request lines are written by a background thread: poll the log with a deadline.
+    lines = wait_until(lambda: [json.loads(line) for line in server.log().splitlines() if uid in line],
+                       what="the request's log line")
     assert len(lines) == 1
     line = lines[0]
     assert line["logger"] == "gpushare.admission" and line["level"] == "INFO"
@@ -126,5 +128,6 @@ def test_every_metric_and_log_field_is_documented(server, session):
     assert not missing, f"undocumented metrics: {missing}"
     path, review = _reviews()["patched"]
     server.post_json(path, review, session)
-    line = next(json.loads(x) for x in server.log().splitlines() if review["request"]["uid"] in x)
+    line = wait_until(lambda: next((json.loads(x) for x in server.log().splitlines()
+                                    if review["request"]["uid"] in x), None), what="the request's log line")
     assert not [k for k in line if f"`{k}`" not in docs], "undocumented log fields"

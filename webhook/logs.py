@@ -6,9 +6,12 @@ collector sees one format. Request lines are built in ``webhook.observe``.
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import json
 import logging
+import os
+import queue
 import sys
 import threading
 from typing import Any, TextIO
@@ -76,46 +79,99 @@ def gunicorn_logconfig(settings: LogSettings) -> dict[str, Any]:
 
 
 class RequestLog:
-    """One line per admission review, in the configured format, written straight to the log stream.
+    """One line per admission review, in the configured format, written by one background thread.
 
-    A request line is on the hot path: building a LogRecord and running it through a formatter
-    under the handler's lock cost several times the JSON encoding and made 16 threads queue on
-    that lock. Here the line is encoded first, outside any lock, and only the write is locked
-    (with the handler's own lock, so lines never interleave with other log output). The line
-    has the same fields, order and format as the formatter would give it.
+    A request line is on the hot path. Through ``logging`` it cost a LogRecord, a formatter and
+    a write syscall under the handler's lock on every request thread; with 16 threads the lock
+    and the syscall made them queue behind each other (measured: 170 µs of server CPU per
+    request). Here the request thread only encodes the line and puts it on a queue; a writer
+    thread writes whatever has queued up in one call, under the handler's own lock so lines
+    never interleave with other log output. Lines have the same fields, order and format as the
+    formatter would give them. Queued lines are written out at exit.
     """
 
     LOGGER = "gpushare.admission"
+    _BATCH = 512
 
     def __init__(self, settings: LogSettings) -> None:
         self._logger = logging.getLogger(self.LOGGER)
         self._json = settings.format == "json"
         self._text = TextFormatter()
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._writer_pid = 0
+        self._start_lock = threading.Lock()
 
     def enabled(self) -> bool:
         return self._logger.isEnabledFor(logging.INFO)
 
-    def _target(self) -> tuple[TextIO, threading.RLock | None]:
+    @staticmethod
+    def _target() -> tuple[TextIO, threading.RLock | None]:
         for handler in logging.getLogger().handlers:
             if isinstance(handler, logging.StreamHandler):
                 return handler.stream, handler.lock
         return sys.stderr, _FALLBACK_LOCK
 
-    def write(self, fields: dict[str, Any]) -> None:
+    def line(self, fields: dict[str, Any]) -> str:
         if self._json:
             now = dt.datetime.now(dt.UTC).isoformat()
-            line = json.dumps({"level": "INFO", "logger": self.LOGGER, **fields, "time": now}, default=str)
-        else:
-            record = logging.makeLogRecord({"name": self.LOGGER, "levelno": logging.INFO, "levelname": "INFO",
-                                            "msg": fields, "args": ()})
-            line = self._text.format(record)
-        stream, lock = self._target()
-        if lock is None:
-            stream.write(line + "\n")
+            return json.dumps({"level": "INFO", "logger": self.LOGGER, **fields, "time": now}, default=str)
+        record = logging.makeLogRecord({"name": self.LOGGER, "levelno": logging.INFO, "levelname": "INFO",
+                                        "msg": fields, "args": ()})
+        return self._text.format(record)
+
+    def write(self, fields: dict[str, Any]) -> None:
+        self._ensure_writer()
+        self._queue.put(self.line(fields))
+
+    def _ensure_writer(self) -> None:
+        # Started lazily and again after a fork: threads do not survive into a gunicorn worker.
+        if self._writer is not None and self._writer_pid == os.getpid():
             return
-        with lock:
-            stream.write(line + "\n")
-            stream.flush()
+        with self._start_lock:
+            if self._writer is None or self._writer_pid != os.getpid():
+                self._writer_pid = os.getpid()
+                self._writer = threading.Thread(target=self._drain_forever, name="request-log", daemon=True)
+                self._writer.start()
+                atexit.register(self.close)
+
+    def _drain_forever(self) -> None:
+        while True:
+            first = self._queue.get()
+            lines = [first]
+            while len(lines) < self._BATCH:
+                try:
+                    lines.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            done = None in lines
+            self._emit([line for line in lines if line is not None])
+            if done:
+                return
+
+    def _emit(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        stream, lock = self._target()
+        text = "\n".join(lines) + "\n"
+        try:
+            if lock is None:
+                stream.write(text)
+                stream.flush()
+                return
+            with lock:
+                stream.write(text)
+                stream.flush()
+        except (OSError, ValueError):  # the stream is gone (closed at exit): nothing left to tell
+            return
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Write out what is queued and stop the writer."""
+        writer = self._writer
+        if writer is None or not writer.is_alive() or self._writer_pid != os.getpid():
+            return
+        self._queue.put(None)
+        writer.join(timeout)
 
 
 _FALLBACK_LOCK = threading.RLock()
