@@ -7,6 +7,7 @@ in, so 150,000 pods cost little memory and nothing mutable leaks into policy cod
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class PodInfo:
     gpus: tuple[PodGPU, ...]
     annotations: dict[str, str]
     topology_gpus: int = 0
+    exclusive_gpus: int = 0
 
     @property
     def key(self) -> str:
@@ -81,18 +83,33 @@ class PodInfo:
 
     @property
     def uses_gpu(self) -> bool:
-        """Worth keeping in the state: it holds shared or topology GPUs."""
-        return bool(self.gpus) or self.topology_gpus > 0
+        """Worth keeping in the state: it holds shared, topology or exclusive GPUs."""
+        return bool(self.gpus) or self.topology_gpus > 0 or self.exclusive_gpus > 0
 
     @property
     def terminated(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
 
 
+@dataclass(frozen=True, slots=True)
+class Availability:
+    """Whether stateful rules may trust the state, and if not, why (shown in messages)."""
+
+    usable: bool
+    reason: str = ""
+
+
+USABLE = Availability(True)
+
+
 class ClusterState(Protocol):
     """What rules may ask of the cluster."""
 
+    def availability(self) -> Availability: ...
+
     def get_node(self, name: str) -> NodeInfo | None: ...
+
+    def has_pod(self, namespace: str, name: str) -> bool: ...
 
     def nodes(self) -> list[NodeInfo]: ...
 
@@ -177,6 +194,9 @@ def pod_from_manifest(obj: dict[str, Any], names: Names) -> PodInfo:
     kept = {k: str(annotations[k]) for k in (names.allocation_annotation, names.card_index_annotation)
             if k in annotations}
     gpus, topology = pod_gpus(obj, names)
+    spec = obj.get("spec")
+    exclusive = sum(int(c.amount(names.resources.gpu_exclusive) or 0)
+                    for c in container_requests(spec, ("spec",), names)) if isinstance(spec, dict) else 0
     return PodInfo(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
@@ -186,6 +206,7 @@ def pod_from_manifest(obj: dict[str, Any], names: Names) -> PodInfo:
         gpus=gpus,
         annotations=kept,
         topology_gpus=topology,
+        exclusive_gpus=exclusive,
     )
 
 
@@ -197,6 +218,23 @@ class ClusterSnapshot:
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, PodInfo] = {}
         self._by_node: dict[str, dict[str, PodInfo]] = {}
+        # Pods without GPUs (or no longer running) are known by key only: a binding for one
+        # is then "nothing to check", not "pod not seen yet".
+        self._other: set[str] = set()
+
+    def availability(self) -> Availability:
+        return USABLE
+
+    def record_pod(self, pod: PodInfo) -> None:
+        """Keep a pod as the rules need it: in full while it holds GPUs, else by key only."""
+        if pod.uses_gpu and not pod.terminated:
+            with self._lock:
+                self._other.discard(pod.key)
+                self.upsert_pod(pod)
+            return
+        with self._lock:
+            self._drop_pod(pod.key)
+            self._other.add(sys.intern(pod.key))
 
     def upsert_node(self, node: NodeInfo) -> None:
         with self._lock:
@@ -216,6 +254,16 @@ class ClusterSnapshot:
     def remove_pod(self, namespace: str, name: str) -> None:
         with self._lock:
             self._drop_pod(f"{namespace}/{name}")
+            self._other.discard(f"{namespace}/{name}")
+
+    def has_pod(self, namespace: str, name: str) -> bool:
+        key = f"{namespace}/{name}"
+        return key in self._pods or key in self._other
+
+    def pod_keys(self) -> set[str]:
+        """Every pod the snapshot knows, with or without GPUs."""
+        with self._lock:
+            return set(self._pods) | self._other
 
     def _drop_pod(self, key: str) -> None:
         old = self._pods.pop(key, None)
@@ -245,4 +293,5 @@ class ClusterSnapshot:
             return list(self._by_node.get(node, {}).values())
 
     def counts(self) -> tuple[int, int]:
+        """Nodes and GPU pods held in full."""
         return len(self._nodes), len(self._pods)

@@ -55,9 +55,7 @@ def snapshot_from_text(text: str, names: Names, source: str = "<snapshot>") -> C
         if kind == "Node":
             snapshot.upsert_node(node_from_manifest(item, names))
         elif kind == "Pod":
-            pod = pod_from_manifest(item, names)
-            if pod.uses_gpu:
-                snapshot.upsert_pod(pod)
+            snapshot.record_pod(pod_from_manifest(item, names))
     return snapshot
 
 
