@@ -96,6 +96,8 @@ class Engine:
     def validate(self, subject: Subject) -> Verdict:
         """Run every active rule for the subject's kind and operation."""
         verdict = Verdict(subject.kind, subject.name, subject.ns)
+        # Rules that could not run for the same reason are reported together, once.
+        unavailable: dict[tuple[str, str, str], tuple[StateUnavailable, list[str]]] = {}
         for active in self.rules_for(subject.kind, subject.operation):
             try:
                 for message, path, *advisory in active.rule.check(subject):
@@ -104,19 +106,19 @@ class Engine:
                     verdict.findings.append(Finding(active.rule.id, severity, f"{active.rule.id}: {message}", path))
             except StateUnavailable as exc:
                 if subject.state is not None:  # no state at all (offline check): stateful rules skip
-                    verdict.findings.append(self._unavailable(active.rule.id, exc))
+                    unavailable.setdefault((exc.switch, exc.what, exc.reason), (exc, []))[1].append(active.rule.id)
+        verdict.findings.extend(self._unavailable(exc, ids) for exc, ids in unavailable.values())
         return verdict
 
-    def _unavailable(self, rule_id: str, exc: StateUnavailable) -> Finding:
-        """The configured fail mode for a stateful rule whose state is not usable."""
+    def _unavailable(self, exc: StateUnavailable, rule_ids: list[str]) -> Finding:
+        """The configured fail mode for stateful rules whose state is not usable."""
         mode = getattr(self.settings.state.when_unavailable, exc.switch)
         setting = f"state.when_unavailable.{exc.switch}"
+        prefix = f"{', '.join(rule_ids)}: {exc.what} because the cluster state is not usable ({exc.reason})"
         if mode == "closed":
-            return Finding(rule_id, "deny", f"{rule_id}: {exc.what} because the cluster state is not usable "
-                                            f"({exc.reason}); denied ({setting}: closed), retry when the webhook "
-                                            f"has synced")
-        return Finding(rule_id, "warn", f"{rule_id}: {exc.what} because the cluster state is not usable "
-                                        f"({exc.reason}); admitted without the check ({setting}: open)")
+            return Finding(rule_ids[0], "deny", f"{prefix}; denied ({setting}: closed), retry when the webhook "
+                                                f"has synced")
+        return Finding(rule_ids[0], "warn", f"{prefix}; admitted without the check ({setting}: open)")
 
     def admit(self, subject: Subject, ledger: PlacementLedger) -> Verdict:
         """``validate`` plus its admission side effect: record what was admitted in ``ledger``.

@@ -107,7 +107,8 @@ def placement_problems(demand: PodDemand, node: NodeInfo, pods_on_node: Sequence
     if not demand.uses_shared or any(rule == "GB002" for rule, _ in problems):
         return result
     occupancy = node_cards(node, pods_on_node, names)
-    unlimited = NodeCards(occupancy.node, occupancy.mode, occupancy.placement,
+    # No mode, so no cGPU pod limit: tells a card that is full (GB004) from one that is crowded (GB003).
+    unlimited = NodeCards(occupancy.node, "", occupancy.placement,
                           [type(c)(c.index, c.total_mem, c.used_mem, c.used_core, set(c.pods))
                            for c in occupancy.cards])
     cards, no_fit = place_pod(unlimited, demand.key, demand.gpus)
