@@ -11,6 +11,7 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
 from policies.engine import Engine
 from policies.settings import Settings
@@ -34,6 +35,10 @@ class Services:
     state: ClusterState | None
     ready: Callable[[], bool] = field(default=lambda: True)
     state_source: str = "none"
+    # Admission side effects (the assume-cache); None where nothing may be recorded.
+    ledger: PlacementLedger | None = None
+    # Run in the serving process before it answers (threads do not survive gunicorn's fork).
+    start: Callable[[], None] = field(default=lambda: None)
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -93,7 +98,7 @@ def create_app(services: Services) -> Flask:
     def review_route(mode: Mode) -> Response:
         try:
             review = parse_review(read_json_body(max_bytes))
-            return _json(answer_review(review, services.engine, services.state, mode))
+            return _json(answer_review(review, services.engine, services.state, mode, services.ledger))
         except (BadRequest, ReviewError) as exc:
             return error_response(400, str(exc))
 

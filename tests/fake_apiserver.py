@@ -1,0 +1,600 @@
+"""A small Kubernetes API server for tests and benchmarks: honest list/watch over HTTP(S).
+
+It speaks what clients (the official ``kubernetes`` client, kubectl-like tools) rely on:
+
+- any collection path: ``/api/v1/nodes``, ``/api/v1/pods``, ``/api/v1/namespaces/NS/pods``,
+  ``/apis/GROUP/VERSION[/namespaces/NS]/RESOURCE``;
+- **list**: ``{"kind": "<Kind>List", "metadata": {"resourceVersion"}, "items"}``; ``limit`` and
+  ``continue`` paging (a continue token older than the compaction point answers 410 Expired);
+- **watch** (``watch=true``): a chunked stream of ``{"type", "object"}`` lines, one per event,
+  from the given ``resourceVersion``; ``resourceVersion`` unset or "0" starts with synthetic
+  ADDED events; ``allowWatchBookmarks`` gets BOOKMARK events; ``timeoutSeconds`` ends the
+  stream cleanly; a resourceVersion older than the compaction point gets an ``ERROR`` event
+  with a 410 Status (as kube-apiserver does), or an HTTP 410 with ``gone_as_http=True``;
+- single objects: GET, POST (create), PUT, PATCH (merge, strategic-merge as merge, JSON
+  patch), DELETE, each producing the watch events a real server would.
+
+Test controls: ``add``/``update``/``delete`` objects, ``compact()`` history, ``expire_watches()``
+(ERROR 410 to open watches), ``drop_watches()`` (cut connections mid-stream), ``bookmark()``,
+``fail_next(n, status)`` and ``set_unavailable()``; ``requests`` logs every request.
+Binds 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import jsonpatch
+
+CollectionKey = tuple[str, str]  # (api prefix "/api/v1" or "/apis/apps/v1", resource "pods")
+ObjectKey = tuple[str, str]  # (namespace or "", name)
+
+
+def plural(kind: str) -> str:
+    lower = kind.lower()
+    if lower.endswith(("s", "x", "ch", "sh")):
+        return lower + "es"
+    if lower.endswith("y") and lower[-2:-1] not in "aeiou":
+        return lower[:-1] + "ies"
+    return lower + "s"
+
+
+def api_prefix(api_version: str) -> str:
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+@dataclass(slots=True)
+class Stored:
+    rv: int
+    body: bytes
+
+
+@dataclass(slots=True)
+class Event:
+    rv: int
+    type: str
+    key: ObjectKey
+    body: bytes
+
+
+@dataclass
+class Collection:
+    kind: str
+    api_version: str
+    objects: dict[ObjectKey, Stored] = field(default_factory=dict)
+    history: list[Event] = field(default_factory=list)
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+    def status(self) -> dict[str, Any]:
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "code": self.code}
+
+
+class _Watch:
+    """One open watch connection, as the controls see it."""
+
+    def __init__(self, handler: BaseHTTPRequestHandler) -> None:
+        self.handler = handler
+        self.expire = False
+        self.bookmark = False
+        self.dropped = False
+
+
+class FakeApiServer:
+    def __init__(self, *, tls: tuple[Path, Path] | None = None, bookmark_interval: float | None = None,
+                 gone_as_http: bool = False, token: str | None = None) -> None:
+        self._lock = threading.Condition()
+        self._rv = 1000
+        self._floor = 0  # watches and continue tokens below this resourceVersion are gone (410)
+        self._collections: dict[CollectionKey, Collection] = {}
+        self._watches: set[_Watch] = set()
+        self._fail: list[tuple[int, int]] = []  # [(remaining, status)]
+        self._unavailable = False
+        self.bookmark_interval = bookmark_interval
+        self.gone_as_http = gone_as_http
+        self.token = token
+        self.requests: list[Request] = []
+        self._tls = tls
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self, port: int = 0) -> FakeApiServer:
+        server = _QuietServer(("127.0.0.1", port), _handler_for(self))
+        if self._tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(self._tls[0]), str(self._tls[1]))
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="fake-apiserver", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self.drop_watches()
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "server not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def kubeconfig(self, path: Path, ca_file: Path | None = None) -> Path:
+        """Write a kubeconfig that points at this server."""
+        cluster: dict[str, Any] = {"server": self.url}
+        if ca_file is not None:
+            cluster["certificate-authority"] = str(ca_file)
+        user: dict[str, Any] = {"token": self.token} if self.token else {}
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": cluster}],
+            "users": [{"name": "fake", "user": user}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+        }))
+        return path
+
+    # -- store -----------------------------------------------------------------------------
+    @property
+    def resource_version(self) -> int:
+        with self._lock:
+            return self._rv
+
+    def _collection(self, key: CollectionKey, kind: str = "", api_version: str = "") -> Collection:
+        found = self._collections.get(key)
+        if found is None:
+            found = self._collections[key] = Collection(kind, api_version)
+        elif kind and not found.kind:
+            found.kind, found.api_version = kind, api_version
+        return found
+
+    @staticmethod
+    def _address(obj: dict[str, Any], resource: str | None = None) -> tuple[CollectionKey, ObjectKey]:
+        meta = obj.get("metadata") or {}
+        key = (api_prefix(obj.get("apiVersion", "v1")), resource or plural(obj["kind"]))
+        return key, (meta.get("namespace") or "", meta["name"])
+
+    def _put(self, key: CollectionKey, okey: ObjectKey, obj: dict[str, Any], event: str | None) -> dict[str, Any]:
+        """Store ``obj`` with a new resourceVersion; record the event. Caller holds the lock."""
+        self._rv += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self._rv)
+        collection = self._collection(key, obj.get("kind", ""), obj.get("apiVersion", ""))
+        body = _dumps(obj)
+        if event == "DELETED":
+            collection.objects.pop(okey, None)
+        else:
+            collection.objects[okey] = Stored(self._rv, body)
+        if event is not None:
+            collection.history.append(Event(self._rv, event, okey, body))
+        self._lock.notify_all()
+        return obj
+
+    def add(self, *objects: dict[str, Any], resource: str | None = None, history: bool = True) -> None:
+        """Create or replace objects, as ADDED/MODIFIED events (``history=False``: a preloaded
+        state without events; watches from before it get 410)."""
+        with self._lock:
+            for obj in objects:
+                key, okey = self._address(obj, resource)
+                exists = okey in self._collection(key).objects
+                self._put(key, okey, json.loads(_dumps(obj)), ("MODIFIED" if exists else "ADDED") if history else None)
+            if not history:
+                self._floor = self._rv
+
+    update = add
+
+    def add_raw(self, key: CollectionKey, kind: str, api_version: str,
+                items: Iterable[tuple[ObjectKey, bytes]]) -> None:
+        """Preload serialised objects (no events): the fast path for benchmarks. Each body must
+        already carry metadata.resourceVersion; the server's version moves past them."""
+        with self._lock:
+            collection = self._collection(key, kind, api_version)
+            for okey, body in items:
+                self._rv += 1
+                collection.objects[okey] = Stored(self._rv, body)
+            self._floor = self._rv
+
+    def emit_raw(self, key: CollectionKey, kind: str, api_version: str, event: str,
+                 items: Iterable[tuple[ObjectKey, bytes]]) -> None:
+        """Record serialised objects as watch events (benchmarks: state delivered by the watch)."""
+        with self._lock:
+            collection = self._collection(key, kind, api_version)
+            for okey, body in items:
+                self._rv += 1
+                collection.objects[okey] = Stored(self._rv, body)
+                collection.history.append(Event(self._rv, event, okey, body))
+            self._lock.notify_all()
+
+    def delete(self, obj: dict[str, Any], resource: str | None = None) -> None:
+        with self._lock:
+            key, okey = self._address(obj, resource)
+            stored = self._collection(key).objects.get(okey)
+            if stored is None:
+                raise KeyError(okey)
+            self._put(key, okey, json.loads(stored.body), "DELETED")
+
+    def get(self, obj_or_path: dict[str, Any] | str) -> dict[str, Any] | None:
+        with self._lock:
+            if isinstance(obj_or_path, str):
+                key, okey, _ = _route(obj_or_path)
+                assert okey is not None
+            else:
+                key, okey = self._address(obj_or_path)
+            stored = self._collection(key).objects.get(okey)
+            return json.loads(stored.body) if stored is not None else None
+
+    # -- controls --------------------------------------------------------------------------
+    def compact(self) -> None:
+        """Forget history up to now: older resourceVersions and continue tokens get 410."""
+        with self._lock:
+            self._floor = self._rv
+            for collection in self._collections.values():
+                collection.history.clear()
+
+    def expire_watches(self) -> None:
+        """Compact, and tell every open watch its resourceVersion is gone (ERROR event, code 410)."""
+        with self._lock:
+            self.compact()
+            for watch in self._watches:
+                watch.expire = True
+            self._lock.notify_all()
+
+    def drop_watches(self) -> None:
+        """Cut every open watch connection mid-stream, without the closing chunk."""
+        with self._lock:
+            watches = list(self._watches)
+        for watch in watches:
+            watch.dropped = True
+            with suppress(OSError):
+                watch.handler.connection.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            self._lock.notify_all()
+
+    def bookmark(self) -> None:
+        with self._lock:
+            for watch in self._watches:
+                watch.bookmark = True
+            self._lock.notify_all()
+
+    def fail_next(self, count: int, status: int = 500) -> None:
+        """The next ``count`` requests are answered with ``status``."""
+        with self._lock:
+            self._fail.append((count, status))
+
+    def set_unavailable(self, unavailable: bool = True) -> None:
+        """While unavailable every request gets 503 and open watches are cut."""
+        with self._lock:
+            self._unavailable = unavailable
+        if unavailable:
+            self.drop_watches()
+
+    def open_watches(self) -> int:
+        with self._lock:
+            return len(self._watches)
+
+    def count(self, method: str = "GET", path: str | None = None, watch: bool | None = None) -> int:
+        """How many requests matched: e.g. count(path="/api/v1/pods", watch=False) counts pod lists."""
+        with self._lock:
+            requests = list(self.requests)
+        return sum(1 for r in requests if r.method == method and (path is None or r.path == path)
+                   and (watch is None or _is_watch(r.query) == watch))
+
+    # -- serving ---------------------------------------------------------------------------
+    def _take_failure(self) -> int | None:
+        with self._lock:
+            if self._unavailable:
+                return 503
+            if self._fail:
+                remaining, status = self._fail[0]
+                if remaining <= 1:
+                    self._fail.pop(0)
+                else:
+                    self._fail[0] = (remaining - 1, status)
+                return status
+        return None
+
+    def _list(self, key: CollectionKey, namespace: str, query: dict[str, str]) -> bytes:
+        limit = int(query.get("limit") or 0)
+        token = query.get("continue")
+        with self._lock:
+            collection = self._collection(key)
+            list_rv, after = self._rv, None
+            if token:
+                try:
+                    decoded = json.loads(base64.urlsafe_b64decode(token))
+                    list_rv, after = int(decoded["rv"]), tuple(decoded["start"])
+                except (ValueError, KeyError, TypeError):
+                    raise ApiError(400, "BadRequest", "invalid continue token") from None
+                if list_rv < self._floor:
+                    raise ApiError(410, "Expired", "The provided continue parameter is too old to display a "
+                                                   "consistent list result. You can start a new list without the "
+                                                   "continue parameter.")
+            keys = sorted(k for k in collection.objects if not namespace or k[0] == namespace)
+            if after is not None:
+                keys = [k for k in keys if k > after]
+            page = keys[:limit] if limit else keys
+            bodies = [collection.objects[k].body for k in page]
+            kind = collection.kind or "Unknown"
+            api_version = collection.api_version or "v1"
+        meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
+        if limit and len(keys) > limit:
+            meta["continue"] = base64.urlsafe_b64encode(_dumps({"rv": list_rv, "start": list(page[-1])})).decode()
+            meta["remainingItemCount"] = len(keys) - limit
+        head = _dumps({"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta})[:-1]
+        return head + b',"items":[' + b",".join(bodies) + b"]}"
+
+    def _watch_events(self, key: CollectionKey, namespace: str, query: dict[str, str],
+                      watch: _Watch) -> Iterator[bytes]:
+        """The lines of one watch stream; returns when the stream should end cleanly."""
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        deadline = time.monotonic() + timeout
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        since = query.get("resourceVersion") or ""
+        with self._lock:
+            collection = self._collection(key)
+            kind, api_version = collection.kind or "Unknown", collection.api_version or "v1"
+            initial: list[bytes] = []
+            if since in ("", "0"):
+                start_rv = self._rv
+                initial = [collection.objects[k].body for k in sorted(collection.objects)
+                           if not namespace or k[0] == namespace]
+            else:
+                start_rv = int(since)
+            floor = self._floor
+            position = next((i for i, e in enumerate(collection.history) if e.rv > start_rv), len(collection.history))
+        if start_rv < floor:
+            yield _dumps({"type": "ERROR", "object": ApiError(
+                410, "Expired", f"too old resource version: {start_rv} ({floor})").status()})
+            return
+        for body in initial:
+            yield b'{"type":"ADDED","object":' + body + b"}"
+        last_bookmark = time.monotonic()
+        while True:
+            with self._lock:
+                while True:
+                    if watch.expire or watch.dropped:
+                        break
+                    pending = collection.history[position:]
+                    now = time.monotonic()
+                    due = bookmarks and (watch.bookmark or (self.bookmark_interval is not None
+                                                            and now - last_bookmark >= self.bookmark_interval))
+                    if pending or due or now >= deadline:
+                        break
+                    wait = deadline - now
+                    if bookmarks and self.bookmark_interval is not None:
+                        wait = min(wait, self.bookmark_interval - (now - last_bookmark))
+                    self._lock.wait(max(wait, 0.001))
+                if watch.dropped:
+                    return
+                if watch.expire:
+                    pending, due = [], False
+                position += len(pending)
+                rv = self._rv
+                watch.bookmark = False
+            if watch.expire:
+                yield _dumps({"type": "ERROR", "object": ApiError(
+                    410, "Expired", "too old resource version: watch expired").status()})
+                return
+            for event in pending:
+                if not namespace or event.key[0] == namespace:
+                    yield b'{"type":"' + event.type.encode() + b'","object":' + event.body + b"}"
+            if due:
+                last_bookmark = time.monotonic()
+                yield _dumps({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
+                                                             "metadata": {"resourceVersion": str(rv)}}})
+            if not pending and not due and time.monotonic() >= deadline:
+                return
+
+    def _write(self, method: str, key: CollectionKey, okey: ObjectKey | None, body: bytes,
+               content_type: str) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            collection = self._collection(key)
+            if method == "POST":
+                obj = json.loads(body)
+                name = (obj.get("metadata") or {}).get("name")
+                if not name:
+                    raise ApiError(422, "Invalid", "metadata.name: Required value")
+                new_key = (okey[0] if okey else "", name)
+                if new_key in collection.objects:
+                    raise ApiError(409, "AlreadyExists", f'{key[1]} "{name}" already exists')
+                if new_key[0]:
+                    obj["metadata"]["namespace"] = new_key[0]
+                return 201, self._put(key, new_key, obj, "ADDED")
+            assert okey is not None
+            stored = collection.objects.get(okey)
+            if stored is None:
+                raise ApiError(404, "NotFound", f'{key[1]} "{okey[1]}" not found')
+            current = json.loads(stored.body)
+            if method == "DELETE":
+                self._put(key, okey, current, "DELETED")
+                return 200, current
+            if method == "PUT":
+                obj = json.loads(body)
+            elif "json-patch" in content_type:
+                try:
+                    obj = jsonpatch.apply_patch(current, json.loads(body))
+                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+                    raise ApiError(422, "Invalid", f"json patch: {exc}") from None
+            else:
+                obj = _merge(current, json.loads(body))
+            return 200, self._put(key, okey, obj, "MODIFIED")
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (strategic merge patches are treated the same way)."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+def _is_watch(query: dict[str, str]) -> bool:
+    return query.get("watch") in ("true", "1")
+
+
+def _route(path: str) -> tuple[CollectionKey, ObjectKey | None, str]:
+    """/api/v1[/namespaces/NS]/RESOURCE[/NAME[/SUB]] -> ((prefix, resource), (ns, name) or (ns, ""), sub)."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 3:
+        prefix, rest = "/api/" + parts[1], parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
+        prefix, rest = f"/apis/{parts[1]}/{parts[2]}", parts[3:]
+    else:
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+    namespace = ""
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0]
+    name = rest[1] if len(rest) > 1 else ""
+    sub = rest[2] if len(rest) > 2 else ""
+    return (prefix, resource), (namespace, name), sub
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients that drop connections (as the tests make them do) are not errors.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            return
+
+        def _send(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _error(self, error: ApiError) -> None:
+            self._send(error.code, _dumps(error.status()))
+
+        def _handle(self) -> None:
+            parts = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            with api._lock:
+                api.requests.append(Request(self.command, parts.path, query))
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            if api.token is not None and self.headers.get("Authorization") != f"Bearer {api.token}":
+                self._error(ApiError(401, "Unauthorized", "Unauthorized"))
+                return
+            failure = api._take_failure()
+            if failure is not None:
+                self._error(ApiError(failure, "ServiceUnavailable" if failure == 503 else "InternalError",
+                                     f"injected failure {failure}"))
+                return
+            try:
+                key, okey, _sub = _route(parts.path)
+                if self.command == "GET" and okey is not None and okey[1]:
+                    found = api.get(parts.path)
+                    if found is None:
+                        raise ApiError(404, "NotFound", f'{key[1]} "{okey[1]}" not found')
+                    self._send(200, _dumps(found))
+                elif self.command == "GET" and _is_watch(query):
+                    self._stream(key, okey[0] if okey else "", query)
+                elif self.command == "GET":
+                    self._send(200, api._list(key, okey[0] if okey else "", query))
+                elif self.command in ("POST", "PUT", "PATCH", "DELETE"):
+                    status, obj = api._write(self.command, key, okey, body, self.headers.get("Content-Type", ""))
+                    self._send(status, _dumps(obj))
+                else:
+                    raise ApiError(405, "MethodNotAllowed", self.command)
+            except ApiError as error:
+                self._error(error)
+            except (ValueError, KeyError) as exc:
+                self._error(ApiError(400, "BadRequest", str(exc)))
+
+        def _stream(self, key: CollectionKey, namespace: str, query: dict[str, str]) -> None:
+            watch = _Watch(self)
+            events = api._watch_events(key, namespace, query, watch)
+            first = next(events, None)
+            if first is not None and api.gone_as_http and first.startswith(b'{"type":"ERROR"'):
+                self._send(410, json.dumps(json.loads(first)["object"]).encode())
+                return
+            with api._lock:
+                api._watches.add(watch)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                lines = [first] if first is not None else []
+                for line in _chain(lines, events):
+                    data = line + b"\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                self.close_connection = True
+            finally:
+                with api._lock:
+                    api._watches.discard(watch)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+    return Handler
+
+
+def _chain(first: list[bytes], rest: Iterator[bytes]) -> Iterator[bytes]:
+    yield from first
+    yield from rest
+
+
+@contextmanager
+def running(server: FakeApiServer | None = None) -> Iterator[FakeApiServer]:
+    api = (server or FakeApiServer()).start()
+    try:
+        yield api
+    finally:
+        api.stop()
