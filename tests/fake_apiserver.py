@@ -132,7 +132,8 @@ class FakeApiServer:
         if self._tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(str(self._tls[0]), str(self._tls[1]))
-            server.socket = context.wrap_socket(server.socket, server_side=True)
+            # The handshake happens in the connection's own thread, not in the accept loop.
+            server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="fake-apiserver", daemon=True)
         self._thread.start()
@@ -555,21 +556,21 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def _stream(self, key: CollectionKey, namespace: str, query: dict[str, str]) -> None:
             watch = _Watch(self)
-            events = api._watch_events(key, namespace, query, watch)
-            first = next(events, None)
-            if first is not None and api.gone_as_http and first.startswith(b'{"type":"ERROR"'):
-                self._send(410, json.dumps(json.loads(first)["object"]).encode())
+            since = query.get("resourceVersion") or ""
+            if api.gone_as_http and since not in ("", "0") and int(since) < api._floor:
+                self._error(ApiError(410, "Expired", f"too old resource version: {since} ({api._floor})"))
                 return
+            events = api._watch_events(key, namespace, query, watch)
             with api._lock:
                 api._watches.add(watch)
+                watch.dropped = api._unavailable  # cut while this request was on its way in
             try:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 self.wfile.flush()
-                lines = [first] if first is not None else []
-                for line in _chain(lines, events):
+                for line in events:
                     data = line + b"\n"
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     self.wfile.flush()
@@ -584,11 +585,6 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
     return Handler
-
-
-def _chain(first: list[bytes], rest: Iterator[bytes]) -> Iterator[bytes]:
-    yield from first
-    yield from rest
 
 
 @contextmanager
