@@ -7,7 +7,6 @@ in, so 150,000 pods cost little memory and nothing mutable leaks into policy cod
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -195,8 +194,11 @@ def pod_from_manifest(obj: dict[str, Any], names: Names) -> PodInfo:
             if k in annotations}
     gpus, topology = pod_gpus(obj, names)
     spec = obj.get("spec")
+    # Whole exclusive GPUs matter only for pods without shared or topology GPUs (GB002 on
+    # topology nodes); skip the second pass over the containers for the others.
     exclusive = sum(int(c.amount(names.resources.gpu_exclusive) or 0)
-                    for c in container_requests(spec, ("spec",), names)) if isinstance(spec, dict) else 0
+                    for c in container_requests(spec, ("spec",), names)) \
+        if isinstance(spec, dict) and not gpus and not topology else 0
     return PodInfo(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
@@ -227,14 +229,16 @@ class ClusterSnapshot:
 
     def record_pod(self, pod: PodInfo) -> None:
         """Keep a pod as the rules need it: in full while it holds GPUs, else by key only."""
+        key = pod.key
         if pod.uses_gpu and not pod.terminated:
             with self._lock:
-                self._other.discard(pod.key)
+                self._other.discard(key)
                 self.upsert_pod(pod)
             return
         with self._lock:
-            self._drop_pod(pod.key)
-            self._other.add(sys.intern(pod.key))
+            if key in self._pods:
+                self._drop_pod(key)
+            self._other.add(key)
 
     def upsert_node(self, node: NodeInfo) -> None:
         with self._lock:

@@ -28,6 +28,7 @@ import socket
 import ssl
 import threading
 import time
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -79,6 +80,15 @@ class Collection:
     api_version: str
     objects: dict[ObjectKey, Stored] = field(default_factory=dict)
     history: list[Event] = field(default_factory=list)
+    _sorted: list[ObjectKey] | None = None  # the keys in list order, until the next create or delete
+
+    def sorted_keys(self) -> list[ObjectKey]:
+        if self._sorted is None or len(self._sorted) != len(self.objects):
+            self._sorted = sorted(self.objects)
+        return self._sorted
+
+    def forget_order(self) -> None:
+        self._sorted = None
 
 
 @dataclass
@@ -198,7 +208,10 @@ class FakeApiServer:
         body = _dumps(obj)
         if event == "DELETED":
             collection.objects.pop(okey, None)
+            collection.forget_order()
         else:
+            if okey not in collection.objects:
+                collection.forget_order()
             collection.objects[okey] = Stored(self._rv, body)
         if event is not None:
             collection.history.append(Event(self._rv, event, okey, body))
@@ -344,17 +357,25 @@ class FakeApiServer:
                     raise ApiError(410, "Expired", "The provided continue parameter is too old to display a "
                                                    "consistent list result. You can start a new list without the "
                                                    "continue parameter.")
-            keys = sorted(k for k in collection.objects if not namespace or k[0] == namespace)
-            if after is not None:
-                keys = [k for k in keys if k > after]
-            page = keys[:limit] if limit else keys
+            keys = collection.sorted_keys()
+            position = bisect_right(keys, after) if after is not None else 0
+            page: list[ObjectKey] = []
+            while position < len(keys) and not (limit and len(page) == limit):
+                if not namespace or keys[position][0] == namespace:
+                    page.append(keys[position])
+                position += 1
+            while namespace and position < len(keys) and keys[position][0] != namespace:
+                position += 1
+            more = position < len(keys)
+            remaining = len(keys) - position if not namespace else None
             bodies = [collection.objects[k].body for k in page]
             kind = collection.kind or "Unknown"
             api_version = collection.api_version or "v1"
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
-        if limit and len(keys) > limit:
+        if more and page:
             meta["continue"] = base64.urlsafe_b64encode(_dumps({"rv": list_rv, "start": list(page[-1])})).decode()
-            meta["remainingItemCount"] = len(keys) - limit
+            if remaining is not None:
+                meta["remainingItemCount"] = remaining
         head = _dumps({"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta})[:-1]
         return head + b',"items":[' + b",".join(bodies) + b"]}"
 
