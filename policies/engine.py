@@ -12,6 +12,7 @@ from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .assume import PlacementLedger
 from .catalog import build_catalog
 from .cluster import ClusterState, pod_from_manifest
+from .exemptions import read_exemption
 from .mutations import MUTATIONS, Op, plan_patch
 from .rules.base import REGISTRY, Finding, Rule, StateUnavailable, Subject, UserInfo
 from .rules.placement_rules import placed_pod, placement_of
@@ -26,6 +27,9 @@ class Verdict:
     findings: list[Finding] = field(default_factory=list)
     patch: list[Op] = field(default_factory=list)
     patch_ids: list[str] = field(default_factory=list)
+    # Findings an honoured gpushare.io/exempt annotation set aside, and the reason it gave.
+    exempted: list[Finding] = field(default_factory=list)
+    exemption_reason: str = ""
 
     @property
     def allowed(self) -> bool:
@@ -94,20 +98,31 @@ class Engine:
                        catalog=self.catalog)
 
     def validate(self, subject: Subject) -> Verdict:
-        """Run every active rule for the subject's kind and operation."""
+        """Run every active rule for the subject's kind and operation.
+
+        Stateful rules are skipped without cluster state (``gpushare check`` without
+        ``--snapshot``). Findings of rules the object is exempted from are kept apart.
+        """
         verdict = Verdict(subject.kind, subject.name, subject.ns)
+        exemption = read_exemption(subject.obj, subject.kind, self.names)
         # Rules that could not run for the same reason are reported together, once.
         unavailable: dict[tuple[str, str, str], tuple[StateUnavailable, list[str]]] = {}
         for active in self.rules_for(subject.kind, subject.operation):
+            if active.rule.stateful and subject.state is None:
+                continue
+            exempt = exemption is not None and exemption.covers(active.rule.id)
+            found = verdict.exempted if exempt else verdict.findings
             try:
                 for message, path, *advisory in active.rule.check(subject):
                     # A check may mark a finding advisory ("warn"); it never hardens a warn rule.
                     severity = "warn" if advisory and advisory[0] == "warn" else active.severity
-                    verdict.findings.append(Finding(active.rule.id, severity, f"{active.rule.id}: {message}", path))
+                    found.append(Finding(active.rule.id, severity, f"{active.rule.id}: {message}", path))
             except StateUnavailable as exc:
-                if subject.state is not None:  # no state at all (offline check): stateful rules skip
+                if subject.state is not None and not exempt:
                     unavailable.setdefault((exc.switch, exc.what, exc.reason), (exc, []))[1].append(active.rule.id)
         verdict.findings.extend(self._unavailable(exc, ids) for exc, ids in unavailable.values())
+        if verdict.exempted and exemption is not None:
+            verdict.exemption_reason = exemption.reason
         return verdict
 
     def _unavailable(self, exc: StateUnavailable, rule_ids: list[str]) -> Finding:
@@ -147,7 +162,12 @@ class Engine:
     def mutate(self, subject: Subject) -> Verdict:
         """Plan the JSON patch for the subject (no rules run)."""
         verdict = Verdict(subject.kind, subject.name, subject.ns)
-        for mutation_id, op in plan_patch(subject, self.mutation_enabled):
+        exemption = read_exemption(subject.obj, subject.kind, self.names)
+
+        def enabled(mutation_id: str) -> bool:
+            return self.mutation_enabled(mutation_id) and not (exemption and exemption.covers(mutation_id))
+
+        for mutation_id, op in plan_patch(subject, enabled):
             verdict.patch.append(op)
             if mutation_id not in verdict.patch_ids:
                 verdict.patch_ids.append(mutation_id)

@@ -3,15 +3,18 @@
 Sources, strongest first: environment (``GPUSHARE_`` prefix, ``__`` between nested keys),
 then a YAML config file, then the defaults below. The same file configures the webhook
 server and ``gpushare check`` so that CI and admission judge alike.
+
+pydantic-settings reads the environment, and is imported only when a ``GPUSHARE_``
+variable is set: it costs a third of ``gpushare check``'s start-up otherwise.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Severity = Literal["deny", "warn"]
 
@@ -151,15 +154,67 @@ class CatalogSettings(_Section):
     versions: dict[str, Any] = Field(default_factory=dict)
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="GPUSHARE_", env_nested_delimiter="__", extra="forbid", frozen=True
-    )
+class CheckSettings(_Section):
+    """Defaults of ``gpushare check`` (its command-line options win)."""
+
+    # Glob patterns of paths that directory walks and named files skip, e.g. "charts/*".
+    exclude: tuple[str, ...] = ()
+    # "warn" makes warnings fail the run too.
+    fail_on: Severity = "deny"
+
+
+class OverloadSettings(_Section):
+    """Limits that keep the webhook answering when clients are too many, slow or hostile."""
+
+    # A review that waited longer than this for a worker thread is refused at once with a 503
+    # (the API server then applies the webhook's failurePolicy) instead of being answered late.
+    queue_budget_seconds: float = Field(0.25, gt=0, le=30)
+    # TLS handshake, request headers and body must arrive within this many seconds (slowloris).
+    client_timeout_seconds: float = Field(5.0, gt=0, le=60)
+    # Open connections per worker process; past it new connections wait in the listen backlog.
+    max_connections: int = Field(1000, ge=1)
+    # Bodies larger than this are JSON-decoded at most ``large_body_concurrency`` at a time, so a
+    # burst of huge reviews cannot multiply the decoded size by the thread count.
+    large_body_bytes: int = Field(256 * 1024, ge=1024)
+    large_body_concurrency: int = Field(2, ge=1)
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    # json: one JSON object per line (for log collectors); text: the same fields as key=value.
+    format: Literal["json", "text"] = "json"
+    # One line per admission review at info level (never the object body).
+    requests: bool = True
+
+
+class AuthSettings(_Section):
+    """Optional authentication, off by default (see docs/operations.md)."""
+
+    # PEM CA bundle: clients on ``client_cert_paths`` must present a certificate it signed.
+    client_ca_file: Path | None = None
+    # Accepted client certificate names (subject CN or DNS SAN); empty accepts any the CA signed.
+    client_names: tuple[str, ...] = ()
+    client_cert_paths: tuple[str, ...] = ("/mutate", "/validate")
+    # File holding the bearer token that ``bearer_paths`` require (re-read when it changes).
+    bearer_token_file: Path | None = None
+    bearer_paths: tuple[str, ...] = ("/dry-run",)
+
+
+ENV_PREFIX = "GPUSHARE_"
+ENV_NESTED_DELIMITER = "__"
+
+
+class Settings(_Section):
+    """Everything configurable. ``load_settings`` overlays a file and the environment on the defaults."""
 
     names: Names = Names()
     rules: dict[str, RuleOverride] = Field(default_factory=dict)
     server: ServerSettings = ServerSettings()
     certs: CertSettings = CertSettings()
+    check: CheckSettings = CheckSettings()
+    overload: OverloadSettings = OverloadSettings()
+    logging: LogSettings = LogSettings()
+    auth: AuthSettings = AuthSettings()
     state: StateSettings = StateSettings()
     nodes: NodePolicySettings = NodePolicySettings()
     catalog: CatalogSettings = CatalogSettings()
@@ -194,8 +249,23 @@ def load_settings(path: str | Path | None = None) -> Settings:
             raise ConfigFileError(f"{path}: config must be a mapping, got {type(loaded).__name__}")
         from_file = loaded
     try:
-        from_env = Settings().model_dump(exclude_unset=True)
-        return Settings(**_deep_merge(from_file, from_env))
+        return Settings(**_deep_merge(from_file, _from_environment()))
     except ValueError as exc:
         where = f"{path}: " if path else ""
         raise ConfigFileError(f"{where}invalid configuration: {exc}") from None
+
+
+def _from_environment() -> dict[str, Any]:
+    """The settings given as GPUSHARE_* variables (``__`` between nested keys), as a nested dict."""
+    if not any(name.upper().startswith(ENV_PREFIX) for name in os.environ):
+        return {}
+    from pydantic import create_model
+    from pydantic_settings import BaseSettings, SettingsConfigDict
+
+    class FromEnvironment(BaseSettings):
+        model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_NESTED_DELIMITER,
+                                          extra="forbid")
+
+    fields: dict[str, Any] = {name: (info.annotation, info) for name, info in Settings.model_fields.items()}
+    reader = create_model("SettingsFromEnvironment", __base__=FromEnvironment, **fields)
+    return reader().model_dump(exclude_unset=True)

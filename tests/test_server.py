@@ -67,7 +67,7 @@ def test_mutate_realistic_pod_and_apply_patch(session, server):
     assert patched["spec"]["schedulerName"] == "ack-co-scheduler"
     assert patched["spec"]["containers"][0]["env"] == [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"}]
     assert patched["metadata"]["managedFields"] == pod["metadata"]["managedFields"]
-    assert response["auditAnnotations"] == {"rules": "GM001,GM003"}
+    assert response["auditAnnotations"] == {"decision": "allowed", "rules": "GM001,GM003", "patched": "GM001,GM003"}
     # Mutating the mutated pod again changes nothing.
     again = server.post_json("/mutate", admission_review(patched, namespace="ml-serving"), session).json()
     assert "patch" not in again["response"]
@@ -92,13 +92,14 @@ def test_validate_denies_seed_job_with_33_percent(session, server):
     assert response["status"]["message"] == (
         'GS001: Job default/cuda-33 container "cuda-33": aliyun.com/gpu-core.percentage=33 is not a multiple '
         "of 5 in 5..100; use 30 or 35")
-    assert response["auditAnnotations"] == {"rules": "GS001"}
+    assert response["auditAnnotations"] == {"decision": "denied", "rules": "GS001", "denied": "GS001"}
 
 
 def test_validate_allows_a_good_pod(session, server):
     response = server.post_json("/validate", admission_review(load_json("pod-realistic.json")),
                                 session).json()["response"]
-    assert response == {"uid": response["uid"], "allowed": True}
+    assert response == {"uid": response["uid"], "allowed": True,
+                        "auditAnnotations": {"decision": "allowed", "rules": ""}}
 
 
 def test_v1beta1_is_answered_in_kind(session, server):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +17,16 @@ from policies.engine import Engine
 from policies.settings import Settings
 
 from .admission import Mode, answer_review
-from .review import ReviewError, parse_review
+from .auth import install_auth
+from .http_errors import error_response
+from .http_errors import json_response as _json
+from .jsonbody import JsonBodyError, LargeBodyGate, decode_json
+from .logs import RequestLog
+from .metrics import Metrics, endpoint_label
+from .observe import Observer, admission_kinds
+from .ops_routes import register_ops_routes
+from .review import AdmissionReview, ReviewError, parse_review
+from .state_status import StateStatus
 
 log = logging.getLogger("gpushare.webhook")
 
@@ -35,18 +44,12 @@ class Services:
     state: ClusterState | None
     ready: Callable[[], bool] = field(default=lambda: True)
     state_source: str = "none"
+    # Filled by the state source (snapshot: once at load; live: per watch event); read by /metrics.
+    state_status: StateStatus | None = None
     # Admission side effects (the assume-cache); None where nothing may be recorded.
     ledger: PlacementLedger | None = None
     # Run in the serving process before it answers (threads do not survive gunicorn's fork).
     start: Callable[[], None] = field(default=lambda: None)
-
-
-def _json(payload: Any, status: int = 200) -> Response:
-    return Response(json.dumps(payload, separators=(",", ":")), status=status, mimetype="application/json")
-
-
-def error_response(status: int, reason: str) -> Response:
-    return _json({"error": {"code": status, "reason": reason}}, status)
 
 
 def _drain(limit: int) -> None:
@@ -63,8 +66,9 @@ def _drain(limit: int) -> None:
         length -= len(chunk)
 
 
-def read_json_body(max_bytes: int) -> Any:
-    """The request body decoded as JSON, or BadRequest / RequestEntityTooLarge."""
+def read_json_body(max_bytes: int, gate: LargeBodyGate | None = None) -> Any:
+    """The request body decoded as strict JSON, or BadRequest / RequestEntityTooLarge (or 503 from
+    ``gate`` when too many large bodies are being decoded already)."""
     length = request.content_length
     if length is not None and length > max_bytes:
         _drain(4 * max_bytes)
@@ -79,13 +83,12 @@ def read_json_body(max_bytes: int) -> Any:
     if not raw:
         raise BadRequest("empty body; send an AdmissionReview as JSON")
     try:
-        return json.loads(raw)
-    except UnicodeDecodeError as exc:
-        raise BadRequest(f"body is not UTF-8 (byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except RecursionError:
-        raise BadRequest("JSON nested too deeply") from None
+        if gate is None:
+            return decode_json(raw)
+        with gate.admit(len(raw)):
+            return decode_json(raw)
+    except JsonBodyError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def create_app(services: Services) -> Flask:
@@ -93,14 +96,28 @@ def create_app(services: Services) -> Flask:
     app = Flask("gpushare-webhook")
     app.config["MAX_CONTENT_LENGTH"] = services.settings.server.max_body_bytes
     app.extensions["gpushare"] = services
-    max_bytes = services.settings.server.max_body_bytes
+    settings = services.settings
+    max_bytes = settings.server.max_body_bytes
+    metrics = Metrics(admission_kinds(), lambda: services.state_status)
+    app.extensions["gpushare.metrics"] = metrics  # the worker reads it too (webhook.worker)
+    observer = Observer(metrics, RequestLog(settings.logging) if settings.logging.requests else None)
+    gate = LargeBodyGate(settings.overload.large_body_bytes, settings.overload.large_body_concurrency,
+                         settings.overload.queue_budget_seconds)
+    install_auth(app, settings.auth, lambda status, reason: observer.refused(endpoint_label(request.path),
+                                                                             status, reason))
+    register_ops_routes(app, metrics)
 
     def review_route(mode: Mode) -> Response:
+        started = time.perf_counter()
+        review: AdmissionReview | None = None
         try:
-            review = parse_review(read_json_body(max_bytes))
-            return _json(answer_review(review, services.engine, services.state, mode, services.ledger))
+            review = parse_review(read_json_body(max_bytes, gate))
+            body = answer_review(review, services.engine, services.state, mode, services.ledger)
         except (BadRequest, ReviewError) as exc:
+            observer.refused(mode, 400, str(exc), time.perf_counter() - started, review)
             return error_response(400, str(exc))
+        observer.answered(mode, review, body, time.perf_counter() - started)
+        return _json(body)
 
     app.add_url_rule("/mutate", "mutate", lambda: review_route("mutate"), methods=["POST"])
     app.add_url_rule("/validate", "validate", lambda: review_route("validate"), methods=["POST"])
@@ -119,11 +136,14 @@ def create_app(services: Services) -> Flask:
         reason = exc.description or exc.name
         if isinstance(exc, RequestEntityTooLarge):
             reason = f"body larger than {max_bytes} bytes"
+        observer.refused(endpoint_label(request.path), exc.code or 500, reason)
         return error_response(exc.code or 500, reason)
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(500, f"internal error: {type(exc).__name__}")
+        reason = f"internal error: {type(exc).__name__}"
+        observer.refused(endpoint_label(request.path), 500, reason)
+        return error_response(500, reason)
 
     return app

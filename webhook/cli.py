@@ -49,10 +49,10 @@ def main() -> None:
 def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: Path | None,
           kubeconfig: Path | None, config: Path | None) -> None:
     """Run the admission webhook over TLS under gunicorn."""
-    import logging
-
     from policies.catalog import CatalogError
+    from webhook.auth import AuthConfigError
     from webhook.live_state import StateSourceError
+    from webhook.logs import configure_logging
     from webhook.runtime import serve as run
     from webhook.state import SnapshotError
 
@@ -62,11 +62,18 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
     if config is None and Path(".gpushare.yaml").is_file():
         config = Path(".gpushare.yaml")
     settings = _settings(config, host=host, port=port, cert_dir=cert_dir)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    configure_logging(settings.logging)
     try:
         run(settings, settings.server.cert_dir, snapshot, kubeconfig)
-    except (SnapshotError, StateSourceError, CatalogError) as exc:
+    except (SnapshotError, AuthConfigError, StateSourceError, CatalogError) as exc:
         raise UsageFailure(str(exc)) from None
+
+
+from webhook.cli_check import check  # noqa: E402  (subcommands register after the group)
+from webhook.cli_rules import rules  # noqa: E402
+
+main.add_command(check)
+main.add_command(rules)
 
 
 def inspect_plugin_main() -> None:

@@ -47,6 +47,7 @@ from policies.resources import watched_resources
 from policies.settings import Names, StateSettings
 
 from .kube_schema import NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
+from .state_status import StateStatus
 
 log = logging.getLogger("gpushare.state")
 _SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -124,8 +125,10 @@ class Reflector:
     """Keeps one resource of the snapshot in step with the API server."""
 
     def __init__(self, resource: Resource, settings: StateSettings, stop: threading.Event,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_change: Callable[[], None] = lambda: None) -> None:
         self.resource = resource
+        self._on_change = on_change
         self.settings = settings
         self._stop = stop
         self._clock = clock
@@ -225,6 +228,7 @@ class Reflector:
             self.resource.remove(key)
         self.lists += 1
         self.synced.set()
+        self._on_change()
         log.info("%s: listed, resourceVersion %s", self.resource.name, resource_version)
         return resource_version
 
@@ -276,6 +280,7 @@ class Reflector:
         new_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             self.resource.apply(kind, obj)
+            self._on_change()
         self._failures = 0  # the stream delivers: whatever failed before has recovered
         return new_version
 
@@ -290,8 +295,9 @@ class LiveClusterState:
     """A ClusterState kept current by list + watch; starts its threads on ``start()``."""
 
     def __init__(self, api: k8s.CoreV1Api, names: Names, settings: StateSettings,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, status: StateStatus | None = None) -> None:
         self.snapshot = ClusterSnapshot()
+        self.status = status
         self.names = names
         self._watched = watched_resources(names)
         self.settings = settings
@@ -302,11 +308,18 @@ class LiveClusterState:
             "nodes", api.list_node, NODE_DECODERS, self._apply_node,
             lambda: {n.name for n in self.snapshot.nodes()},
             lambda obj: (obj.get("metadata") or {}).get("name", ""), self.snapshot.remove_node,
-        ), settings, self._stop, clock)
+        ), settings, self._stop, clock, self._changed)
         self.pods_reflector = Reflector(Resource(
             "pods", api.list_pod_for_all_namespaces, POD_DECODERS, self._apply_pod, self.snapshot.pod_keys,
             _pod_key, lambda key: self.snapshot.remove_pod(*key.split("/", 1)),
-        ), settings, self._stop, clock)
+        ), settings, self._stop, clock, self._changed)
+
+    def _changed(self) -> None:
+        """A list completed or a watch event was applied: what /metrics reports."""
+        if self.status is not None:
+            self.status.event()
+            if not self.status.is_synced and self.synced():
+                self.status.synced()
 
     @property
     def reflectors(self) -> tuple[Reflector, Reflector]:

@@ -126,11 +126,26 @@ def parse_manifests(text: str, source: str = "<stdin>") -> list[Manifest]:
                 continue
             out.extend(_flatten(obj, source, line, lines))
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ManifestError(source, mark.line + 1 if mark else None, f"invalid YAML: {problem}") from None
+        raise _yaml_error(exc, text, source) from None
     except RecursionError:
         raise ManifestError(source, None, f"YAML nested too deeply (limit {MAX_DEPTH})") from None
     finally:
         loader.dispose()
     return out
+
+
+def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> ManifestError:
+    """The parser's complaint at its line; a construct left open names the line it opened on."""
+    problem_mark = getattr(exc, "problem_mark", None)
+    context_mark = getattr(exc, "context_mark", None)
+    mark = problem_mark or context_mark
+    message = f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
+    if mark is None:
+        return ManifestError(source, None, message)
+    # At end of input the parser points past the last line; point at the last line instead.
+    last_line = text.count("\n") + (0 if text.endswith("\n") else 1)
+    line = max(1, min(mark.line + 1, last_line))
+    context = getattr(exc, "context", None)
+    if context and context_mark is not None and context_mark.line + 1 != line:
+        message += f" ({context} at line {context_mark.line + 1})"
+    return ManifestError(source, line, message)

@@ -76,6 +76,25 @@ def parse_review(payload: Any) -> AdmissionReview:
         raise ReviewError(f"not an AdmissionReview: {_describe(exc)}") from None
 
 
+def audit_annotations(verdict: Verdict | None, allowed: bool) -> dict[str, str]:
+    """What the API server writes into its audit event (as ``<webhook name>/<key>``).
+
+    ``decision`` and ``rules`` (every rule and mutation that fired, comma-separated, empty when
+    none did) are always present; ``denied``, ``warned`` and ``patched`` name the ids by effect.
+    """
+    rule_ids = verdict.rule_ids if verdict is not None else []
+    notes = {"decision": "allowed" if allowed else "denied", "rules": ",".join(rule_ids)}
+    if verdict is not None:
+        by_effect = {"denied": [f.rule for f in verdict.violations], "warned": [f.rule for f in verdict.warnings],
+                     "patched": verdict.patch_ids, "exempted": [f.rule for f in verdict.exempted]}
+        for key, ids in by_effect.items():
+            if ids:
+                notes[key] = ",".join(dict.fromkeys(ids))
+        if verdict.exempted:  # exemptions leave an audit trail, with the reason given
+            notes["exemption_reason"] = verdict.exemption_reason
+    return notes
+
+
 def build_response(review: AdmissionReview, verdict: Verdict | None, *, allowed: bool | None = None,
                    message: str | None = None, warnings: list[str] | None = None) -> dict[str, Any]:
     """The AdmissionReview answer: uid echoed, in the apiVersion that was sent."""
@@ -91,9 +110,8 @@ def build_response(review: AdmissionReview, verdict: Verdict | None, *, allowed:
             response["patch"] = base64.b64encode(json.dumps(verdict.patch, separators=(",", ":"))
                                                  .encode()).decode()
             response["patchType"] = "JSONPatch"
-        if verdict.rule_ids:
-            response["auditAnnotations"] = {"rules": ",".join(verdict.rule_ids)}
     response["allowed"] = True if allowed is None else allowed
+    response["auditAnnotations"] = audit_annotations(verdict, response["allowed"])
     if not response["allowed"]:
         response["status"] = {"code": 403, "reason": "Forbidden", "message": message or "denied",
                               "status": "Failure"}

@@ -14,9 +14,11 @@ from policies.engine import Engine
 from policies.settings import Settings
 
 from .app import Services, create_app
+from .auth import configured_guards
 from .gunicorn_conf import gunicorn_options
 from .server import run_gunicorn
 from .state import load_demo_snapshot, load_snapshot
+from .state_status import StateStatus
 
 log = logging.getLogger("gpushare.serve")
 
@@ -41,11 +43,12 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
     ledger = new_ledger(settings)
     if snapshot is None and (kubeconfig is not None or in_cluster()):
         api, host = core_api(kubeconfig)
-        live = LiveClusterState(api, settings.names, settings.state)
         source = f"live:{kubeconfig}" if kubeconfig is not None else "live:in-cluster"
+        status = StateStatus(source)
+        live = LiveClusterState(api, settings.names, settings.state, status=status)
         log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
         return Services(settings=settings, engine=engine, state=ledger.view(live), ready=live.synced,
-                        state_source=source, ledger=ledger, start=live.start)
+                        state_source=source, state_status=status, ledger=ledger, start=live.start)
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"
@@ -54,7 +57,8 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         source = "demo-snapshot"
     nodes, pods = state.counts()
     log.warning("cluster state source: %s (%d nodes, %d GPU pods)", source, nodes, pods)
-    return Services(settings=settings, engine=engine, state=ledger.view(state), state_source=source, ledger=ledger)
+    return Services(settings=settings, engine=engine, state=ledger.view(state), state_source=source,
+                    state_status=StateStatus.loaded_snapshot(source), ledger=ledger)
 
 
 def serving_names(settings: Settings) -> list[str]:
@@ -74,6 +78,10 @@ def serve(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig:
     prepare_certificates(settings, cert_dir)
     # Fail fast on a bad snapshot or kubeconfig, before forking.
     services = build_services(settings, snapshot, kubeconfig)
+    configured_guards(settings.auth)  # and on an unusable CA or token file
+    if settings.server.workers > 1:
+        log.warning("server.workers=%d: each process keeps its own /metrics registry and binding "
+                    "assume-cache; see docs/operations.md", settings.server.workers)
 
     def factory() -> Flask:
         services.start()

@@ -47,16 +47,26 @@ def _flatten(docs: list[Any]) -> list[dict[str, Any]]:
     return items
 
 
-def snapshot_from_text(text: str, names: Names, source: str = "<snapshot>") -> ClusterSnapshot:
-    """Build a ClusterSnapshot from `kubectl get nodes,pods -A -o yaml|json` output."""
+def snapshot_objects(text: str, source: str = "<snapshot>") -> list[dict[str, Any]]:
+    """Every object of `kubectl get ... -o yaml|json` output, Lists flattened."""
+    return _flatten(_documents(text, source))
+
+
+def snapshot_from_objects(items: list[dict[str, Any]], names: Names) -> ClusterSnapshot:
+    """A ClusterSnapshot of the nodes and GPU-using pods among ``items``."""
     snapshot = ClusterSnapshot()
-    for item in _flatten(_documents(text, source)):
+    for item in items:
         kind = item.get("kind")
         if kind == "Node":
             snapshot.upsert_node(node_from_manifest(item, names))
         elif kind == "Pod":
             snapshot.record_pod(pod_from_manifest(item, names))
     return snapshot
+
+
+def snapshot_from_text(text: str, names: Names, source: str = "<snapshot>") -> ClusterSnapshot:
+    """Build a ClusterSnapshot from `kubectl get nodes,pods -A -o yaml|json` output."""
+    return snapshot_from_objects(snapshot_objects(text, source), names)
 
 
 def load_snapshot(path: str | Path, names: Names) -> ClusterSnapshot:

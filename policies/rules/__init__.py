@@ -1,6 +1,11 @@
 """Rule families; importing this package registers every rule."""
 
-from . import node_rules, placement_rules, pod_resources  # noqa: F401
+from . import (  # noqa: F401  (each import registers a family)
+    exemptions,
+    node_rules,
+    placement_rules,
+    pod_resources,
+)
 from .base import REGISTRY, Finding, Rule, Subject, UserInfo
 
 __all__ = ["REGISTRY", "Finding", "Rule", "Subject", "UserInfo"]

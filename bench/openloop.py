@@ -1,0 +1,179 @@
+"""Open-loop HTTPS load: requests are sent on a fixed schedule whether or not earlier ones were
+answered (as the API server does when pods keep coming), from asyncio client processes with
+a pool of keep-alive connections. Latency is measured from each request's scheduled time,
+so time spent waiting for a free connection counts too (no coordinated omission).
+
+Also a closed-loop mode (every connection sends its next request as soon as the previous is
+answered) to find the saturation rate with the same client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import ssl
+import time
+from dataclasses import dataclass, field
+
+ANSWER_TIMEOUT = 10.0  # a typical webhook timeout: a request not answered by then is lost
+
+
+@dataclass
+class Outcome:
+    latencies: list[float] = field(default_factory=list)  # seconds, answered requests only
+    statuses: dict[int, int] = field(default_factory=dict)
+    unanswered: int = 0
+    scheduled: int = 0
+
+    def merge(self, other: Outcome) -> None:
+        self.latencies.extend(other.latencies)
+        for status, count in other.statuses.items():
+            self.statuses[status] = self.statuses.get(status, 0) + count
+        self.unanswered += other.unanswered
+        self.scheduled += other.scheduled
+
+    @property
+    def answered(self) -> int:
+        return len(self.latencies)
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
+
+
+def request_bytes(path: str, body: bytes) -> bytes:
+    head = (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n")
+    return head.encode() + body
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def exchange(self, payload: bytes) -> int:
+        self.writer.write(payload)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        close = False
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            lowered = name.strip().lower()
+            if lowered == b"content-length":
+                length = int(value)
+            elif lowered == b"connection" and value.strip().lower() == b"close":
+                close = True
+        await self.reader.readexactly(length)
+        if close:
+            raise ConnectionResetError("server closed the connection")
+        return status
+
+
+async def _connect(host: str, port: int, context: ssl.SSLContext) -> _Connection:
+    reader, writer = await asyncio.open_connection(host, port, ssl=context, server_hostname="localhost")
+    return _Connection(reader, writer)
+
+
+async def _open_loop(host: str, port: int, ca: str, payload: bytes, rate: float, seconds: float,
+                     max_connections: int, warm: int) -> Outcome:
+    context = ssl.create_default_context(cafile=ca)
+    idle: list[_Connection] = [await _connect(host, port, context) for _ in range(warm)]
+    opened = len(idle)
+    available = asyncio.Condition()
+    outcome = Outcome()
+
+    async def one(scheduled: float) -> None:
+        nonlocal opened
+        conn: _Connection | None = None
+        try:
+            async with asyncio.timeout(ANSWER_TIMEOUT - (time.monotonic() - scheduled)):
+                async with available:
+                    while not idle and opened >= max_connections:
+                        await available.wait()
+                    if idle:
+                        conn = idle.pop()
+                    else:
+                        opened += 1
+                if conn is None:
+                    conn = await _connect(host, port, context)
+                status = await conn.exchange(payload)
+            outcome.latencies.append(time.monotonic() - scheduled)
+            outcome.statuses[status] = outcome.statuses.get(status, 0) + 1
+            async with available:
+                idle.append(conn)
+                available.notify()
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
+            outcome.unanswered += 1
+            if conn is not None:
+                conn.writer.close()
+            async with available:
+                opened -= 1
+                available.notify()
+
+    start = time.monotonic() + 0.2
+    total = int(rate * seconds)
+    tasks = []
+    for i in range(total):
+        scheduled = start + i / rate
+        delay = scheduled - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)  # the schedule itself: open-loop pacing, not synchronisation
+        tasks.append(asyncio.create_task(one(scheduled)))
+    outcome.scheduled = total
+    await asyncio.gather(*tasks)
+    for conn in idle:
+        conn.writer.close()
+    return outcome
+
+
+async def _closed_loop(host: str, port: int, ca: str, payload: bytes, connections: int,
+                       seconds: float) -> Outcome:
+    context = ssl.create_default_context(cafile=ca)
+    outcome = Outcome()
+    deadline = time.monotonic() + seconds
+
+    async def client() -> None:
+        conn = await _connect(host, port, context)
+        while time.monotonic() < deadline:
+            sent = time.monotonic()
+            status = await conn.exchange(payload)
+            outcome.latencies.append(time.monotonic() - sent)
+            outcome.statuses[status] = outcome.statuses.get(status, 0) + 1
+            outcome.scheduled += 1
+        conn.writer.close()
+
+    await asyncio.gather(*(client() for _ in range(connections)))
+    return outcome
+
+
+def _process(queue: multiprocessing.Queue, mode: str, args: tuple, cpu: int | None) -> None:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    runner = _open_loop if mode == "open" else _closed_loop
+    outcome = asyncio.run(runner(*args))
+    queue.put(outcome)
+
+
+def run(mode: str, processes: int, host: str, port: int, ca: str, payload: bytes, *, rate: float = 0,
+        seconds: float, connections: int, cpu: int | None = None) -> Outcome:
+    """Open loop: ``rate`` requests/s in total for ``seconds``, at most ``connections`` connections.
+    Closed loop: ``connections`` connections sending back to back for ``seconds``."""
+    queue: multiprocessing.Queue = multiprocessing.Queue()
+    per_conn = max(1, connections // processes)
+    procs = []
+    for _ in range(processes):
+        if mode == "open":
+            args = (host, port, ca, payload, rate / processes, seconds, per_conn, min(per_conn, 16))
+        else:
+            args = (host, port, ca, payload, per_conn, seconds)
+        procs.append(multiprocessing.Process(target=_process, args=(queue, mode, args, cpu)))
+    for proc in procs:
+        proc.start()
+    total = Outcome()
+    for _ in procs:
+        total.merge(queue.get(timeout=seconds + ANSWER_TIMEOUT + 60))
+    for proc in procs:
+        proc.join()
+    return total

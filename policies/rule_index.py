@@ -1,0 +1,46 @@
+"""Every rule and mutation as configured: what ``gpushare rules`` lists and SARIF describes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from . import rules as _rules  # noqa: F401  (registers every rule module)
+from .mutations import MUTATIONS
+from .rules.base import REGISTRY
+from .settings import Settings, Severity
+
+
+@dataclass(frozen=True, slots=True)
+class RuleEntry:
+    id: str
+    category: Literal["rule", "mutation"]
+    default_severity: Severity | None  # None for mutations: they patch, they do not judge
+    severity: Severity | None  # as configured
+    enabled: bool
+    seed: str
+    title: str
+    doc: str
+    kinds: tuple[str, ...]
+    stateful: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return {"id": self.id, "category": self.category, "severity": self.severity,
+                "defaultSeverity": self.default_severity, "enabled": self.enabled, "seed": self.seed,
+                "title": self.title, "doc": self.doc, "kinds": list(self.kinds), "stateful": self.stateful}
+
+
+def rule_entries(settings: Settings) -> list[RuleEntry]:
+    """Rules then mutations, each sorted by id, with the config file's overrides applied."""
+    entries = []
+    for rule in sorted(REGISTRY.values(), key=lambda r: r.id):
+        override = settings.rules.get(rule.id)
+        severity = override.severity if override is not None and override.severity else rule.severity
+        entries.append(RuleEntry(rule.id, "rule", rule.severity, severity,
+                                 override is None or override.enabled, rule.seed, rule.title, rule.doc,
+                                 tuple(sorted(rule.kinds)), rule.stateful))
+    for mutation in sorted(MUTATIONS.values(), key=lambda m: m.id):
+        override = settings.rules.get(mutation.id)
+        entries.append(RuleEntry(mutation.id, "mutation", None, None, override is None or override.enabled,
+                                 mutation.seed, mutation.title, mutation.doc, (), False))
+    return entries

@@ -1,0 +1,46 @@
+"""GE001: an exemption that cannot be honoured says why, instead of silently not applying."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..exemptions import annotations_path, read_exemption
+from ..resources import POD_SPEC_PATHS, Path, render_path
+from .base import REGISTRY, Subject, rule
+
+EXEMPTABLE_KINDS = (*POD_SPEC_PATHS, "Node", "Binding")
+
+
+def _known_ids() -> set[str]:
+    from ..mutations import MUTATIONS  # mutations imports this package: look up late
+
+    return set(REGISTRY) | set(MUTATIONS)
+
+
+@rule("GE001", severity="warn", seed="issue 5", kinds=EXEMPTABLE_KINDS,
+      title="Exemptions carry a reason and name known rules",
+      doc="gpushare.io/exempt lists rule ids to skip for this object and needs a non-empty "
+          "gpushare.io/exempt-reason; without one, or on a workload's own metadata instead of its "
+          "pod template, the exemption is not applied and the rules it names still judge the object.")
+def exemption_is_usable(subject: Subject) -> Iterator[tuple[str, Path]]:
+    names = subject.names
+    exemption = read_exemption(subject.obj, subject.kind, names)
+    if exemption is None:
+        return
+    listed = ",".join(exemption.ids) or "(nothing)"
+    if exemption.misplaced:
+        wanted = render_path((*annotations_path(subject.kind), names.exempt_annotation))
+        yield (f"{subject.label}: {names.exempt_annotation}={listed} is on the {subject.kind}'s own metadata, "
+               f"which its pods do not inherit, so it is not applied; put it and "
+               f"{names.exempt_reason_annotation} under {wanted}", exemption.path)
+    elif not exemption.reason:
+        yield (f"{subject.label}: {names.exempt_annotation}={listed} has no {names.exempt_reason_annotation}, "
+               f"so it is not applied; add {names.exempt_reason_annotation} saying why the rules do not "
+               f"apply here", exemption.path)
+    if not exemption.ids:
+        yield (f"{subject.label}: {names.exempt_annotation} names no rule; list rule ids such as GS003,GN002 "
+               f"(see `gpushare rules`)", exemption.path)
+    unknown = [rule_id for rule_id in exemption.ids if rule_id not in _known_ids()]
+    if unknown:
+        yield (f"{subject.label}: {names.exempt_annotation} names unknown rule id(s) {', '.join(unknown)}; "
+               f"use ids listed by `gpushare rules`", exemption.path)

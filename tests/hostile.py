@@ -1,0 +1,124 @@
+"""Hypothesis strategies for hostile input, and the contract every answer must meet."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import jsonschema
+from hypothesis import strategies as st
+
+from .helpers import admission_review, load_json
+from .manifests import CORE, MEM, container, pod_spec, workload
+
+# Any JSON value, small enough to keep examples fast.
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12) | st.sampled_from(["2Gi", "33", "5", "-1", "1e3", "2500m", "", "CREATE", "Pod"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def good_reviews() -> list[dict[str, Any]]:
+    """Realistic reviews the mutations below start from: every kind and operation the webhook reads."""
+    job = workload("Job", pod_spec(container("c", limits={MEM: 2, CORE: 33})), name="cuda-33")
+    ds = workload("DaemonSet", pod_spec(container("plugin", limits={MEM: 1})), name="gpushare-device-plugin-ds")
+    pod = load_json("pod-realistic.json")
+    pinned = copy.deepcopy(pod) | {"spec": pod["spec"] | {"nodeName": "cn-beijing.192.168.1.10"}}
+    return [
+        admission_review(pod),
+        admission_review(pinned),
+        admission_review(job, group="batch", resource="jobs"),
+        admission_review(ds, group="apps", resource="daemonsets"),
+        admission_review(job, operation="UPDATE", old=job, group="batch"),
+        admission_review(pod, api_version="admission.k8s.io/v1beta1"),
+        admission_review(None, kind="Pod", operation="DELETE"),
+    ]
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            out += _paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            out += _paths(child, (*prefix, index))
+    return out
+
+
+def _replace(doc: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    parent = doc
+    for part in path[:-1]:
+        parent = parent[part]
+    parent[path[-1]] = new
+    return doc
+
+
+@st.composite
+def hostile_reviews(draw: st.DrawFn) -> Any:
+    """A real review with up to three fields anywhere replaced by a value of any JSON type."""
+    doc = copy.deepcopy(draw(st.sampled_from(good_reviews())))
+    for _ in range(draw(st.integers(0, 3))):
+        path = draw(st.sampled_from(_paths(doc)))
+        doc = _replace(doc, path, draw(json_values))
+    return doc
+
+
+RESPONSE_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "response"],
+    "properties": {
+        "apiVersion": {"enum": ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]},
+        "kind": {"const": "AdmissionReview"},
+        "response": {
+            "type": "object",
+            "required": ["uid", "allowed", "auditAnnotations"],
+            "properties": {
+                "uid": {"type": "string", "minLength": 1},
+                "allowed": {"type": "boolean"},
+                "patchType": {"const": "JSONPatch"},
+                "patch": {"type": "string"},
+                "warnings": {"type": "array", "items": {"type": "string"}},
+                "auditAnnotations": {"type": "object", "required": ["decision", "rules"],
+                                     "additionalProperties": {"type": "string"}},
+                "status": {"type": "object", "required": ["code", "message"],
+                           "properties": {"code": {"const": 403}, "message": {"type": "string"}}},
+            },
+            "additionalProperties": False,
+        },
+    },
+}
+ERROR_SCHEMA = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {"type": "object", "required": ["code", "reason"],
+                             "properties": {"code": {"type": "integer"}, "reason": {"type": "string",
+                                                                                   "minLength": 1}}}},
+}
+
+
+def check_answer(sent: Any, status: int, body: bytes) -> None:
+    """The contract: a valid AdmissionReview answering what was sent, or a 4xx JSON error."""
+    assert status in (200, 400), (status, body[:300])
+    payload = json.loads(body)
+    if status == 400:
+        jsonschema.validate(payload, ERROR_SCHEMA)
+        assert payload["error"]["code"] == 400
+        return
+    jsonschema.validate(payload, RESPONSE_SCHEMA)
+    response = payload["response"]
+    assert payload["apiVersion"] == sent["apiVersion"]
+    assert response["uid"] == sent["request"]["uid"]
+    assert response["auditAnnotations"]["decision"] == ("allowed" if response["allowed"] else "denied")
+    if not response["allowed"]:
+        assert response["status"]["message"].startswith("GS")
+    if "patch" in response:
+        ops = json.loads(base64.b64decode(response["patch"]))
+        # The patch must apply to the object that was sent, as the API server would apply it.
+        jsonpatch.apply_patch(sent["request"]["object"], ops)

@@ -1,0 +1,183 @@
+"""The real server under slow clients (slowloris), overload and SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import ssl
+import threading
+from contextlib import ExitStack
+
+import pytest
+
+from .helpers import admission_review, gpushare_server, load_json, wait_until
+
+CLIENT_TIMEOUT = 1.0
+
+
+def _review_bytes() -> bytes:
+    return json.dumps(admission_review(load_json("pod-realistic.json"))).encode()
+
+
+def _request(body: bytes, path: str = "/validate", extra: str = "") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def _tls(server, stack: ExitStack | None = None) -> ssl.SSLSocket:
+    context = ssl.create_default_context(cafile=server.ca)
+    port = int(server.url.rsplit(":", 1)[1])
+    sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=15),
+                               server_hostname="localhost")
+    if stack is not None:
+        stack.enter_context(sock)
+    return sock
+
+
+def _read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed before a response: {data!r}")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    while len(body) < int(headers.get("content-length", 0)):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """True once the server has closed the connection (recv sees EOF or a reset)."""
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionError, ssl.SSLError):
+        return True
+
+
+def _hold_the_thread(sock: socket.socket, body: bytes) -> None:
+    """Send headers with Expect: 100-continue and wait for the 100: from then on a worker thread
+    is inside this request, waiting for its body."""
+    sock.sendall(_request(body, extra="Expect: 100-continue\r\n")[: -len(body)])
+    interim = b""
+    while b"\r\n\r\n" not in interim:
+        interim += sock.recv(1)
+    assert interim.startswith(b"HTTP/1.1 100"), interim
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory):
+    env = {"GPUSHARE_OVERLOAD__CLIENT_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT), "GPUSHARE_SERVER__THREADS": "4"}
+    with gpushare_server(tmp_path_factory.mktemp("slow"), env=env) as running:
+        yield running
+
+
+def test_slow_headers_get_a_408(slow_server):
+    with _tls(slow_server) as sock:
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")  # and never the rest
+        status, headers, body = _read_response(sock)
+    assert status == 408 and headers["connection"] == "close"
+    assert "request headers did not arrive within 1 s" in json.loads(body)["error"]["reason"]
+
+
+def test_slow_body_gets_a_408(slow_server):
+    with _tls(slow_server) as sock:
+        sock.sendall(_request(_review_bytes())[:-100])  # the last 100 bytes never come
+        status, _, body = _read_response(sock)
+    assert status == 408
+    assert "request body did not arrive" in json.loads(body)["error"]["reason"]
+
+
+def test_stalled_handshake_and_idle_connections_are_closed(slow_server):
+    port = int(slow_server.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as idle, \
+            socket.create_connection(("127.0.0.1", port), timeout=15) as stalled:
+        stalled.sendall(b"\x16\x03\x01\x02\x00\x01")  # the start of a ClientHello, then nothing
+        assert idle.recv(1) == b""
+        assert _closed_by_server(stalled)
+
+
+def test_slowloris_never_hangs_real_clients(slow_server):
+    """Twice as many trickling connections as threads: a real review still gets an answer (a 200,
+    or a fast 503 while slow clients hold every thread), and a 200 once they are cut off."""
+    review = admission_review(load_json("pod-realistic.json"))
+    with ExitStack() as stack:
+        for _ in range(8):
+            _tls(slow_server, stack).sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(8):
+            sock = socket.create_connection(("127.0.0.1", int(slow_server.url.rsplit(":", 1)[1])), timeout=15)
+            stack.enter_context(sock).sendall(b"\x16\x03\x01")
+        during = slow_server.post_json("/validate", review)
+        assert during.status_code in (200, 503), during.text
+        if during.status_code == 503:
+            assert "overloaded" in during.json()["error"]["reason"]
+    after = slow_server.post_json("/validate", review)
+    assert after.status_code == 200 and after.json()["response"]["uid"] == review["request"]["uid"]
+    metrics = slow_server.session().get(slow_server.url + "/metrics", timeout=10).text
+    assert 'gpushare_client_timeouts_total{stage="headers"}' in metrics
+
+
+def test_pre_dialled_connection_is_served_after_the_client_timeout(slow_server):
+    """A connection that handshakes and sends its request later (as HTTP clients pre-dial) is not a
+    slow client: it waits in the poller, not against the deadline."""
+    with _tls(slow_server) as sock:
+        sock.do_handshake()
+        # Let the deadline of a slow client pass; the connection must still be usable.
+        threading.Event().wait(CLIENT_TIMEOUT * 2)
+        sock.sendall(_request(_review_bytes()))
+        status, _, body = _read_response(sock)
+    assert status == 200 and json.loads(body)["response"]["allowed"] is True
+
+
+def test_overload_is_refused_fast_with_a_clear_503(tmp_path):
+    """One thread, a 50 ms queue budget: a review queued behind a request that holds the thread
+    is refused with a 503 instead of being answered late; the holder is still answered."""
+    env = {"GPUSHARE_SERVER__THREADS": "1", "GPUSHARE_OVERLOAD__QUEUE_BUDGET_SECONDS": "0.05"}
+    with gpushare_server(tmp_path, env=env) as server, ExitStack() as stack:
+        body = _review_bytes()
+        holder, queued = _tls(server, stack), _tls(server, stack)
+        _hold_the_thread(holder, body)
+        queued.sendall(_request(body))
+        # The budget is a duration: letting it pass (x10) is the stimulus here, not synchronisation.
+        threading.Event().wait(0.5)
+        holder.sendall(body)
+        assert _read_response(holder)[0] == 200
+        status, headers, reply = _read_response(queued)
+        assert status == 503 and headers["connection"] == "keep-alive"
+        reason = json.loads(reply)["error"]["reason"]
+        assert "overloaded" in reason and "failurePolicy" in reason and "queue_budget_seconds=0.05" in reason
+        # The refused connection stays usable once the load is gone.
+        queued.sendall(_request(body))
+        assert _read_response(queued)[0] == 200
+        metrics = server.session().get(server.url + "/metrics", timeout=10).text
+        assert 'outcome="overloaded"' in metrics
+
+
+def test_sigterm_drains_a_request_in_flight(tmp_path):
+    with gpushare_server(tmp_path) as server, ExitStack() as stack:
+        body = _review_bytes()
+        in_flight = _tls(server, stack)
+        _hold_the_thread(in_flight, body)
+        # Kept-alive probes: once the worker is draining it answers them with Connection: close.
+        probes = [_tls(server, stack) for _ in range(40)]
+        for probe in probes:
+            probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _read_response(probe)[0] == 200
+        server.process.send_signal(signal.SIGTERM)
+
+        def draining() -> bool:
+            probe = probes.pop()
+            probe.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            return _read_response(probe)[1].get("connection") == "close"
+
+        wait_until(draining, timeout=10, interval=0.05, what="the worker to start draining")
+        in_flight.sendall(body)
+        status, _, reply = _read_response(in_flight)
+        assert status == 200 and json.loads(reply)["response"]["allowed"] is True
+        assert server.process.wait(timeout=30) == 0

@@ -1,0 +1,83 @@
+"""One place that turns an answered (or refused) request into metrics and one log line.
+
+Rule ids come from the response's auditAnnotations, so audit, metrics and logs cannot
+disagree. Object bodies are never logged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .logs import RequestLog
+from .metrics import Metrics, outcome_for_status
+from .review import AdmissionReview
+
+MAX_REASON = 300
+
+
+def _ids(notes: dict[str, str], key: str) -> list[str]:
+    value = notes.get(key, "")
+    return value.split(",") if value else []
+
+
+def _object_name(review: AdmissionReview) -> str:
+    request = review.request
+    meta = (request.object or request.old_object or {}).get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta.get("name") or request.name
+    if not name and isinstance(meta.get("generateName"), str):
+        name = meta["generateName"] + "*"
+    name = name if isinstance(name, str) else ""
+    return f"{request.namespace}/{name}" if request.namespace else name
+
+
+def _review_fields(review: AdmissionReview | None) -> dict[str, Any]:
+    if review is None:
+        return {}
+    request = review.request
+    return {"uid": request.uid, "kind": request.kind.kind, "namespace": request.namespace,
+            "object": _object_name(review), "operation": request.operation,
+            "user": request.user_info.username, "dry_run": request.dry_run}
+
+
+class Observer:
+    def __init__(self, metrics: Metrics, request_log: RequestLog | None) -> None:
+        self.metrics = metrics
+        self.request_log = request_log
+
+    def answered(self, endpoint: str, review: AdmissionReview, body: dict[str, Any], seconds: float) -> None:
+        """An AdmissionReview answer was sent."""
+        response = body["response"]
+        notes = response.get("auditAnnotations", {})
+        denied, warned, patched = _ids(notes, "denied"), _ids(notes, "warned"), _ids(notes, "patched")
+        decision = "allowed" if response["allowed"] else "denied"
+        request = review.request
+        self.metrics.count_request(endpoint, request.kind.kind, request.operation, decision, seconds)
+        self.metrics.count_rules(denied, warned, patched)
+        if self.request_log is not None and self.request_log.enabled():
+            self.request_log.write({"message": "admission", "endpoint": endpoint, **_review_fields(review),
+                                    "decision": decision, "rules": _ids(notes, "rules"), "denied": denied,
+                                    "warned": warned, "patched": patched, "status": 200,
+                                    "duration_ms": round(seconds * 1000, 3)})
+
+    def refused(self, endpoint: str, status: int, reason: str, seconds: float | None = None,
+                review: AdmissionReview | None = None) -> None:
+        """The request got an HTTP error instead of an answer."""
+        outcome = outcome_for_status(status)
+        kind = review.request.kind.kind if review is not None else ""
+        operation = review.request.operation if review is not None else ""
+        self.metrics.count_request(endpoint, kind, operation, outcome, seconds)
+        if self.request_log is not None and self.request_log.enabled():
+            fields: dict[str, Any] = {"message": "admission", "endpoint": endpoint, **_review_fields(review),
+                                      "decision": outcome, "status": status, "reason": reason[:MAX_REASON]}
+            if seconds is not None:
+                fields["duration_ms"] = round(seconds * 1000, 3)
+            self.request_log.write(fields)
+
+
+def admission_kinds() -> frozenset[str]:
+    """Kinds worth their own metric label: those the rules and mutations look at."""
+    from policies.resources import POD_SPEC_PATHS
+    from policies.rules.base import REGISTRY
+
+    return frozenset(POD_SPEC_PATHS) | {k for r in REGISTRY.values() for k in r.kinds} | {"Node", "Binding"}

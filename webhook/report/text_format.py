@@ -1,0 +1,46 @@
+"""The default output: one ``file:line: severity message`` line per finding, then a summary.
+
+Plain text unless colour was asked for (a terminal without NO_COLOR); only then is rich
+imported, so CI logs and pipes pay nothing for it.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from policies.settings import Settings
+
+from ..checking import Located, Report
+from . import summary_line
+
+STYLES = {"deny": "bold red", "warn": "yellow", "exempt": "dim"}
+
+
+def _parts(finding: Located, exempt: bool) -> list[tuple[str, str]]:
+    """(text, style) pieces of one line, shared by the plain and the coloured output."""
+    label = "exempt" if exempt else finding.severity
+    parts = [(f"{finding.source}:{finding.line}:", "cyan"), (" ", ""), (label, STYLES[label]), (" ", ""),
+             (finding.message, "dim" if exempt else "")]
+    if finding.line != finding.document_line:
+        parts.append((f" (document at line {finding.document_line})", "dim"))
+    if exempt:
+        parts.append((f" (exempted: {finding.exemption_reason})", "dim"))
+    return parts
+
+
+def render(report: Report, out: TextIO, *, settings: Settings, color: bool = False) -> None:
+    lines = [_parts(f, False) for f in report.findings] + [_parts(f, True) for f in report.exempted]
+    summary = summary_line(report)
+    failed = report.exit_code != 0
+    if not color:
+        for parts in lines:
+            out.write("".join(text for text, _ in parts) + "\n")
+        out.write(("FAIL: " if failed else "ok: ") + summary + "\n")
+        return
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(file=out, force_terminal=True, highlight=False, soft_wrap=True, emoji=False)
+    for parts in lines:
+        console.print(Text.assemble(*parts))
+    console.print(Text.assemble(("✗ " if failed else "✓ ", "bold red" if failed else "bold green"), summary))
