@@ -15,7 +15,7 @@ from webhook.live_state import LiveClusterState, StateSourceError, core_api
 from webhook.state import load_snapshot
 
 from .cluster_objects import binding, gpu_pod, node, plain_pod, with_mode
-from .fake_apiserver import FakeApiServer
+from .fake_apiserver import FakeApiServer, running
 from .helpers import wait_until
 
 NODE = "cn-beijing.192.168.1.10"
@@ -25,9 +25,8 @@ FAST = {"list_page_size": 2, "backoff_initial_seconds": 0.02, "backoff_max_secon
 
 @pytest.fixture
 def api() -> Iterator[FakeApiServer]:
-    server = FakeApiServer(bookmark_interval=None).start()
-    yield server
-    server.stop()
+    with running() as server:
+        yield server
 
 
 def live_for(api: FakeApiServer, tmp_path: Path, settings: Settings | None = None) -> LiveClusterState:
@@ -110,22 +109,21 @@ def test_error_event_410_on_an_open_watch_relists(api, live):
 
 
 def test_http_410_on_watch_start_relists(tmp_path):
-    api = FakeApiServer(gone_as_http=True).start()
-    live = live_for(api, tmp_path)
-    try:
-        seed(api)
-        live.start()
-        assert live.wait_synced(10)
-        api.set_unavailable()
-        wait_until(lambda: not live.pods_reflector.connected, timeout=10)
-        api.add(node("joined-meanwhile", mode="share"))
-        api.compact()
-        api.set_unavailable(False)
-        wait_until(lambda: live.pods_reflector.lists >= 2 and live.nodes_reflector.lists >= 2, timeout=10,
-                   what="relists after HTTP 410")
-    finally:
-        live.stop()
-        api.stop()
+    with running(FakeApiServer(gone_as_http=True)) as api:
+        live = live_for(api, tmp_path)
+        try:
+            seed(api)
+            live.start()
+            assert live.wait_synced(10)
+            api.set_unavailable()
+            wait_until(lambda: not live.pods_reflector.connected, timeout=10)
+            api.add(node("joined-meanwhile", mode="share"))
+            api.compact()
+            api.set_unavailable(False)
+            wait_until(lambda: live.pods_reflector.lists >= 2 and live.nodes_reflector.lists >= 2, timeout=10,
+                       what="relists after HTTP 410")
+        finally:
+            live.stop()
 
 
 def test_dropped_watch_reconnects_from_its_resource_version_without_listing(api, live):
@@ -143,28 +141,22 @@ def test_dropped_watch_reconnects_from_its_resource_version_without_listing(api,
     assert int(resumed.query["resourceVersion"]) > 1000 and resumed.query["allowWatchBookmarks"] == "true"
 
 
-def test_bookmarks_move_the_resource_version_so_compaction_needs_no_relist(tmp_path):
-    api = FakeApiServer(bookmark_interval=None).start()
-    live = live_for(api, tmp_path)
-    try:
-        seed(api)
-        live.start()
-        assert live.wait_synced(10)
-        wait_until(lambda: api.open_watches() == 2, timeout=10)
-        api.add(node("unrelated-node", mode="share"))  # moves the global resourceVersion past the pods'
-        before = live.pods_reflector.resource_version
-        api.bookmark()
-        wait_until(lambda: live.pods_reflector.resource_version != before, timeout=10, what="a bookmark")
-        assert int(live.pods_reflector.resource_version) == api.resource_version
-        lists = live.pods_reflector.lists
-        api.compact()
-        api.drop_watches()
-        api.add(gpu_pod("later", node_name=NODE))
-        wait_until(lambda: live.get_pod("default", "later") is not None, timeout=10)
-        assert live.pods_reflector.lists == lists  # resumed from the bookmark: no 410, no relist
-    finally:
-        live.stop()
-        api.stop()
+def test_bookmarks_move_the_resource_version_so_compaction_needs_no_relist(api, live):
+    seed(api)
+    live.start()
+    assert live.wait_synced(10)
+    wait_until(lambda: api.open_watches() == 2, timeout=10)
+    api.add(node("unrelated-node", mode="share"))  # moves the global resourceVersion past the pods'
+    before = live.pods_reflector.resource_version
+    api.bookmark()
+    wait_until(lambda: live.pods_reflector.resource_version != before, timeout=10, what="a bookmark")
+    assert int(live.pods_reflector.resource_version) == api.resource_version
+    lists = live.pods_reflector.lists
+    api.compact()
+    api.drop_watches()
+    api.add(gpu_pod("later", node_name=NODE))
+    wait_until(lambda: live.get_pod("default", "later") is not None, timeout=10)
+    assert live.pods_reflector.lists == lists  # resumed from the bookmark: no 410, no relist
 
 
 def test_stale_state_fails_open_for_pods_and_closed_for_node_mode_changes(api, live):

@@ -130,9 +130,8 @@ def mode_available_in_region(subject: Subject) -> Found:
                f"({subject.names.labels.region} label or ECS provider ID), so it cannot be checked; "
                f"{mode} works in {listed}", path, "warn")
     elif region not in allowed:
-        catalog = _catalog(subject)
-        other = [m for m in sorted(SHARED_MODES)
-                 if m != mode and (catalog.regions_for(m) is None or region in (catalog.regions_for(m) or ()))]
+        regions = {m: _catalog(subject).regions_for(m) for m in sorted(SHARED_MODES) if m != mode}
+        other = [m for m, listed_for in regions.items() if listed_for is None or region in listed_for]
         hint = f"; in {region} use {' or '.join(other)}" if other else ""
         yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} is not available in region {region}; "
                f"{mode} works in {listed}{hint}", path)
