@@ -240,3 +240,21 @@ def test_gn008_mps_without_the_daemon_warns(engine):
     assert finding.severity == "warn" and "install the MPS Control Daemon component" in finding.message
     shown = node(mode="mps", labels={"gpushare.io/mps-control-daemon": "true"})
     assert by_rule(judge(engine, shown), "GN008") == []
+
+
+def test_a_broken_catalog_override_is_refused_at_start(tmp_path):
+    import subprocess
+
+    from policies.catalog import CatalogError
+
+    from .helpers import gpushare_executable
+
+    bad = {"versions": {"os_images": [{"family": "X", "match": "(unclosed", "supported": ["1"]}]}}
+    with pytest.raises(CatalogError, match="not a regular expression"):
+        Engine(Settings(catalog=bad))
+    config = tmp_path / "gpushare.yaml"
+    config.write_text("catalog:\n  regions:\n    cgpu: 42\n")
+    result = subprocess.run([gpushare_executable(), "serve", "--config", str(config), "--cert-dir",
+                             str(tmp_path / "c"), "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "gpushare.yaml" in result.stderr and "catalog.regions.cgpu" in result.stderr
