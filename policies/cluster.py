@@ -8,6 +8,7 @@ in, so 150,000 pods cost little memory and nothing mutable leaks into policy cod
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -46,6 +47,9 @@ class PodGPU:
     container: str
     mem: int
     core: int
+    # Position in spec.containers (None for init containers): the key of the scheduler's
+    # per-container allocation annotation.
+    index: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,16 +146,22 @@ def node_resource_names(names: Names) -> tuple[str, ...]:
     return (r.gpu_mem, r.gpu_core, r.gpu_count, r.gpu_topology, r.gpu_exclusive)
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    """``value`` when it is a mapping, else empty: a malformed manifest projects to an empty field."""
+    return value if isinstance(value, dict) else {}
+
+
 def node_from_manifest(obj: dict[str, Any], names: Names) -> NodeInfo:
     """Project a Node object into a NodeInfo."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+    meta = _mapping(obj.get("metadata"))
+    spec = _mapping(obj.get("spec"))
+    status = _mapping(obj.get("status"))
     keep = node_resource_names(names)
-    addresses = status.get("addresses") or []
+    addresses = status.get("addresses")
     internal_ip = next((a.get("address", "") for a in addresses
-                        if isinstance(a, dict) and a.get("type") == "InternalIP"), "")
-    info = status.get("nodeInfo") or {}
+                        if isinstance(a, dict) and a.get("type") == "InternalIP"), "") \
+        if isinstance(addresses, list) else ""
+    info = _mapping(status.get("nodeInfo"))
     return NodeInfo(
         name=str(meta.get("name", "")),
         labels=_str_map(meta.get("labels")),
@@ -180,18 +190,25 @@ def pod_gpus(obj: dict[str, Any], names: Names) -> tuple[tuple[PodGPU, ...], int
         if mem is None:
             continue
         core = request.amount(core_name)
-        out.append(PodGPU(request.name, mem, int(core) if core is not None else 0))
+        index = request.index if request.group == "containers" else None
+        out.append(PodGPU(request.name, mem, int(core) if core is not None else 0, index))
     return tuple(out), topology
+
+
+def pod_card_annotations(names: Names) -> tuple[str, ...]:
+    """The pod annotations that record which cards a pod holds; a PodInfo keeps only these."""
+    cards = names.card_annotations
+    return (names.allocation_annotation, names.card_index_annotation, cards.core_allocation,
+            cards.topology_visible)
 
 
 def pod_from_manifest(obj: dict[str, Any], names: Names) -> PodInfo:
     """Project a Pod object into a PodInfo, keeping only the card-allocation annotations."""
-    meta = obj.get("metadata") or {}
+    meta = _mapping(obj.get("metadata"))
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, dict):
         annotations = {}
-    kept = {k: str(annotations[k]) for k in (names.allocation_annotation, names.card_index_annotation)
-            if k in annotations}
+    kept = {k: str(annotations[k]) for k in pod_card_annotations(names) if k in annotations}
     gpus, topology = pod_gpus(obj, names)
     spec = obj.get("spec")
     # Whole exclusive GPUs matter only for pods without shared or topology GPUs (GB002 on
@@ -203,8 +220,8 @@ def pod_from_manifest(obj: dict[str, Any], names: Names) -> PodInfo:
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
-        node_name=str((obj.get("spec") or {}).get("nodeName") or ""),
-        phase=str((obj.get("status") or {}).get("phase") or ""),
+        node_name=str(_mapping(obj.get("spec")).get("nodeName") or ""),
+        phase=str(_mapping(obj.get("status")).get("phase") or ""),
         gpus=gpus,
         annotations=kept,
         topology_gpus=topology,
@@ -213,7 +230,14 @@ def pod_from_manifest(obj: dict[str, Any], names: Names) -> PodInfo:
 
 
 class ClusterSnapshot:
-    """An in-memory, thread-safe ClusterState; the live watch and snapshot files both fill one."""
+    """An in-memory, thread-safe ClusterState; the live watch and snapshot files both fill one.
+
+    Every change bumps a generation counter, records it on the node it touches and in a
+    bounded change log, so derived per-node data (card occupancy for scoring) can be
+    cached and refreshed for just the nodes that changed.
+    """
+
+    CHANGE_LOG = 65_536  # changes remembered; a reader further behind starts over
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -223,6 +247,39 @@ class ClusterSnapshot:
         # Pods without GPUs (or no longer running) are known by key only: a binding for one
         # is then "nothing to check", not "pod not seen yet".
         self._other: set[str] = set()
+        self._generation = 0
+        self._node_generation: dict[str, int] = {}
+        self._log_generations: list[int] = []
+        self._log_nodes: list[str] = []
+        self._log_floor = 0  # changes after this generation are all in the log
+
+    def _touch(self, node: str) -> None:
+        self._generation += 1
+        self._node_generation[node] = self._generation
+        self._log_generations.append(self._generation)
+        self._log_nodes.append(node)
+        if len(self._log_generations) > self.CHANGE_LOG:
+            half = self.CHANGE_LOG // 2
+            self._log_floor = self._log_generations[half - 1]
+            del self._log_generations[:half], self._log_nodes[:half]
+
+    def changes_since(self, generation: int) -> list[str] | None:
+        """Names of the nodes changed (themselves or their pods) after ``generation``, or None
+        when the log no longer reaches that far back."""
+        with self._lock:
+            if generation < self._log_floor:
+                return None
+            start = bisect_right(self._log_generations, generation)
+            return self._log_nodes[start:]
+
+    @property
+    def generation(self) -> int:
+        """Increases with every change to any node or pod."""
+        return self._generation
+
+    def node_generation(self, name: str) -> int:
+        """The generation of the last change to this node or to the pods on it."""
+        return self._node_generation.get(name, 0)
 
     def availability(self) -> Availability:
         return USABLE
@@ -243,10 +300,12 @@ class ClusterSnapshot:
     def upsert_node(self, node: NodeInfo) -> None:
         with self._lock:
             self._nodes[node.name] = node
+            self._touch(node.name)
 
     def remove_node(self, name: str) -> None:
         with self._lock:
             self._nodes.pop(name, None)
+            self._touch(name)
 
     def upsert_pod(self, pod: PodInfo) -> None:
         with self._lock:
@@ -254,6 +313,7 @@ class ClusterSnapshot:
             self._pods[pod.key] = pod
             if pod.node_name:
                 self._by_node.setdefault(pod.node_name, {})[pod.key] = pod
+                self._touch(pod.node_name)
 
     def remove_pod(self, namespace: str, name: str) -> None:
         with self._lock:
@@ -272,6 +332,7 @@ class ClusterSnapshot:
     def _drop_pod(self, key: str) -> None:
         old = self._pods.pop(key, None)
         if old is not None and old.node_name:
+            self._touch(old.node_name)
             on_node = self._by_node.get(old.node_name)
             if on_node is not None:
                 on_node.pop(key, None)

@@ -1,19 +1,22 @@
 """Can this pod run on that node? The checks behind GB001-GB005 and node filtering.
 
 Pure functions over a pod's GPU demand, a node and the pods already on it. The admission
-rules for ``pods/binding`` and the scoring engine both call ``placement_problems`` so a
-node the ranking accepts is a binding the webhook admits, and the other way round.
+rules for ``pods/binding`` and the scoring engine both go through ``judge`` (admission by
+way of ``placement_problems``), so a node the ranking accepts is a binding the webhook
+admits, and the other way round. What judging needs from a node and its pods is derived
+once into a ``NodeProfile``; the scorer caches profiles until their node changes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .cards import NodeCards, node_cards, place_pod
+from .cards import CardOrder, NodeCards, no_fit_reasons, node_cards, place_pod
 from .cluster import NodeInfo, PodGPU, PodInfo
 from .resources import ContainerRequest
 from .settings import Names
+from .topology import TopologyCards, choose_card_set, topology_cards
 
 SHARED_MODES = frozenset({"cgpu", "core_mem", "share", "mps"})
 ALL_MODES = frozenset({"default", "topology"}) | SHARED_MODES
@@ -27,14 +30,15 @@ class PodDemand:
     gpus: tuple[PodGPU, ...]
     whole_gpus: int = 0
     topology_gpus: int = 0
+    # Derived once: judging reads it for every node.
+    is_core_mem: bool = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_core_mem", any(g.core for g in self.gpus))
 
     @property
     def uses_shared(self) -> bool:
         return bool(self.gpus)
-
-    @property
-    def is_core_mem(self) -> bool:
-        return any(g.core for g in self.gpus)
 
     @property
     def job_type(self) -> str:
@@ -49,7 +53,8 @@ def demand_from_containers(key: str, containers: Sequence[ContainerRequest], nam
         mem = c.count(r.gpu_mem)
         if mem is not None:
             core = c.amount(r.gpu_core)
-            gpus.append(PodGPU(c.name, mem, int(core) if core is not None else 0))
+            index = c.index if c.group == "containers" else None
+            gpus.append(PodGPU(c.name, mem, int(core) if core is not None else 0, index))
         whole += int(c.amount(r.gpu_exclusive) or 0)
         topology += int(c.amount(r.gpu_topology) or 0)
     return PodDemand(key, tuple(gpus), whole, topology)
@@ -64,9 +69,56 @@ def cpu_manager_policy(node: NodeInfo, names: Names) -> str:
     return node.labels.get(key) or node.annotations.get(key) or ""
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class NodeProfile:
+    """A node and what its pods hold, as judging needs it. Read-only once built."""
+
+    node: NodeInfo
+    name: str
+    mode: str
+    static_cpu: bool
+    mem_only: tuple[str, ...]  # live mem-only shared-GPU pods, by key
+    core_mem: tuple[str, ...]  # live core+mem shared-GPU pods, by key
+    # GB001, GB002 and GB005 surely pass for a mem-only / a core+mem pod: decided once per node.
+    takes_mem_only: bool
+    takes_core_mem: bool
+    cards: NodeCards  # shared-GPU occupancy; judging places pods on copies
+    order: CardOrder
+    card_size: int  # GiB per card
+    binpack: bool
+    pod_limit: int | None  # cGPU pods per card, on the modes that have the limit
+    topology: TopologyCards | None  # whole-GPU occupancy, topology nodes only
+
+
+def node_profile(node: NodeInfo, pods_on_node: Sequence[PodInfo], names: Names) -> NodeProfile:
+    live = sorted((p for p in pods_on_node if p.uses_shared_gpu and not p.terminated), key=lambda p: p.key)
+    occupancy = node_cards(node, pods_on_node, names)
+    mode = occupancy.mode
+    static = cpu_manager_policy(node, names) == "static"
+    mem_only = tuple(p.key for p in live if not p.is_core_mem)
+    core_mem = tuple(p.key for p in live if p.is_core_mem)
+    return NodeProfile(
+        node=node,
+        name=node.name,
+        mode=mode,
+        static_cpu=static,
+        mem_only=mem_only,
+        core_mem=core_mem,
+        takes_mem_only=not static and mode in SHARED_MODES and not core_mem,
+        takes_core_mem=not static and mode == "core_mem" and not mem_only,
+        cards=occupancy,
+        order=CardOrder(occupancy.cards, occupancy.placement),
+        card_size=occupancy.cards[0].total_mem if occupancy.cards else 0,
+        binpack=occupancy.placement == "binpack",
+        pod_limit=occupancy.pod_limit(),
+        topology=topology_cards(node, pods_on_node, names) if mode == "topology" else None,
+    )
+
+
+@dataclass(slots=True)
 class PlacementResult:
     problems: list[tuple[str, str]]
+    # Per shared-GPU container the card it would get, or the whole-GPU card set on a topology node.
     cards: list[int] | None = None
     state: NodeCards | None = None
 
@@ -75,51 +127,145 @@ class PlacementResult:
         return not self.problems
 
 
+def _mode_problems(demand: PodDemand, profile: NodeProfile, names: Names) -> list[tuple[str, str]]:
+    """GB001, GB002, GB005: whether the node takes this kind of pod at all."""
+    problems: list[tuple[str, str]] = []
+    mode = profile.mode
+    schedule = names.labels.schedule
+    if demand.uses_shared:
+        if profile.static_cpu:
+            problems.append(("GB005", f"node {profile.name} runs the static CPU manager policy, which "
+                                      f"shared GPU scheduling does not support; pick a node with policy none"))
+        if mode not in SHARED_MODES:
+            shown = mode or "unset (exclusive)"
+            problems.append(("GB002", f"node {profile.name} has {schedule}={shown}; shared-GPU pods "
+                                      f"need one of {', '.join(sorted(SHARED_MODES))}"))
+        elif demand.is_core_mem and mode != "core_mem":
+            problems.append(("GB002", f"node {profile.name} has {schedule}={mode}; core+mem pods "
+                                      f"need core_mem"))
+        others = profile.mem_only if demand.is_core_mem else profile.core_mem
+        other = [k for k in others if k != demand.key]
+        if other:
+            kinds = "mem-only" if demand.is_core_mem else "core+mem"
+            shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
+            problems.append(("GB001", f"node {profile.name} already runs {kinds} pods ({shown}); a "
+                                      f"{demand.job_type} pod cannot share the node with them"))
+    elif demand.topology_gpus:
+        if mode != "topology":
+            shown = mode or "unset (exclusive)"
+            problems.append(("GB002", f"node {profile.name} has {schedule}={shown}; pods asking for "
+                                      f"{names.resources.gpu_topology} need {schedule}=topology"))
+    elif mode == "topology" and demand.whole_gpus:
+        problems.append(("GB002", f"node {profile.name} has {schedule}=topology and takes only "
+                                  f"topology workloads ({names.resources.gpu_topology}); this pod asks for "
+                                  f"{names.resources.gpu_exclusive}"))
+    return problems
+
+
+def _place_shared(demand: PodDemand, profile: NodeProfile, result: PlacementResult, keep_state: bool) -> None:
+    """GB003/GB004: a card for every container, or why not."""
+    if len(demand.gpus) == 1 and not keep_state:
+        _place_one(demand, profile, result)
+        return
+    name = profile.name
+    unlimited = profile.cards.copy()
+    unlimited.mode = ""  # no cGPU pod limit: tells a card that is full apart from one that is crowded
+    cards, no_fit = place_pod(unlimited, demand.key, demand.gpus)
+    if no_fit is not None:
+        result.problems.append(_no_card("GB004", name, no_fit.container, no_fit.reasons))
+        return
+    occupancy = profile.cards.copy()
+    cards, no_fit = place_pod(occupancy, demand.key, demand.gpus)
+    if no_fit is not None:
+        result.problems.append(_no_card("GB003", name, no_fit.container, no_fit.reasons))
+        return
+    result.cards, result.state = cards, occupancy
+
+
+def _place_one(demand: PodDemand, profile: NodeProfile, result: PlacementResult) -> None:
+    """One container on the cached order, without copying: the choice place_pod makes."""
+    gpu, occupancy = demand.gpus[0], profile.cards
+    limit = profile.pod_limit
+    position = profile.order.first_fit_position(gpu.mem, gpu.core, demand.key, limit)
+    if position >= 0:
+        result.cards = [profile.order.cards[position].index]
+        return
+    if not occupancy.cards:
+        result.problems.append(_no_card("GB004", profile.name, gpu.container,
+                                        ("the node has no shared GPU cards",)))
+        return
+    # No card fits under the limit: GB004 when none fits even without it, else GB003.
+    unlimited = no_fit_reasons(occupancy.cards, gpu, demand.key, None)
+    if len(unlimited) == len(occupancy.cards):
+        result.problems.append(_no_card("GB004", profile.name, gpu.container, unlimited))
+        return
+    limited = no_fit_reasons(occupancy.cards, gpu, demand.key, limit)
+    result.problems.append(_no_card("GB003", profile.name, gpu.container, limited))
+
+
+def _no_card(rule: str, node: str, container: str, reasons: Sequence[str]) -> tuple[str, str]:
+    if rule == "GB004":
+        return rule, f'node {node}: container "{container}" fits no card: ' + "; ".join(reasons)
+    return rule, (f'node {node}: container "{container}" fits no card under the cGPU limit of pods per '
+                  f"card: " + "; ".join(reasons))
+
+
+def _place_whole(demand: PodDemand, profile: NodeProfile, result: PlacementResult) -> None:
+    """GB004 for topology pods: enough free whole GPUs, and the best-linked set of them."""
+    cards = profile.topology
+    if cards is None:
+        return
+    chosen = choose_card_set(cards, demand.topology_gpus)
+    if chosen is None:
+        holders = sorted(set(cards.held.values()))
+        shown = ", ".join(holders[:3]) + (f" and {len(holders) - 3} more" if len(holders) > 3 else "")
+        held = f" (held by {shown})" if holders else ""
+        result.problems.append(("GB004", f"node {profile.name} has {len(cards.free())} of {cards.count} "
+                                         f"GPUs free{held}, needs {demand.topology_gpus}"))
+        return
+    result.cards = list(chosen)
+
+
+def _may_object(demand: PodDemand, profile: NodeProfile) -> bool:
+    """False when the mode checks surely pass: the common case, decided without building messages."""
+    if demand.gpus:
+        return not (profile.takes_core_mem if demand.is_core_mem else profile.takes_mem_only)
+    return bool(demand.topology_gpus or demand.whole_gpus) and (
+        (profile.mode != "topology") if demand.topology_gpus else profile.mode == "topology")
+
+
+def quick_card(demand: PodDemand, profile: NodeProfile) -> int:
+    """For a one-container shared-GPU pod the node surely takes, where its card is in
+    ``profile.order`` (see ``CardOrder.hot``); -1 otherwise (ask ``judge``).
+
+    ``judge``'s answer for the common case, without building a result or a message:
+    ranking a pod against thousands of nodes mostly ends here.
+    """
+    if len(demand.gpus) != 1 or not (profile.takes_core_mem if demand.is_core_mem else profile.takes_mem_only):
+        return -1
+    gpu = demand.gpus[0]
+    return profile.order.first_fit_position(gpu.mem, gpu.core, demand.key, profile.pod_limit)
+
+
+def judge(demand: PodDemand, profile: NodeProfile, names: Names, *, keep_state: bool = False) -> PlacementResult:
+    """Every reason the pod cannot go on the node, as (rule id, message); its cards when it can.
+
+    With ``keep_state`` the result carries the node's card occupancy after the placement.
+    Never changes ``profile``.
+    """
+    problems = _mode_problems(demand, profile, names) if _may_object(demand, profile) else []
+    result = PlacementResult(problems)
+    for rule, _ in problems:
+        if rule == "GB002":  # the node does not take this kind of pod: its cards do not matter
+            return result
+    if demand.uses_shared:
+        _place_shared(demand, profile, result, keep_state)
+    elif demand.topology_gpus:
+        _place_whole(demand, profile, result)
+    return result
+
+
 def placement_problems(demand: PodDemand, node: NodeInfo, pods_on_node: Sequence[PodInfo],
                        names: Names) -> PlacementResult:
     """Every reason the pod cannot go on the node, as (rule id, message); cards when it can."""
-    mode = node.labels.get(names.labels.schedule, "")
-    problems: list[tuple[str, str]] = []
-    node_label = f"node {node.name}"
-    if demand.uses_shared:
-        if cpu_manager_policy(node, names) == "static":
-            problems.append(("GB005", f"{node_label} runs the static CPU manager policy, which shared GPU "
-                                      f"scheduling does not support; pick a node with policy none"))
-        if mode not in SHARED_MODES:
-            shown = mode or "unset (exclusive)"
-            problems.append(("GB002", f"{node_label} has {names.labels.schedule}={shown}; shared-GPU pods "
-                                      f"need one of {', '.join(sorted(SHARED_MODES))}"))
-        elif demand.is_core_mem and mode != "core_mem":
-            problems.append(("GB002", f"{node_label} has {names.labels.schedule}={mode}; core+mem pods "
-                                      f"need core_mem"))
-        live = [p for p in pods_on_node if p.uses_shared_gpu and not p.terminated and p.key != demand.key]
-        other = [p for p in live if p.is_core_mem != demand.is_core_mem]
-        if other:
-            kinds = "core+mem" if other[0].is_core_mem else "mem-only"
-            shown = ", ".join(p.key for p in other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
-            problems.append(("GB001", f"{node_label} already runs {kinds} pods ({shown}); a {demand.job_type} "
-                                      f"pod cannot share the node with them"))
-    elif mode == "topology" and demand.whole_gpus and not demand.topology_gpus:
-        problems.append(("GB002", f"{node_label} has {names.labels.schedule}=topology and takes only "
-                                  f"topology workloads ({names.resources.gpu_topology}); this pod asks for "
-                                  f"{names.resources.gpu_exclusive}"))
-    result = PlacementResult(problems)
-    if not demand.uses_shared or any(rule == "GB002" for rule, _ in problems):
-        return result
-    occupancy = node_cards(node, pods_on_node, names)
-    # No mode, so no cGPU pod limit: tells a card that is full (GB004) from one that is crowded (GB003).
-    unlimited = NodeCards(occupancy.node, "", occupancy.placement,
-                          [type(c)(c.index, c.total_mem, c.used_mem, c.used_core, set(c.pods))
-                           for c in occupancy.cards])
-    cards, no_fit = place_pod(unlimited, demand.key, demand.gpus)
-    if no_fit is not None:
-        problems.append(("GB004", f'{node_label}: container "{no_fit.container}" fits no card: '
-                                  + "; ".join(no_fit.reasons)))
-        return result
-    cards, no_fit = place_pod(occupancy, demand.key, demand.gpus)
-    if no_fit is not None:
-        problems.append(("GB003", f'{node_label}: container "{no_fit.container}" fits no card under the '
-                                  f"cGPU limit of pods per card: " + "; ".join(no_fit.reasons)))
-        return result
-    result.cards, result.state = cards, occupancy
-    return result
+    return judge(demand, node_profile(node, pods_on_node, names), names, keep_state=True)

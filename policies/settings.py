@@ -42,9 +42,21 @@ class LabelNames(_Section):
     cpu_manager_policy: str = "gpushare.io/cpu-manager-policy"
 
 
+class CardAnnotationNames(_Section):
+    """Annotations that say which cards a pod holds or how a node's cards are linked (read, never written)."""
+
+    # ACK GPU sharing v2: {"<container index>": {"<card index>": <core percent>}}.
+    core_allocation: str = "gpushare.alibabacloud.com/core-percentage"
+    # ACK topology-aware scheduling: the whole GPUs a topology pod was given, "0,1".
+    topology_visible: str = "topology.kubernetes.io/gpu-visible"
+    # This project's node annotation: the interconnect bandwidth matrix (docs/scoring.md).
+    node_topology: str = "gpushare.io/gpu-topology"
+
+
 class Names(_Section):
     resources: ResourceNames = ResourceNames()
     labels: LabelNames = LabelNames()
+    card_annotations: CardAnnotationNames = CardAnnotationNames()
     scheduler_name: str = "ack-co-scheduler"
     default_scheduler: str = "default-scheduler"
     priority_class: str = "system-node-critical"
@@ -200,6 +212,13 @@ class AuthSettings(_Section):
     bearer_paths: tuple[str, ...] = ("/dry-run",)
 
 
+class ScoringSettings(_Section):
+    """Node ranking for ``/dry-run``, ``gpushare score`` and the scheduler extender."""
+
+    # k8s.io/kube-scheduler/extender/v1 MaxExtenderPriority: the scheduler multiplies by 10.
+    extender_max_priority: int = Field(10, ge=1, le=100)
+
+
 ENV_PREFIX = "GPUSHARE_"
 ENV_NESTED_DELIMITER = "__"
 
@@ -215,6 +234,7 @@ class Settings(_Section):
     overload: OverloadSettings = OverloadSettings()
     logging: LogSettings = LogSettings()
     auth: AuthSettings = AuthSettings()
+    scoring: ScoringSettings = ScoringSettings()
     state: StateSettings = StateSettings()
     nodes: NodePolicySettings = NodePolicySettings()
     catalog: CatalogSettings = CatalogSettings()

@@ -88,9 +88,10 @@ def test_dry_run_path_requires_the_bearer_token(secured, client_pki):
     assert session.post(url, data=b"{}", timeout=5).status_code == 401
     wrong = session.post(url, data=b"{}", headers={"Authorization": "Bearer nope"}, timeout=5)
     assert wrong.status_code == 401 and wrong.headers["WWW-Authenticate"].startswith("Bearer")
-    # The right token passes the guard; no /dry-run route exists on this branch yet, so 404.
-    right = session.post(url, data=b"{}", headers={"Authorization": "Bearer s3cret-token"}, timeout=5)
-    assert right.status_code == 404
+    # The right token passes the guard and reaches the dry-run itself.
+    pod = b'{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}'
+    right = session.post(url, data=pod, headers={"Authorization": "Bearer s3cret-token"}, timeout=5)
+    assert right.status_code == 200 and right.json()["results"][0]["name"] == "p"
 
 
 def test_bearer_guard_as_a_decorator_and_token_rotation(tmp_path):

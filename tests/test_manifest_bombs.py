@@ -42,3 +42,47 @@ def test_a_few_aliases_are_fine():
     text = "kind: Pod\nmetadata: {name: p, labels: &l {app: x}}\nspec: {containers: [], nodeSelector: *l}\n"
     (manifest,) = parse_manifests(text, "ok.yaml")
     assert manifest.obj["spec"]["nodeSelector"] == {"app": "x"}
+
+
+BOMBS = {
+    "billion-laughs": (BILLION_LAUGHS, "expands to more than"),
+    "deep-block-yaml": ("kind: Pod\nspec:\n" + "".join("  " * i + "a:\n" for i in range(1, 300)),
+                        "nested deeper than 100"),
+    "deep-json": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_check_cli_refuses_bombs_with_exit_2_and_one_line(tmp_path, name):
+    import subprocess
+
+    from .helpers import gpushare_executable
+
+    text, message = BOMBS[name]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(text)
+    result = subprocess.run([gpushare_executable(), "check", str(bomb)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if str(bomb) in line]
+    assert errors and message in errors[0], result.stderr
+
+
+@pytest.fixture(scope="module")
+def dry_run_server(tmp_path_factory):
+    from .helpers import gpushare_server
+
+    with gpushare_server(tmp_path_factory.mktemp("bombs")) as running:
+        yield running
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_dry_run_refuses_bombs_with_a_400(dry_run_server, name):
+    text, message = BOMBS[name]
+    with dry_run_server.session() as session:
+        reply = session.post(dry_run_server.url + "/dry-run", data=text.encode(),
+                             headers={"Content-Type": "application/yaml"}, timeout=30)
+        assert reply.status_code == 400, reply.text
+        assert message in reply.json()["error"]["reason"]
+        # The server is still fine afterwards.
+        assert session.get(dry_run_server.url + "/healthz", timeout=10).status_code == 200

@@ -42,7 +42,7 @@ def test_gb001_mixing_on_one_node_is_denied_naming_pods(engine, settings):
     assert rules(verdict) == ["GB001"]
     message = verdict.violations[0].message
     assert message.startswith('GB001: Binding default/core-x (container "cuda" aliyun.com/gpu-mem=2 '
-                              'aliyun.com/gpu-core.percentage=30) to node cn-beijing.192.168.1.10: node '
+                              'aliyun.com/gpu-core.percentage=30): node '
                               'cn-beijing.192.168.1.10 already runs mem-only pods (default/mem-a, default/mem-b)')
     assert message.endswith("bind it to a node that runs only pods of its own type, or none")
     assert verdict.violations[0].path_text == "target.name"

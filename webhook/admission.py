@@ -26,6 +26,8 @@ def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState |
     kind = request.kind.kind
     if request.operation not in ("CREATE", "UPDATE") or request.object is None or not engine.handles(kind):
         return build_response(review, None, allowed=True)
+    if ledger is not None and state is not None:
+        state = ledger.view(state)  # what this process admitted counts before the watch shows it
     subject = engine.subject(
         kind, request.object, operation=request.operation, namespace=request.namespace,
         old=request.old_object, user=UserInfo(request.user_info.username, tuple(request.user_info.groups)),

@@ -26,6 +26,7 @@ from .metrics import Metrics, endpoint_label
 from .observe import Observer, admission_kinds
 from .ops_routes import register_ops_routes
 from .review import AdmissionReview, ReviewError, parse_review
+from .scoring_routes import register_scoring_routes
 from .state_status import StateStatus
 
 log = logging.getLogger("gpushare.webhook")
@@ -121,6 +122,7 @@ def create_app(services: Services) -> Flask:
 
     app.add_url_rule("/mutate", "mutate", lambda: review_route("mutate"), methods=["POST"])
     app.add_url_rule("/validate", "validate", lambda: review_route("validate"), methods=["POST"])
+    register_scoring_routes(app, services, lambda: read_json_body(max_bytes, gate))
 
     @app.get("/healthz")
     def healthz() -> Response:

@@ -71,9 +71,11 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
 
 from webhook.cli_check import check  # noqa: E402  (subcommands register after the group)
 from webhook.cli_rules import rules  # noqa: E402
+from webhook.cli_score import score  # noqa: E402
 
 main.add_command(check)
 main.add_command(rules)
+main.add_command(score)
 
 
 def inspect_plugin_main() -> None:

@@ -407,6 +407,17 @@ class LiveClusterState:
     def counts(self) -> tuple[int, int]:
         return self.snapshot.counts()
 
+    # The snapshot's change log, so the scorer refreshes only the nodes that changed.
+    @property
+    def generation(self) -> int:
+        return self.snapshot.generation
+
+    def changes_since(self, generation: int) -> list[str] | None:
+        return self.snapshot.changes_since(generation)
+
+    def node_generation(self, name: str) -> int:
+        return self.snapshot.node_generation(name)
+
 
 _NO_ANNOTATIONS: dict[str, str] = {}
 

@@ -47,7 +47,7 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         status = StateStatus(source)
         live = LiveClusterState(api, settings.names, settings.state, status=status)
         log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
-        return Services(settings=settings, engine=engine, state=ledger.view(live), ready=live.synced,
+        return Services(settings=settings, engine=engine, state=live, ready=live.synced,
                         state_source=source, state_status=status, ledger=ledger, start=live.start)
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
@@ -57,7 +57,7 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         source = "demo-snapshot"
     nodes, pods = state.counts()
     log.warning("cluster state source: %s (%d nodes, %d GPU pods)", source, nodes, pods)
-    return Services(settings=settings, engine=engine, state=ledger.view(state), state_source=source,
+    return Services(settings=settings, engine=engine, state=state, state_source=source,
                     state_status=StateStatus.loaded_snapshot(source), ledger=ledger)
 
 

@@ -151,8 +151,10 @@ def isolation_only_on_ecs(subject: Subject) -> Found:
         return
     path = _label_path(subject.names.labels.schedule)
     taint = _policy(subject).uninitialized_taint
-    taints = (subject.obj.get("spec") or {}).get("taints") or []
-    waiting = not node.provider_id and any(isinstance(t, dict) and t.get("key") == taint for t in taints)
+    spec = subject.obj.get("spec")
+    taints = spec.get("taints") if isinstance(spec, dict) else None
+    waiting = not node.provider_id and isinstance(taints, list) and any(
+        isinstance(t, dict) and t.get("key") == taint for t in taints)
     if waiting:
         yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} needs an ECS node, and the cloud "
                f"provider has not set spec.providerID yet ({taint}); it is checked again when it does",

@@ -147,8 +147,8 @@ def _report(subject: Subject, rule_id: str) -> Found:
     for found_rule, message in found.problems:
         if found_rule == rule_id:
             demand = _demand_text(subject, found.demand)
-            yield (f"{subject.kind} {where.pod_key} ({demand}) to node {where.node}: {message}; "
-                   f"{_accepted(rule_id, demand)}", where.path)
+            # The message names the node already.
+            yield f"{subject.kind} {where.pod_key} ({demand}): {message}; {_accepted(rule_id, demand)}", where.path
 
 
 @rule("GB001", severity="deny", seed="000", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,

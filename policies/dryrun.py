@@ -1,0 +1,111 @@
+"""What would happen to an object, without it happening: verdict, patch, and node ranking.
+
+Shared by ``POST /dry-run`` and ``gpushare score``. Each object is judged on its own
+against the state as it is: nothing is assumed, cached as bound, or written back.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+
+from .cluster import ClusterState
+from .engine import Engine, Verdict
+from .resources import POD_SPEC_PATHS
+from .rules.base import REGISTRY, Finding
+from .scoring import NO_STATE, NodeScore, PodRequest, Scorer, pod_request
+from .settings import Settings, Severity
+
+FITTING_NODES_SHOWN = 3
+
+
+@dataclass
+class ObjectReport:
+    """The verdict (rule findings, placement findings on a judged node, and the patch) and the ranking."""
+
+    verdict: Verdict
+    mutated: dict[str, Any] = field(default_factory=dict)
+    request: PodRequest | None = None
+    ranking: list[NodeScore] | None = None
+    judged_node: str = ""  # the node the placement was judged on (?node= or spec.nodeName)
+
+
+def placement_severity(settings: Settings, rule_id: str) -> Severity | None:
+    """How a placement problem counts on a judged node: the rule's configured severity; None if disabled."""
+    if rule_id == NO_STATE:
+        return "warn"
+    override = settings.rules.get(rule_id)
+    if override is not None and not override.enabled:
+        return None
+    if override is not None and override.severity:
+        return override.severity
+    registered = REGISTRY.get(rule_id)
+    return registered.severity if registered is not None else "deny"
+
+
+def _unjudged_node(finding: Finding, node: str) -> bool:
+    """The engine's "node not in the cluster state" placement warning; the dry run's own says it
+    (with the rule id ``state``) and names the nodes that fit instead."""
+    return finding.rule.startswith("GB") and f"node {node} is not in the cluster state" in finding.message
+
+
+class DryRun:
+    """Validate, mutate and rank objects with one engine and one scorer."""
+
+    def __init__(self, engine: Engine, scorer: Scorer) -> None:
+        self.engine = engine
+        self.scorer = scorer
+        self.names = engine.names
+
+    def report(self, kind: str, obj: dict[str, Any], state: ClusterState | None, *, namespace: str = "default",
+               node: str = "") -> ObjectReport:
+        """The report for one object; ShapeError when the object is malformed."""
+        engine = self.engine
+        subject = engine.subject(kind, obj, namespace=namespace, state=state)
+        verdict = Verdict(kind, subject.name, subject.ns)
+        report = ObjectReport(verdict, mutated=obj)
+        if engine.handles(kind):
+            verdict.findings = engine.validate(subject).findings
+            planned = engine.mutate(subject)
+            verdict.patch, verdict.patch_ids = planned.patch, planned.patch_ids
+            if verdict.patch:
+                report.mutated = jsonpatch.apply_patch(copy.deepcopy(obj), verdict.patch)
+        if kind not in POD_SPEC_PATHS:
+            return report
+        request = pod_request(kind, report.mutated, self.names, key=f"{subject.ns}/{subject.name}",
+                              containers=subject.containers)
+        report.request = request
+        if state is None:
+            return report
+        report.ranking = self.scorer.rank(request, state)
+        report.judged_node = node or request.pinned_node
+        if report.judged_node:
+            # A pod pinned by spec.nodeName is judged by the engine's placement rules (GB001-GB005)
+            # already, as the webhook judges it; add only what they did not report.
+            reported = {f.rule for f in verdict.findings}
+            verdict.findings = [f for f in verdict.findings if not _unjudged_node(f, report.judged_node)]
+            verdict.findings += [f for f in self._placement_findings(report, subject.label) if f.rule not in reported]
+        return report
+
+    def _placement_findings(self, report: ObjectReport, label: str) -> list[Finding]:
+        assert report.ranking is not None
+        verdict = next((s for s in report.ranking if s.node == report.judged_node), None)
+        if verdict is None:
+            verdict = NodeScore(report.judged_node, False, problems=[
+                (NO_STATE, f"node {report.judged_node} is not in the cluster state; its placement is not judged")])
+        if verdict.fits:
+            return []
+        fitting = [s.node for s in report.ranking if s.fits][:FITTING_NODES_SHOWN]
+        accepted = (f"; nodes that fit: {', '.join(fitting)}" if fitting else "; no node in the state fits")
+        findings = []
+        for rule, message in verdict.problems:
+            severity = placement_severity(self.engine.settings, rule)
+            if severity is None:
+                continue
+            hint = accepted if rule != NO_STATE else ""
+            path = (*POD_SPEC_PATHS[report.verdict.kind], "nodeName")
+            findings.append(Finding(rule, severity, f"{rule}: {label}: {message}{hint}", path))
+        return findings
