@@ -53,7 +53,7 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def issue_ca(common_name: str, days: int, key_type: KeyType = "ecdsa-p256") -> Issued:
+def issue_ca(common_name: str, days: float, key_type: KeyType = "ecdsa-p256") -> Issued:
     key = new_key(key_type)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = _now()
@@ -84,7 +84,7 @@ def _san(names: list[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(entries)
 
 
-def issue_serving(ca: Issued, dns_names: list[str], days: int, key_type: KeyType = "ecdsa-p256") -> Issued:
+def issue_serving(ca: Issued, dns_names: list[str], days: float, key_type: KeyType = "ecdsa-p256") -> Issued:
     """A server certificate signed by ``ca`` for the given DNS names and IP addresses."""
     if not dns_names:
         raise ValueError("a serving certificate needs at least one name")

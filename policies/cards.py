@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -242,8 +242,12 @@ def _charge_recorded(cards: list[Card], gpu: PodGPU, mem: CardShares, core: Card
         cards[max(mem, key=lambda i: (mem[i], -i))].used_core += gpu.core
 
 
-def node_cards(node: NodeInfo, pods: Sequence[PodInfo], names: Names) -> NodeCards:
-    """The occupancy of every card on the node from the pods running there."""
+def node_cards(node: NodeInfo, pods: Sequence[PodInfo], names: Names,
+               on_charge: Callable[[int, str, int], None] | None = None) -> NodeCards:
+    """The occupancy of every card on the node from the pods running there.
+
+    ``on_charge(card index, pod key, GiB)`` hears every charge (``inspect -d`` lists pods per card).
+    """
     count = card_count(node, names)
     total = node.allocatable.get(names.resources.gpu_mem) or node.capacity.get(names.resources.gpu_mem) or 0
     per_card = total // count if count else 0
@@ -258,13 +262,19 @@ def node_cards(node: NodeInfo, pods: Sequence[PodInfo], names: Names) -> NodeCar
         for position, (gpu, mem) in enumerate(zip(pod.gpus, recorded_cards(pod, names), strict=True)):
             if mem is not None and all(0 <= i < count for i in mem):
                 _charge_recorded(result.cards, gpu, mem, cores[position] if cores else None, pod.key)
+                if on_charge is not None:
+                    for index, gib in mem.items():
+                        on_charge(index, pod.key, gib)
             else:
                 unplaced.append((pod, gpu))
     for pod, gpu in unplaced:
         card, _ = choose_card(result.cards, gpu, pod.key, result.placement, None)
         # A pod the scheduler placed but that fits nowhere by our count still uses memory:
         # charge the emptiest card so the totals stay true.
-        _take(card or max(result.cards, key=lambda c: c.free_mem), gpu.mem, gpu.core, pod.key)
+        card = card or max(result.cards, key=lambda c: c.free_mem)
+        _take(card, gpu.mem, gpu.core, pod.key)
+        if on_charge is not None:
+            on_charge(card.index, pod.key, gpu.mem)
     return result
 
 

@@ -244,7 +244,7 @@ class ClusterSnapshot:
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, PodInfo] = {}
         self._by_node: dict[str, dict[str, PodInfo]] = {}
-        # Pods without GPUs (or no longer running) are known by key only: a binding for one
+        # Pods without GPUs are known by key only: a binding for one
         # is then "nothing to check", not "pod not seen yet".
         self._other: set[str] = set()
         self._generation = 0
@@ -285,9 +285,10 @@ class ClusterSnapshot:
         return USABLE
 
     def record_pod(self, pod: PodInfo) -> None:
-        """Keep a pod as the rules need it: in full while it holds GPUs, else by key only."""
+        """Keep a pod as the rules need it: in full when it asks for GPUs (finished ones too, which
+        rules skip and ``inspect`` shows), else by key only."""
         key = pod.key
-        if pod.uses_gpu and not pod.terminated:
+        if pod.uses_gpu:
             with self._lock:
                 self._other.discard(key)
                 self.upsert_pod(pod)

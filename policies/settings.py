@@ -102,6 +102,23 @@ class CertSettings(_Section):
         return [svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local"]
 
 
+class CertRotationSettings(_Section):
+    """When ``gpushare certs rotate`` reissues, and where the CA bundle and key material live."""
+
+    # Reissue a certificate once this fraction of its lifetime has passed (CA and serving alike).
+    renew_after_fraction: float = Field(2 / 3, gt=0, lt=1)
+    # After a CA change the old CA stays in the injected bundle this long, so servers whose
+    # Secret volume has not caught up yet are still trusted.
+    ca_overlap_hours: float = Field(24.0, ge=0)
+    # The webhook configurations ``certs inject`` patches (cluster-scoped objects).
+    mutating_webhook: str = "gpushare-webhook"
+    validating_webhook: str = "gpushare-webhook"
+    # Secrets in ``certs.namespace``: the serving pair the Deployment mounts, and the CA
+    # (with its key) that only the certificate job reads.
+    tls_secret: str = "gpushare-webhook-tls"
+    ca_secret: str = "gpushare-webhook-ca"
+
+
 FailMode = Literal["open", "closed"]
 
 
@@ -230,6 +247,7 @@ class Settings(_Section):
     rules: dict[str, RuleOverride] = Field(default_factory=dict)
     server: ServerSettings = ServerSettings()
     certs: CertSettings = CertSettings()
+    cert_rotation: CertRotationSettings = CertRotationSettings()
     check: CheckSettings = CheckSettings()
     overload: OverloadSettings = OverloadSettings()
     logging: LogSettings = LogSettings()

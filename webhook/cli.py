@@ -83,5 +83,12 @@ def inspect_plugin_main() -> None:
     main(["inspect", *sys.argv[1:]])
 
 
+from webhook.cli_certs import certs  # noqa: E402
+from webhook.cli_inspect import inspect  # noqa: E402
+
+main.add_command(certs)
+main.add_command(inspect)
+
+
 if __name__ == "__main__":
     main()

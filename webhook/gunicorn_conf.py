@@ -18,6 +18,7 @@ from typing import Any
 from policies.settings import Settings
 
 from .logs import gunicorn_logconfig
+from .tls_reload import reloading_ssl_context
 from .worker import worker_class
 
 
@@ -39,6 +40,8 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
         "graceful_timeout": server.graceful_timeout_seconds,
         "certfile": str(directory / "tls.crt"),
         "keyfile": str(directory / "tls.key"),
+        # One cached TLS context, rebuilt when the certificate files change (rotation, no restart).
+        "ssl_context": reloading_ssl_context,
         # Admission requests have short headers; bound them so a hostile client cannot hog memory.
         "limit_request_line": 4094,
         "limit_request_fields": 64,

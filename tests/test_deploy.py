@@ -1,0 +1,398 @@
+"""deploy/: the kustomize base and the Helm chart render the same, valid, locked-down objects.
+
+The kustomize base is rendered by `kubectl kustomize` (kustomize built into kubectl); the chart
+by Helm's own Go engine (helm-python-sdk, no helm binary here). Every object is validated
+against the Kubernetes OpenAPI schemas (kubernetes-validate, strict: unknown fields fail), and
+the webhooks' matchConditions are evaluated as CEL (cel-python) on real objects.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import celpy
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+from .helpers import load_json
+
+ROOT = Path(__file__).resolve().parents[1]
+KUSTOMIZE = ROOT / "deploy" / "kustomize"
+CHART = ROOT / "deploy" / "helm" / "gpushare-webhook"
+NS = "gpushare-system"
+# matchConditions are GA in 1.30 and beta (on by default) in 1.28, the chart's kubeVersion floor.
+KUBE_VERSIONS = ("1.28.0", kubernetes_validate.latest_version())
+Obj = dict[str, Any]
+
+
+def render_kustomize(directory: Path = KUSTOMIZE) -> list[Obj]:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl (with kustomize built in) is part of the machine image"
+    done = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def render_helm(values: Obj | None = None, namespace: str = NS) -> list[Obj]:
+    with helm.Chart.load(str(CHART)) as chart:
+        manifests = chart.render(values or {}, name="gpushare", namespace=namespace)
+    return [d for text in manifests.values() for d in yaml.safe_load_all(text) if d]
+
+
+def key(obj: Obj) -> tuple[str, str, str]:
+    return obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def by_key(objects: list[Obj]) -> dict[tuple[str, str, str], Obj]:
+    keyed = {key(o): o for o in objects}
+    assert len(keyed) == len(objects), "duplicate objects"
+    return keyed
+
+
+def one(objects: list[Obj], kind: str, name: str) -> Obj:
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+@pytest.fixture(scope="module")
+def kustomized() -> list[Obj]:
+    return render_kustomize()
+
+
+@pytest.fixture(scope="module")
+def helm_rendered() -> list[Obj]:
+    return render_helm({"namespace": {"create": True}})
+
+
+@pytest.fixture(scope="module", params=["kustomize", "helm"])
+def rendered(request, kustomized, helm_rendered) -> list[Obj]:
+    return kustomized if request.param == "kustomize" else helm_rendered
+
+
+EXPECTED = {
+    ("Namespace", "", NS), ("ServiceAccount", NS, "gpushare-webhook"), ("ServiceAccount", NS, "gpushare-webhook-certs"),
+    ("ClusterRole", "", "gpushare-webhook"), ("ClusterRoleBinding", "", "gpushare-webhook"),
+    ("Role", NS, "gpushare-webhook-certs"), ("RoleBinding", NS, "gpushare-webhook-certs"),
+    ("ClusterRole", "", "gpushare-webhook-certs"), ("ClusterRoleBinding", "", "gpushare-webhook-certs"),
+    ("ConfigMap", NS, "gpushare-webhook-config"), ("Deployment", NS, "gpushare-webhook"),
+    ("PodDisruptionBudget", NS, "gpushare-webhook"), ("Service", NS, "gpushare-webhook"),
+    ("Job", NS, "gpushare-webhook-certs"), ("CronJob", NS, "gpushare-webhook-cert-rotation"),
+    ("MutatingWebhookConfiguration", "", "gpushare-webhook"),
+    ("ValidatingWebhookConfiguration", "", "gpushare-webhook"),
+}
+
+
+def test_both_render_the_expected_objects(rendered):
+    assert set(by_key(rendered)) == EXPECTED
+
+
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+def test_every_object_is_valid_against_the_kubernetes_openapi_schema(rendered, version):
+    for obj in rendered:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{key(obj)} invalid for Kubernetes {version}: {exc.message} at {list(exc.path)}")
+
+
+def _without_helm_annotations(obj: Obj) -> Obj:
+    obj = copy.deepcopy(obj)
+    for meta in (obj["metadata"], obj.get("spec", {}).get("template", {}).get("metadata", {})):
+        annotations = meta.get("annotations", {})
+        for name in [a for a in annotations if a.startswith(("helm.sh/", "checksum/"))]:
+            del annotations[name]
+        if "annotations" in meta and not annotations:
+            del meta["annotations"]
+    return obj
+
+
+def test_kustomize_and_helm_render_the_same_objects(kustomized, helm_rendered):
+    helm_objects = by_key([_without_helm_annotations(o) for o in helm_rendered])
+    for k, obj in by_key(kustomized).items():
+        assert helm_objects[k] == obj, f"{k} differs between kustomize and helm"
+    # What Helm adds: the Job runs after install/upgrade (it injects into the webhook configurations).
+    job = one(helm_rendered, "Job", "gpushare-webhook-certs")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+
+
+def test_helm_lint_finds_no_error():
+    report = helm.lint(str(CHART))
+    assert report["total_charts_linted"] == 1 and report["errors"] == []
+    # Only informational findings (severity 1, e.g. "icon is recommended") are tolerated.
+    assert all(m["severity"] <= 1 for m in report["messages"]), report["messages"]
+
+
+def test_helm_values_reach_the_objects():
+    objects = render_helm({"image": {"repository": "registry.example/gpushare", "tag": "1.2.3"}, "replicas": 3,
+                           "webhooks": {"failurePolicy": {"pods": "Ignore"}, "timeoutSeconds": 3},
+                           "gpushare": {"daemonSets": ["a-ds", "b-ds"]}, "config": {"rules": {"GS001": {
+                               "severity": "warn"}}}}, namespace="gpu-webhook")
+    assert ("Namespace", "", "gpu-webhook") not in by_key(objects)  # --create-namespace makes it
+    deployment = one(objects, "Deployment", "gpushare-webhook")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/gpushare:1.2.3"
+    mutating = one(objects, "MutatingWebhookConfiguration", "gpushare-webhook")
+    pods = mutating["webhooks"][0]
+    assert pods["failurePolicy"] == "Ignore" and pods["timeoutSeconds"] == 3
+    assert pods["clientConfig"]["service"]["namespace"] == "gpu-webhook"
+    assert pods["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "gpu-webhook"]
+    assert "['a-ds', 'b-ds']" in mutating["webhooks"][1]["matchConditions"][0]["expression"]
+    config = yaml.safe_load(one(objects, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"])
+    assert config == {"rules": {"GS001": {"severity": "warn"}}}
+    for obj in objects:
+        kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
+
+
+def pod_specs(objects: list[Obj]) -> list[tuple[str, Obj]]:
+    specs = []
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "Job"):
+            specs.append((obj["metadata"]["name"], obj["spec"]["template"]["spec"]))
+        elif obj["kind"] == "CronJob":
+            specs.append((obj["metadata"]["name"], obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]))
+    return specs
+
+
+def test_every_pod_is_locked_down(rendered):
+    specs = pod_specs(rendered)
+    assert len(specs) == 3
+    for name, spec in specs:
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and isinstance(pod["runAsUser"], int) and pod["runAsUser"] > 0, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC"), name
+        assert all("hostPath" not in v for v in spec.get("volumes", [])), name
+        for container in spec["containers"]:
+            ctx = container["securityContext"]
+            assert ctx["readOnlyRootFilesystem"] is True, name
+            assert ctx["allowPrivilegeEscalation"] is False, name
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, name
+            assert "privileged" not in ctx and "add" not in ctx["capabilities"], name
+            resources = container["resources"]
+            assert set(resources["requests"]) == {"cpu", "memory"} == set(resources["limits"]), name
+
+
+def test_deployment_is_highly_available_and_probed(rendered):
+    deployment = one(rendered, "Deployment", "gpushare-webhook")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2 and spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    labels = spec["template"]["metadata"]["labels"]
+    pod = spec["template"]["spec"]
+    hostname = [c for c in pod["topologySpreadConstraints"] if c["topologyKey"] == "kubernetes.io/hostname"]
+    assert hostname and hostname[0]["whenUnsatisfiable"] == "DoNotSchedule" and hostname[0]["maxSkew"] == 1
+    assert hostname[0]["labelSelector"]["matchLabels"].items() <= labels.items()
+    pdb = one(rendered, "PodDisruptionBudget", "gpushare-webhook")
+    assert pdb["spec"]["minAvailable"] == 1 and pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    (container,) = pod["containers"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    assert "command" not in container  # the image's entrypoint: gpushare serve
+    args = container["args"]
+    assert args[args.index("--cert-dir") + 1] == "/etc/gpushare/tls"
+    tls = next(v for v in pod["volumes"] if v["name"] == "tls")
+    assert tls["secret"]["secretName"] == "gpushare-webhook-tls"
+    service = one(rendered, "Service", "gpushare-webhook")
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+
+
+def _rules_of(objects: list[Obj], kind: str, name: str) -> list[Obj]:
+    return one(objects, kind, name)["rules"]
+
+
+def _bindings_to(objects: list[Obj], service_account: str) -> list[Obj]:
+    return [o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+            and any(s["name"] == service_account for s in o["subjects"])]
+
+
+def test_rbac_is_least_privilege(rendered):
+    # The webhook: get/list/watch on nodes and pods, nothing else, through one binding.
+    assert _rules_of(rendered, "ClusterRole", "gpushare-webhook") == [
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
+    (binding,) = _bindings_to(rendered, "gpushare-webhook")
+    assert binding["roleRef"]["name"] == "gpushare-webhook"
+    # The certificate job: its own identity and roles, its Secrets and the two configurations by name.
+    bound = {(b["kind"], b["roleRef"]["name"]) for b in _bindings_to(rendered, "gpushare-webhook-certs")}
+    assert bound == {("RoleBinding", "gpushare-webhook-certs"), ("ClusterRoleBinding", "gpushare-webhook-certs")}
+    assert _rules_of(rendered, "ClusterRole", "gpushare-webhook-certs") == [{
+        "apiGroups": ["admissionregistration.k8s.io"],
+        "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+        "resourceNames": ["gpushare-webhook"], "verbs": ["get", "patch"]}]
+    secrets = _rules_of(rendered, "Role", "gpushare-webhook-certs")
+    assert all(r["resources"] == ["secrets"] for r in secrets)
+    assert {v for r in secrets for v in r["verbs"]} == {"get", "update", "create"}
+    assert all(r.get("resourceNames") == ["gpushare-webhook-ca", "gpushare-webhook-tls"] for r in secrets
+               if r["verbs"] != ["create"])
+    for obj in rendered:
+        for rule in obj.get("rules", []) if obj["kind"] in ("Role", "ClusterRole") else []:
+            assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], key(obj)
+    jobs = [spec for name, spec in pod_specs(rendered) if name != "gpushare-webhook"]
+    assert {spec["serviceAccountName"] for spec in jobs} == {"gpushare-webhook-certs"}
+    assert one(rendered, "Deployment", "gpushare-webhook")["spec"]["template"]["spec"]["serviceAccountName"] == \
+        "gpushare-webhook"
+
+
+def webhooks(objects: list[Obj]) -> dict[str, Obj]:
+    out = {}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for webhook in one(objects, kind, "gpushare-webhook")["webhooks"]:
+            out[webhook["name"]] = {**webhook, "_kind": kind}
+    return out
+
+
+def covered(hooks: dict[str, Obj]) -> set[tuple[str, str, str]]:
+    return {(group, resource, op) for w in hooks.values() for r in w["rules"] for group in r["apiGroups"]
+            for resource in r["resources"] for op in r["operations"]}
+
+
+def test_webhook_configurations(rendered):
+    hooks = webhooks(rendered)
+    for name, webhook in hooks.items():
+        assert webhook["admissionReviewVersions"] == ["v1"], name
+        assert webhook["sideEffects"] == "None", name
+        assert isinstance(webhook["timeoutSeconds"], int) and 1 <= webhook["timeoutSeconds"] <= 10, name
+        assert webhook["failurePolicy"] in ("Fail", "Ignore"), name
+        service = webhook["clientConfig"]["service"]
+        assert (service["name"], service["namespace"], service["port"]) == ("gpushare-webhook", NS, 443), name
+        expected_path = "/mutate" if webhook["_kind"].startswith("Mutating") else "/validate"
+        assert service["path"] == expected_path, name
+    validating = {n: w for n, w in hooks.items() if w["_kind"].startswith("Validating")}
+    assert {("", "pods", "CREATE"), ("", "pods/binding", "CREATE"), ("", "nodes", "CREATE"),
+            ("", "nodes", "UPDATE")} <= covered(validating)
+    for group, resource in (("apps", "deployments"), ("apps", "statefulsets"), ("apps", "daemonsets"),
+                            ("apps", "replicasets"), ("batch", "jobs"), ("batch", "cronjobs"),
+                            ("", "replicationcontrollers")):
+        assert {(group, resource, "CREATE"), (group, resource, "UPDATE")} <= covered(validating), resource
+    assert hooks["pods.mutate.gpushare.io"]["reinvocationPolicy"] == "IfNeeded"
+    assert ("", "pods", "CREATE") in covered({"m": hooks["pods.mutate.gpushare.io"]})
+
+
+def test_namespaces_left_out_and_the_narrow_daemonset_webhook(rendered):
+    hooks = webhooks(rendered)
+    narrow = hooks.pop("gpushare-daemonsets.mutate.gpushare.io")
+    for name, webhook in hooks.items():
+        if name.startswith("nodes."):
+            assert "namespaceSelector" not in webhook  # nodes are cluster-scoped
+            continue
+        (expression,) = webhook["namespaceSelector"]["matchExpressions"]
+        assert expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "NotIn"
+        assert set(expression["values"]) == {"kube-system", NS}, name
+    assert narrow["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["kube-system"]}]
+    assert narrow["failurePolicy"] == "Ignore"
+    assert covered({"n": narrow}) == {("apps", "daemonsets", "CREATE"), ("apps", "daemonsets", "UPDATE"),
+                                      ("", "pods", "CREATE")}
+    assert narrow["matchConditions"], "the narrow webhook must select the DaemonSets by name"
+
+
+# --- matchConditions, evaluated as CEL on real objects ---------------------------------------
+
+def condition(objects: list[Obj], webhook: str) -> celpy.Runner:
+    (match,) = webhooks(objects)[webhook]["matchConditions"]
+    env = celpy.Environment()
+    return env.program(env.compile(match["expression"]))
+
+
+def matches(program: celpy.Runner, obj: Obj, *, old: Obj | None = None, resource: str = "pods") -> bool:
+    request = {"operation": "UPDATE" if old is not None else "CREATE",
+               "resource": {"group": "", "version": "v1", "resource": resource}}
+    activation = {"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
+                  "request": celpy.json_to_cel(request)}
+    result = program.evaluate(activation)
+    assert isinstance(result, celpy.celtypes.BoolType), f"CEL evaluation failed: {result!r}"
+    return bool(result)
+
+
+def pod(containers: list[Obj], init: list[Obj] | None = None, owner: str | None = None) -> Obj:
+    spec: Obj = {"containers": containers}
+    if init:
+        spec["initContainers"] = init
+    meta: Obj = {"name": "p", "namespace": "default"}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": owner, "uid": "u",
+                                    "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+GPU = {"name": "gpu", "image": "cuda", "resources": {"limits": {"aliyun.com/gpu-mem": "2"}}}
+CORE_REQUEST = {"name": "core", "image": "cuda", "resources": {"requests": {"aliyun.com/gpu-core.percentage": "30"}}}
+CPU = {"name": "cpu", "image": "nginx", "resources": {"limits": {"cpu": "1"}}}
+BARE = {"name": "bare", "image": "busybox"}
+
+
+@pytest.mark.parametrize("webhook", ["pods.mutate.gpushare.io", "pods.validate.gpushare.io"])
+def test_pod_webhooks_see_exactly_the_pods_that_share_gpus(rendered, webhook):
+    program = condition(rendered, webhook)
+    assert matches(program, pod([GPU]))
+    assert matches(program, pod([CPU, CORE_REQUEST]))  # a request alone (GS002/GS004 cases)
+    assert matches(program, pod([BARE], init=[GPU]))
+    assert matches(program, load_json("pod-realistic.json"))
+    assert not matches(program, pod([CPU, BARE]))
+    assert not matches(program, pod([BARE], init=[CPU]))
+    assert not matches(program, pod([{**CPU, "resources": {"limits": {"nvidia.com/gpu": "1"}}}]))
+
+
+def test_workload_webhooks_see_templates_that_share_gpus(rendered):
+    program = condition(rendered, "workloads.validate.gpushare.io")
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                  "spec": {"template": {"spec": pod([GPU])["spec"]}}}
+    assert matches(program, deployment, resource="deployments")
+    deployment["spec"]["template"]["spec"] = pod([CPU])["spec"]
+    assert not matches(program, deployment, resource="deployments")
+    cronjobs = condition(rendered, "cronjobs.validate.gpushare.io")
+    cronjob = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
+               "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": pod([BARE], [GPU])[
+                   "spec"]}}}}}
+    assert matches(cronjobs, cronjob, resource="cronjobs")
+    cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"] = pod([BARE])["spec"]
+    assert not matches(cronjobs, cronjob, resource="cronjobs")
+
+
+def test_node_webhook_sees_only_gpu_scheduling_labels(rendered):
+    program = condition(rendered, "nodes.validate.gpushare.io")
+
+    def node(labels: Obj | None) -> Obj:
+        meta: Obj = {"name": "n"}
+        if labels is not None:
+            meta["labels"] = labels
+        return {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+
+    assert matches(program, node({"ack.node.gpu.schedule": "cgpu"}), resource="nodes")
+    assert matches(program, node({"ack.node.gpu.placement": "spread"}), resource="nodes")
+    assert not matches(program, node({"kubernetes.io/hostname": "n"}), resource="nodes")
+    assert not matches(program, node(None), resource="nodes")
+    assert not matches(program, node({"a": "b"}), old=node(None), resource="nodes")
+    # Removing the mode label is a change the webhook must see (GN006).
+    assert matches(program, node({}), old=node({"ack.node.gpu.schedule": "share"}), resource="nodes")
+
+
+def test_narrow_webhook_selects_the_gpushare_daemonsets_by_name(rendered):
+    program = condition(rendered, "gpushare-daemonsets.mutate.gpushare.io")
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "gpushare-device-plugin-ds",
+                                                                      "namespace": "kube-system"}}
+    assert matches(program, ds, resource="daemonsets")
+    assert not matches(program, {**ds, "metadata": {"name": "kube-proxy"}}, resource="daemonsets")
+    assert matches(program, pod([BARE], owner="gpushare-device-plugin-ds"))
+    assert not matches(program, pod([BARE], owner="kube-proxy"))
+    assert not matches(program, pod([BARE]))
+
+
+def test_scheduler_extender_stanza_reaches_this_service_under_a_certified_name(kustomized):
+    from urllib.parse import urlsplit
+
+    from policies.settings import CertSettings
+
+    config = yaml.safe_load((ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    (extender,) = config["extenders"]
+    url = urlsplit(extender["urlPrefix"])
+    service = one(kustomized, "Service", "gpushare-webhook")
+    assert url.scheme == "https" and url.port == service["spec"]["ports"][0]["port"]
+    assert url.hostname == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    # `gpushare certs` issues the serving certificate for exactly this name by default.
+    assert extender["tlsConfig"]["serverName"] in CertSettings().service_dns_names()
