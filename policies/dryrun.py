@@ -20,6 +20,7 @@ from .scoring import NO_STATE, NodeScore, PodRequest, Scorer, pod_request
 from .settings import Settings, Severity
 
 FITTING_NODES_SHOWN = 3
+PLACEMENT_RULES = frozenset({"GB001", "GB002", "GB003", "GB004", "GB005"})
 
 
 @dataclass
@@ -44,12 +45,6 @@ def placement_severity(settings: Settings, rule_id: str) -> Severity | None:
         return override.severity
     registered = REGISTRY.get(rule_id)
     return registered.severity if registered is not None else "deny"
-
-
-def _unjudged_node(finding: Finding, node: str) -> bool:
-    """The engine's "node not in the cluster state" placement warning; the dry run's own says it
-    (with the rule id ``state``) and names the nodes that fit instead."""
-    return finding.rule.startswith("GB") and f"node {node} is not in the cluster state" in finding.message
 
 
 class DryRun:
@@ -85,8 +80,11 @@ class DryRun:
         if report.judged_node:
             # A pod pinned by spec.nodeName is judged by the engine's placement rules (GB001-GB005)
             # already, as the webhook judges it; add only what they did not report.
+            if state.get_node(report.judged_node) is None:
+                # The GB rules could only say "not checked: node not in the state"; the dry run's
+                # own warning says so and names the nodes that fit.
+                verdict.findings = [f for f in verdict.findings if f.rule not in PLACEMENT_RULES]
             reported = {f.rule for f in verdict.findings}
-            verdict.findings = [f for f in verdict.findings if not _unjudged_node(f, report.judged_node)]
             verdict.findings += [f for f in self._placement_findings(report, subject.label) if f.rule not in reported]
         return report
 
