@@ -269,3 +269,33 @@ def test_ledger_view_over_live_state_counts_admitted_bindings(api, live):
     assert not engine.validate(engine.subject("Binding", binding("core-x", NODE), namespace="default",
                                               state=view)).allowed
     assert ledger.counts()[0] == 0
+
+
+def test_in_cluster_config_when_running_in_a_pod(tmp_path, monkeypatch):
+    """The service-account path: KUBERNETES_SERVICE_HOST/PORT, the mounted token and CA."""
+    from kubernetes.config import incluster_config
+
+    from webhook import live_state
+
+    certs = tmp_path / "api-certs"
+    ensure_serving_certs(certs, ["localhost", "127.0.0.1"])
+    token = tmp_path / "token"
+    token.write_text("pod-token")
+    with running(FakeApiServer(tls=(certs / "tls.crt", certs / "tls.key"), token="pod-token")) as api:
+        seed(api)
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(api.port))
+        monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+        monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(certs / "ca.crt"))
+        monkeypatch.setattr(live_state, "_SERVICE_ACCOUNT_TOKEN", token)
+        assert live_state.in_cluster()
+        client, host = core_api(None)
+        assert host == f"https://127.0.0.1:{api.port}"
+        live = LiveClusterState(client, Settings().names, Settings(state=FAST).state)
+        live.start()
+        try:
+            assert live.wait_synced(10) and live.counts() == (2, 2)
+        finally:
+            live.stop()
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    assert not live_state.in_cluster()
