@@ -62,6 +62,7 @@ class PodInfo:
     gpus: tuple[PodGPU, ...]
     annotations: dict[str, str]
     topology_gpus: int = 0
+    exclusive_gpus: int = 0
 
     @property
     def key(self) -> str:
@@ -85,18 +86,33 @@ class PodInfo:
 
     @property
     def uses_gpu(self) -> bool:
-        """Worth keeping in the state: it holds shared or topology GPUs."""
-        return bool(self.gpus) or self.topology_gpus > 0
+        """Worth keeping in the state: it holds shared, topology or exclusive GPUs."""
+        return bool(self.gpus) or self.topology_gpus > 0 or self.exclusive_gpus > 0
 
     @property
     def terminated(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
 
 
+@dataclass(frozen=True, slots=True)
+class Availability:
+    """Whether stateful rules may trust the state, and if not, why (shown in messages)."""
+
+    usable: bool
+    reason: str = ""
+
+
+USABLE = Availability(True)
+
+
 class ClusterState(Protocol):
     """What rules may ask of the cluster."""
 
+    def availability(self) -> Availability: ...
+
     def get_node(self, name: str) -> NodeInfo | None: ...
+
+    def has_pod(self, namespace: str, name: str) -> bool: ...
 
     def nodes(self) -> list[NodeInfo]: ...
 
@@ -130,16 +146,22 @@ def node_resource_names(names: Names) -> tuple[str, ...]:
     return (r.gpu_mem, r.gpu_core, r.gpu_count, r.gpu_topology, r.gpu_exclusive)
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    """``value`` when it is a mapping, else empty: a malformed manifest projects to an empty field."""
+    return value if isinstance(value, dict) else {}
+
+
 def node_from_manifest(obj: dict[str, Any], names: Names) -> NodeInfo:
     """Project a Node object into a NodeInfo."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
+    meta = _mapping(obj.get("metadata"))
+    spec = _mapping(obj.get("spec"))
+    status = _mapping(obj.get("status"))
     keep = node_resource_names(names)
-    addresses = status.get("addresses") or []
+    addresses = status.get("addresses")
     internal_ip = next((a.get("address", "") for a in addresses
-                        if isinstance(a, dict) and a.get("type") == "InternalIP"), "")
-    info = status.get("nodeInfo") or {}
+                        if isinstance(a, dict) and a.get("type") == "InternalIP"), "") \
+        if isinstance(addresses, list) else ""
+    info = _mapping(status.get("nodeInfo"))
     return NodeInfo(
         name=str(meta.get("name", "")),
         labels=_str_map(meta.get("labels")),
@@ -182,21 +204,28 @@ def pod_card_annotations(names: Names) -> tuple[str, ...]:
 
 def pod_from_manifest(obj: dict[str, Any], names: Names) -> PodInfo:
     """Project a Pod object into a PodInfo, keeping only the card-allocation annotations."""
-    meta = obj.get("metadata") or {}
+    meta = _mapping(obj.get("metadata"))
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, dict):
         annotations = {}
     kept = {k: str(annotations[k]) for k in pod_card_annotations(names) if k in annotations}
     gpus, topology = pod_gpus(obj, names)
+    spec = obj.get("spec")
+    # Whole exclusive GPUs matter only for pods without shared or topology GPUs (GB002 on
+    # topology nodes); skip the second pass over the containers for the others.
+    exclusive = sum(int(c.amount(names.resources.gpu_exclusive) or 0)
+                    for c in container_requests(spec, ("spec",), names)) \
+        if isinstance(spec, dict) and not gpus and not topology else 0
     return PodInfo(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
-        node_name=str((obj.get("spec") or {}).get("nodeName") or ""),
-        phase=str((obj.get("status") or {}).get("phase") or ""),
+        node_name=str(_mapping(obj.get("spec")).get("nodeName") or ""),
+        phase=str(_mapping(obj.get("status")).get("phase") or ""),
         gpus=gpus,
         annotations=kept,
         topology_gpus=topology,
+        exclusive_gpus=exclusive,
     )
 
 
@@ -215,6 +244,9 @@ class ClusterSnapshot:
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, PodInfo] = {}
         self._by_node: dict[str, dict[str, PodInfo]] = {}
+        # Pods without GPUs are known by key only: a binding for one
+        # is then "nothing to check", not "pod not seen yet".
+        self._other: set[str] = set()
         self._generation = 0
         self._node_generation: dict[str, int] = {}
         self._log_generations: list[int] = []
@@ -249,6 +281,23 @@ class ClusterSnapshot:
         """The generation of the last change to this node or to the pods on it."""
         return self._node_generation.get(name, 0)
 
+    def availability(self) -> Availability:
+        return USABLE
+
+    def record_pod(self, pod: PodInfo) -> None:
+        """Keep a pod as the rules need it: in full when it asks for GPUs (finished ones too, which
+        rules skip and ``inspect`` shows), else by key only."""
+        key = pod.key
+        if pod.uses_gpu:
+            with self._lock:
+                self._other.discard(key)
+                self.upsert_pod(pod)
+            return
+        with self._lock:
+            if key in self._pods:
+                self._drop_pod(key)
+            self._other.add(key)
+
     def upsert_node(self, node: NodeInfo) -> None:
         with self._lock:
             self._nodes[node.name] = node
@@ -270,6 +319,16 @@ class ClusterSnapshot:
     def remove_pod(self, namespace: str, name: str) -> None:
         with self._lock:
             self._drop_pod(f"{namespace}/{name}")
+            self._other.discard(f"{namespace}/{name}")
+
+    def has_pod(self, namespace: str, name: str) -> bool:
+        key = f"{namespace}/{name}"
+        return key in self._pods or key in self._other
+
+    def pod_keys(self) -> set[str]:
+        """Every pod the snapshot knows, with or without GPUs."""
+        with self._lock:
+            return set(self._pods) | self._other
 
     def _drop_pod(self, key: str) -> None:
         old = self._pods.pop(key, None)
@@ -300,4 +359,5 @@ class ClusterSnapshot:
             return list(self._by_node.get(node, {}).values())
 
     def counts(self) -> tuple[int, int]:
+        """Nodes and GPU pods held in full."""
         return len(self._nodes), len(self._pods)

@@ -20,6 +20,7 @@ from .scoring import NO_STATE, NodeScore, PodRequest, Scorer, pod_request
 from .settings import Settings, Severity
 
 FITTING_NODES_SHOWN = 3
+PLACEMENT_RULES = frozenset({"GB001", "GB002", "GB003", "GB004", "GB005"})
 
 
 @dataclass
@@ -77,7 +78,14 @@ class DryRun:
         report.ranking = self.scorer.rank(request, state)
         report.judged_node = node or request.pinned_node
         if report.judged_node:
-            verdict.findings = verdict.findings + self._placement_findings(report, subject.label)
+            # A pod pinned by spec.nodeName is judged by the engine's placement rules (GB001-GB005)
+            # already, as the webhook judges it; add only what they did not report.
+            if state.get_node(report.judged_node) is None:
+                # The GB rules could only say "not checked: node not in the state"; the dry run's
+                # own warning says so and names the nodes that fit.
+                verdict.findings = [f for f in verdict.findings if f.rule not in PLACEMENT_RULES]
+            reported = {f.rule for f in verdict.findings}
+            verdict.findings += [f for f in self._placement_findings(report, subject.label) if f.rule not in reported]
         return report
 
     def _placement_findings(self, report: ObjectReport, label: str) -> list[Finding]:

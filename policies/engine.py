@@ -5,14 +5,17 @@ Every way in (webhook, dry-run, ``gpushare check``) calls this, so they cannot d
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
-from .cluster import ClusterState
+from .assume import PlacementLedger
+from .catalog import build_catalog
+from .cluster import ClusterState, pod_from_manifest
 from .exemptions import read_exemption
 from .mutations import MUTATIONS, Op, plan_patch
-from .rules.base import REGISTRY, Finding, Rule, Subject, UserInfo
+from .rules.base import REGISTRY, Finding, Rule, StateUnavailable, Subject, UserInfo
+from .rules.placement_rules import placed_pod, placement_of
 from .settings import Settings, Severity
 
 
@@ -59,6 +62,7 @@ class Engine:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.names = settings.names
+        self.catalog = build_catalog(settings.catalog)
         unknown = set(settings.rules) - set(REGISTRY) - set(MUTATIONS)
         if unknown:
             raise ValueError(f"config names unknown rules: {', '.join(sorted(unknown))}")
@@ -90,7 +94,8 @@ class Engine:
                 old: dict[str, Any] | None = None, user: UserInfo | None = None,
                 state: ClusterState | None = None) -> Subject:
         return Subject(kind=kind, obj=obj, names=self.names, operation=operation, namespace=namespace,
-                       old=old, user=user or UserInfo(), state=state)
+                       old=old, user=user or UserInfo(), state=state, settings=self.settings,
+                       catalog=self.catalog)
 
     def validate(self, subject: Subject) -> Verdict:
         """Run every active rule for the subject's kind and operation.
@@ -100,15 +105,58 @@ class Engine:
         """
         verdict = Verdict(subject.kind, subject.name, subject.ns)
         exemption = read_exemption(subject.obj, subject.kind, self.names)
+        # Rules that could not run for the same reason are reported together, once.
+        unavailable: dict[tuple[str, str, str], tuple[StateUnavailable, list[str]]] = {}
         for active in self.rules_for(subject.kind, subject.operation):
             if active.rule.stateful and subject.state is None:
                 continue
             exempt = exemption is not None and exemption.covers(active.rule.id)
             found = verdict.exempted if exempt else verdict.findings
-            for message, path in active.rule.check(subject):
-                found.append(Finding(active.rule.id, active.severity, f"{active.rule.id}: {message}", path))
+            try:
+                for message, path, *advisory in active.rule.check(subject):
+                    # A check may mark a finding advisory ("warn"); it never hardens a warn rule.
+                    severity = "warn" if advisory and advisory[0] == "warn" else active.severity
+                    found.append(Finding(active.rule.id, severity, f"{active.rule.id}: {message}", path))
+            except StateUnavailable as exc:
+                if subject.state is not None and not exempt:
+                    unavailable.setdefault((exc.switch, exc.what, exc.reason), (exc, []))[1].append(active.rule.id)
+        verdict.findings.extend(self._unavailable(exc, ids) for exc, ids in unavailable.values())
         if verdict.exempted and exemption is not None:
             verdict.exemption_reason = exemption.reason
+        return verdict
+
+    def _unavailable(self, exc: StateUnavailable, rule_ids: list[str]) -> Finding:
+        """The configured fail mode for stateful rules whose state is not usable."""
+        mode = getattr(self.settings.state.when_unavailable, exc.switch)
+        setting = f"state.when_unavailable.{exc.switch}"
+        prefix = f"{', '.join(rule_ids)}: {exc.what} because the cluster state is not usable ({exc.reason})"
+        if mode == "closed":
+            return Finding(rule_ids[0], "deny", f"{prefix}; denied ({setting}: closed), retry when the webhook "
+                                                f"has synced")
+        return Finding(rule_ids[0], "warn", f"{prefix}; admitted without the check ({setting}: open)")
+
+    def admit(self, subject: Subject, ledger: PlacementLedger) -> Verdict:
+        """``validate`` plus its admission side effect: record what was admitted in ``ledger``.
+
+        A placement is judged and recorded under its node's lock, so concurrent placements onto
+        one node see each other. ``subject.state`` should be ``ledger.view(...)``. Dry-run and
+        offline paths call ``validate`` instead and record nothing.
+        """
+        where = placement_of(subject)
+        if where is None:
+            verdict = self.validate(subject)
+            if verdict.allowed and subject.kind == "Pod" and subject.operation == "CREATE" \
+                    and subject.metadata.get("name"):
+                pod = pod_from_manifest(subject.obj, self.names)
+                ledger.remember_created(pod if pod.namespace == subject.ns or not subject.ns
+                                        else replace(pod, namespace=subject.ns))
+            return verdict
+        with ledger.node_lock(where.node):
+            verdict = self.validate(subject)
+            if verdict.allowed:
+                pod = placed_pod(subject)
+                if pod is not None:
+                    ledger.assume(pod)
         return verdict
 
     def mutate(self, subject: Subject) -> Verdict:

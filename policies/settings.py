@@ -119,6 +119,70 @@ class CertRotationSettings(_Section):
     ca_secret: str = "gpushare-webhook-ca"
 
 
+FailMode = Literal["open", "closed"]
+
+
+class WhenStateUnavailable(_Section):
+    """What stateful rules do when the cluster state is not there (not synced, unreachable, stale).
+
+    fail-open admits with an admission warning; fail-closed denies and says why.
+    """
+
+    # A pod (binding) that cannot be checked is admitted: the scheduler and kubelet still
+    # guard capacity, and blocking every binding while the API is flaky stops the cluster.
+    placement: FailMode = "open"
+    # A node mode change that cannot be checked is refused: it is rare, done by a person
+    # who can retry, and getting it wrong breaks running GPU pods (seed 002).
+    node_mode_change: FailMode = "closed"
+
+
+class StateSettings(_Section):
+    """The cluster state the stateful rules read, and the record of admitted placements."""
+
+    when_unavailable: WhenStateUnavailable = WhenStateUnavailable()
+    # A watch that has been disconnected longer than this makes the state stale.
+    stale_after_seconds: float = Field(30.0, gt=0)
+    # Bindings this process admitted that the watch has not shown yet (GB001 under concurrency).
+    assume_ttl_seconds: float = Field(60.0, gt=0)
+    assume_max_entries: int = Field(20000, ge=1)
+    # Pods this process admitted at CREATE, so a binding that follows before the watch finds them.
+    recent_pods_ttl_seconds: float = Field(60.0, gt=0)
+    recent_pods_max_entries: int = Field(20000, ge=1)
+    # The live source (list + watch of Nodes and Pods).
+    list_page_size: int = Field(500, ge=1)
+    watch_timeout_seconds: int = Field(300, ge=1)
+    connect_timeout_seconds: float = Field(10.0, gt=0)
+    backoff_initial_seconds: float = Field(0.5, gt=0)
+    backoff_max_seconds: float = Field(30.0, gt=0)
+
+
+class NodePolicySettings(_Section):
+    """Node rules GN001-GN008: who may switch modes, where nodes show what the rules read."""
+
+    # GN005: identities allowed to switch an existing node to core_mem (the node-pool machinery).
+    node_pool_users: tuple[str, ...] = ()
+    node_pool_groups: tuple[str, ...] = ()
+    # GN007: node labels (first present wins) that carry the NVIDIA driver version.
+    driver_version_labels: tuple[str, ...] = ("ack.aliyun.com/nvidia-driver-version",
+                                              "aliyun.accelerator/nvidia_driver_version")
+    # GN008: a label or annotation with one of these keys (value not "false") shows the MPS control daemon.
+    mps_daemon_keys: tuple[str, ...] = ("gpushare.io/mps-control-daemon",)
+    # GN004: a node with this taint has not been initialised by its cloud provider yet.
+    uninitialized_taint: str = "node.cloudprovider.kubernetes.io/uninitialized"
+
+
+class CatalogSettings(_Section):
+    """Facts from the seeds (policies/data/*.yaml), overridable by operators.
+
+    ``file`` is a YAML file with the same keys as the shipped data; ``regions`` and
+    ``versions`` override single entries inline. Later sources win per key.
+    """
+
+    file: Path | None = None
+    regions: dict[str, tuple[str, ...] | None] = Field(default_factory=dict)
+    versions: dict[str, Any] = Field(default_factory=dict)
+
+
 class CheckSettings(_Section):
     """Defaults of ``gpushare check`` (its command-line options win)."""
 
@@ -189,6 +253,9 @@ class Settings(_Section):
     logging: LogSettings = LogSettings()
     auth: AuthSettings = AuthSettings()
     scoring: ScoringSettings = ScoringSettings()
+    state: StateSettings = StateSettings()
+    nodes: NodePolicySettings = NodePolicySettings()
+    catalog: CatalogSettings = CatalogSettings()
 
 
 class ConfigFileError(ValueError):

@@ -546,7 +546,9 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 api.requests.append(Request(self.command, parts.path, query))
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
-            if api.token is not None and self.headers.get("Authorization") != f"Bearer {api.token}":
+            scheme, _, credential = (self.headers.get("Authorization") or "").partition(" ")
+            # The scheme is case-insensitive (RFC 9110); the in-cluster client sends "bearer".
+            if api.token is not None and (scheme.lower() != "bearer" or credential != api.token):
                 self._error(ApiError(401, "Unauthorized", "Unauthorized"))
                 return
             failure = api._take_failure()

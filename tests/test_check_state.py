@@ -60,8 +60,12 @@ def test_stateful_rules_get_the_snapshot_for_every_kind(tmp_path, probe):
     manifests = write_yaml(tmp_path / "m.yaml", *_objects())
     runner = CliRunner()
     with_state = runner.invoke(main, ["check", "-f", "json", "--snapshot", SNAPSHOT, str(manifests)])
-    assert with_state.exit_code == 0, with_state.output
-    messages = [f["message"] for f in json.loads(with_state.output)["findings"] if f["rule"] == probe]
+    # The real stateful rules judge these objects against the snapshot too: the demo node runs a
+    # core+mem pod, so relabelling it (GN006) and placing a mem-only pod there (GB001) fail.
+    assert with_state.exit_code == 1, with_state.output
+    findings = json.loads(with_state.output)["findings"]
+    assert {"GN006", "GB001"} <= {f["rule"] for f in findings}
+    messages = [f["message"] for f in findings if f["rule"] == probe]
     assert messages == [
         f"GT900: Node {KNOWN_NODE} op=UPDATE nodes=4 known=True old-mode=core_mem",
         "GT900: Node new-pool-node op=CREATE nodes=4 known=True old-mode=None",
@@ -70,8 +74,9 @@ def test_stateful_rules_get_the_snapshot_for_every_kind(tmp_path, probe):
         "GT900: Job default/job op=CREATE nodes=4 known=True old-mode=None",
     ]
     without = runner.invoke(main, ["check", "-f", "json", str(manifests)])
-    assert without.exit_code == 0
-    assert [f for f in json.loads(without.output)["findings"] if f["rule"] == probe] == []
+    assert without.exit_code == 1  # GN004: the new cgpu node shows no ECS provider ID (stateless)
+    rules = {f["rule"] for f in json.loads(without.output)["findings"]}
+    assert "GN004" in rules and not rules & {probe, "GN006", "GB001", "GB002", "GB003", "GB004", "GB005"}
 
 
 def test_node_manifests_are_judged_with_and_without_a_snapshot(tmp_path):

@@ -136,7 +136,8 @@ def test_a_pod_pinned_by_node_name_is_judged_there(server, session):
     [result] = ok(dry_run(server, session, json.dumps(pod), "application/json"))
     assert result["node"] == SHARE_NODE and result["allowed"] is False
     assert result["violations"][0]["message"].startswith(
-        f'GB004: Pod default/big: node {SHARE_NODE}: container "big" fits no card: GPU0 has 12/15 GiB free, needs 13')
+        f'GB004: Pod default/big (container "big" aliyun.com/gpu-mem=13): node {SHARE_NODE}: container "big" fits '
+        "no card: GPU0 has 12/15 GiB free, needs 13")
 
 
 def test_dry_run_has_no_side_effects(server, session):

@@ -11,6 +11,7 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
 from policies.engine import Engine
 from policies.settings import Settings
@@ -46,6 +47,10 @@ class Services:
     state_source: str = "none"
     # Filled by the state source (snapshot: once at load; live: per watch event); read by /metrics.
     state_status: StateStatus | None = None
+    # Admission side effects (the assume-cache); None where nothing may be recorded.
+    ledger: PlacementLedger | None = None
+    # Run in the serving process before it answers (threads do not survive gunicorn's fork).
+    start: Callable[[], None] = field(default=lambda: None)
 
 
 def _drain(limit: int) -> None:
@@ -108,7 +113,7 @@ def create_app(services: Services) -> Flask:
         review: AdmissionReview | None = None
         try:
             review = parse_review(read_json_body(max_bytes, gate))
-            body = answer_review(review, services.engine, services.state, mode)
+            body = answer_review(review, services.engine, services.state, mode, services.ledger)
         except (BadRequest, ReviewError) as exc:
             observer.refused(mode, 400, str(exc), time.perf_counter() - started, review)
             return error_response(400, str(exc))

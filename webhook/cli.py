@@ -41,23 +41,31 @@ def main() -> None:
               help="Directory with tls.crt/tls.key; a CA and certificate are generated when missing.")
 @click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
               help="Cluster state from a `kubectl get nodes,pods -A -o yaml` file.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
+              help="Watch the cluster of this kubeconfig (default: in-cluster when running in a pod, "
+                   "else the embedded demo snapshot).")
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
               help="YAML config file (default .gpushare.yaml when present).")
 def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: Path | None,
-          config: Path | None) -> None:
+          kubeconfig: Path | None, config: Path | None) -> None:
     """Run the admission webhook over TLS under gunicorn."""
+    from policies.catalog import CatalogError
     from webhook.auth import AuthConfigError
+    from webhook.live_state import StateSourceError
     from webhook.logs import configure_logging
     from webhook.runtime import serve as run
     from webhook.state import SnapshotError
+
+    if snapshot is not None and kubeconfig is not None:
+        raise UsageFailure("give --snapshot or --kubeconfig, not both")
 
     if config is None and Path(".gpushare.yaml").is_file():
         config = Path(".gpushare.yaml")
     settings = _settings(config, host=host, port=port, cert_dir=cert_dir)
     configure_logging(settings.logging)
     try:
-        run(settings, settings.server.cert_dir, snapshot)
-    except (SnapshotError, AuthConfigError) as exc:
+        run(settings, settings.server.cert_dir, snapshot, kubeconfig)
+    except (SnapshotError, AuthConfigError, StateSourceError, CatalogError) as exc:
         raise UsageFailure(str(exc)) from None
 
 

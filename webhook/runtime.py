@@ -9,6 +9,7 @@ from pathlib import Path
 from flask import Flask
 
 from certs.issue import ensure_serving_certs
+from policies.assume import PlacementLedger
 from policies.engine import Engine
 from policies.settings import Settings
 
@@ -22,9 +23,32 @@ from .state_status import StateStatus
 log = logging.getLogger("gpushare.serve")
 
 
-def build_services(settings: Settings, snapshot: Path | None) -> Services:
-    """Engine and cluster state for one server process."""
+def new_ledger(settings: Settings) -> PlacementLedger:
+    s = settings.state
+    return PlacementLedger(s.assume_ttl_seconds, s.assume_max_entries, s.recent_pods_ttl_seconds,
+                           s.recent_pods_max_entries)
+
+
+def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path | None = None) -> Services:
+    """Engine and cluster state for one server process.
+
+    The source is, in order: ``snapshot``, else the cluster of ``kubeconfig``, else the
+    in-cluster service account, else the embedded demo snapshot. Watch threads do not
+    survive gunicorn's fork, so the live source is configured here (failing fast on a bad
+    kubeconfig) and started by ``Services.start`` in the worker.
+    """
+    from .live_state import LiveClusterState, core_api, in_cluster
+
     engine = Engine(settings)
+    ledger = new_ledger(settings)
+    if snapshot is None and (kubeconfig is not None or in_cluster()):
+        api, host = core_api(kubeconfig)
+        source = f"live:{kubeconfig}" if kubeconfig is not None else "live:in-cluster"
+        status = StateStatus(source)
+        live = LiveClusterState(api, settings.names, settings.state, status=status)
+        log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
+        return Services(settings=settings, engine=engine, state=live, ready=live.synced,
+                        state_source=source, state_status=status, ledger=ledger, start=live.start)
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"
@@ -32,9 +56,9 @@ def build_services(settings: Settings, snapshot: Path | None) -> Services:
         state = load_demo_snapshot(settings.names)
         source = "demo-snapshot"
     nodes, pods = state.counts()
-    log.warning("cluster state source: %s (%d nodes, %d shared-GPU pods)", source, nodes, pods)
+    log.warning("cluster state source: %s (%d nodes, %d GPU pods)", source, nodes, pods)
     return Services(settings=settings, engine=engine, state=state, state_source=source,
-                    state_status=StateStatus.loaded_snapshot(source))
+                    state_status=StateStatus.loaded_snapshot(source), ledger=ledger)
 
 
 def serving_names(settings: Settings) -> list[str]:
@@ -49,16 +73,18 @@ def prepare_certificates(settings: Settings, cert_dir: Path) -> bool:
     return generated
 
 
-def serve(settings: Settings, cert_dir: Path, snapshot: Path | None) -> None:
+def serve(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig: Path | None = None) -> None:
     """Generate certificates if missing, then run the webhook under gunicorn until signalled."""
     prepare_certificates(settings, cert_dir)
-    services = build_services(settings, snapshot)  # fail fast on a bad snapshot, before forking
+    # Fail fast on a bad snapshot or kubeconfig, before forking.
+    services = build_services(settings, snapshot, kubeconfig)
     configured_guards(settings.auth)  # and on an unusable CA or token file
     if settings.server.workers > 1:
         log.warning("server.workers=%d: each process keeps its own /metrics registry and binding "
                     "assume-cache; see docs/operations.md", settings.server.workers)
 
     def factory() -> Flask:
+        services.start()
         app = create_app(services)
         # Everything built at start-up lives as long as the worker: move it out of the cyclic
         # collector's reach so per-request collections scan only request garbage.

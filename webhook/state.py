@@ -60,9 +60,7 @@ def snapshot_from_objects(items: list[dict[str, Any]], names: Names) -> ClusterS
         if kind == "Node":
             snapshot.upsert_node(node_from_manifest(item, names))
         elif kind == "Pod":
-            pod = pod_from_manifest(item, names)
-            if pod.uses_gpu:
-                snapshot.upsert_pod(pod)
+            snapshot.record_pod(pod_from_manifest(item, names))
     return snapshot
 
 

@@ -2,6 +2,8 @@
 
 from . import (  # noqa: F401  (each import registers a family)
     exemptions,
+    node_rules,
+    placement_rules,
     pod_resources,
 )
 from .base import REGISTRY, Finding, Rule, Subject, UserInfo

@@ -11,7 +11,9 @@ from ..resources import ContainerRequest, Path, container_requests, pod_spec, re
 from ..settings import Names, Severity
 
 if TYPE_CHECKING:
+    from ..catalog import Catalog
     from ..cluster import ClusterState
+    from ..settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,15 @@ class UserInfo:
     groups: tuple[str, ...] = ()
 
 
+class StateUnavailable(Exception):
+    """A stateful rule needs the cluster state and it is not usable; the engine applies the
+    configured fail mode (``state.when_unavailable.<switch>``)."""
+
+    def __init__(self, switch: str, what: str, reason: str) -> None:
+        super().__init__(f"{what}: {reason}")
+        self.switch, self.what, self.reason = switch, what, reason
+
+
 @dataclass
 class Subject:
     """The object under review, with what the rules derive from it computed once."""
@@ -46,6 +57,19 @@ class Subject:
     old: dict[str, Any] | None = None
     user: UserInfo = field(default_factory=UserInfo)
     state: ClusterState | None = None
+    settings: Settings | None = None
+    catalog: Catalog | None = None
+    # Results several rules share (e.g. one placement check feeds GB001-GB005).
+    memo: dict[str, Any] = field(default_factory=dict)
+
+    def usable_state(self, switch: str, what: str) -> ClusterState:
+        """The cluster state, or StateUnavailable naming what could not be checked and why."""
+        if self.state is None:
+            raise StateUnavailable(switch, what, "no cluster state was given")
+        availability = self.state.availability()
+        if not availability.usable:
+            raise StateUnavailable(switch, what, availability.reason)
+        return self.state
 
     @cached_property
     def metadata(self) -> dict[str, Any]:

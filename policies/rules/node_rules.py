@@ -1,0 +1,266 @@
+"""GN001-GN008: GPU scheduling modes on Node CREATE and UPDATE (seeds 000, 001, 002, 003).
+
+On UPDATE a rule judges only what the update changes: a node that already carries a bad
+value is not held hostage on unrelated updates (the node lifecycle controller tainting
+it, an operator adding a label), which would otherwise be denied forever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+
+from ..catalog import Catalog, default_catalog
+from ..cluster import NodeInfo, node_from_manifest
+from ..compatibility import node_mismatches
+from ..placement import ALL_MODES, SHARED_MODES, cpu_manager_policy
+from ..resources import Path
+from ..settings import NodePolicySettings
+from .base import Subject, rule
+
+NODE = ("Node",)
+PLACEMENTS = ("binpack", "spread")
+# cGPU isolation runs only on ECS instances (002).
+ECS_ONLY_MODES = frozenset({"cgpu", "core_mem"})
+Found = Iterator[tuple[str, Path] | tuple[str, Path, str]]
+
+
+def _node(subject: Subject) -> NodeInfo:
+    if "node" not in subject.memo:
+        subject.memo["node"] = node_from_manifest(subject.obj, subject.names)
+    return subject.memo["node"]
+
+
+def _old_node(subject: Subject) -> NodeInfo | None:
+    if subject.operation != "UPDATE" or not isinstance(subject.old, dict):
+        return None
+    if "old_node" not in subject.memo:
+        subject.memo["old_node"] = node_from_manifest(subject.old, subject.names)
+    return subject.memo["old_node"]
+
+
+def _changed(subject: Subject, fact: Callable[[NodeInfo], Hashable]) -> bool:
+    """True on CREATE, and on UPDATE when ``fact`` of the node differs from the old node."""
+    old = _old_node(subject)
+    return old is None or fact(old) != fact(_node(subject))
+
+
+def _mode(node: NodeInfo, subject: Subject) -> str:
+    return node.labels.get(subject.names.labels.schedule, "")
+
+
+def _policy(subject: Subject) -> NodePolicySettings:
+    return subject.settings.nodes if subject.settings is not None else NodePolicySettings()
+
+
+def _catalog(subject: Subject) -> Catalog:
+    return subject.catalog if subject.catalog is not None else default_catalog()
+
+
+def _label_path(key: str) -> Path:
+    return ("metadata", "labels", key)
+
+
+def region_of(node: NodeInfo, subject: Subject) -> str:
+    """The region label, else the region an ECS provider ID starts with (alicloud://cn-beijing.i-...)."""
+    region = node.labels.get(subject.names.labels.region, "")
+    if region:
+        return region
+    for prefix in subject.names.ecs_provider_prefixes:
+        if node.provider_id.startswith(prefix):
+            head = node.provider_id[len(prefix):].split(".", 1)
+            return head[0] if len(head) == 2 else ""
+    return ""
+
+
+@rule("GN001", severity="deny", seed="003", kinds=NODE,
+      title="GPU scheduling and placement labels carry known values",
+      doc="ack.node.gpu.schedule is one of default, cgpu, core_mem, share, mps, topology; "
+          "ack.node.gpu.placement is binpack or spread and only means something with a shared mode.")
+def known_mode_values(subject: Subject) -> Found:
+    labels = subject.names.labels
+    node = _node(subject)
+    mode = _mode(node, subject)
+    if labels.schedule in node.labels and mode not in ALL_MODES and _changed(subject, lambda n: _mode(n, subject)):
+        yield (f"Node {node.name}: {labels.schedule}={mode!r} is not a GPU scheduling mode; use one of "
+               f"{', '.join(sorted(ALL_MODES))}", _label_path(labels.schedule))
+    placement = node.labels.get(labels.placement)
+    if placement is None or not _changed(subject, lambda n: (_mode(n, subject), n.labels.get(labels.placement))):
+        return
+    if placement not in PLACEMENTS:
+        yield (f"Node {node.name}: {labels.placement}={placement!r} is not a placement policy; use binpack "
+               f"(the default) or spread", _label_path(labels.placement))
+    elif mode not in SHARED_MODES:
+        shown = mode or "unset (exclusive)"
+        yield (f"Node {node.name}: {labels.placement}={placement} has no effect with {labels.schedule}={shown}; "
+               f"it applies only to the shared modes {', '.join(sorted(SHARED_MODES))}",
+               _label_path(labels.placement), "warn")
+
+
+@rule("GN002", severity="deny", seed="001, 002", kinds=NODE,
+      title="No shared GPU mode on a node with the static CPU manager policy",
+      doc="Shared GPU scheduling does not support the kubelet's static CPU manager policy.")
+def no_shared_mode_with_static_cpu(subject: Subject) -> Found:
+    node = _node(subject)
+    mode = _mode(node, subject)
+    key = subject.names.labels.cpu_manager_policy
+    if mode not in SHARED_MODES or cpu_manager_policy(node, subject.names) != "static":
+        return
+    if _changed(subject, lambda n: (_mode(n, subject), cpu_manager_policy(n, subject.names))):
+        where = "labels" if node.labels.get(key) else "annotations"
+        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} on a node whose CPU manager policy is "
+               f"static ({key}=static); shared GPU scheduling needs policy none, or use "
+               f"{subject.names.labels.schedule}=default", ("metadata", where, key))
+
+
+@rule("GN003", severity="deny", seed="000, 002", kinds=NODE,
+      title="The mode is available in the node's region",
+      doc="cgpu and mps need a region with GPU memory isolation (002); core_mem a region with "
+          "computing power allocation (000); share works in any region.")
+def mode_available_in_region(subject: Subject) -> Found:
+    node = _node(subject)
+    mode = _mode(node, subject)
+    allowed = _catalog(subject).regions_for(mode)
+    if allowed is None or not _changed(subject, lambda n: (_mode(n, subject), region_of(n, subject))):
+        return
+    region = region_of(node, subject)
+    path = _label_path(subject.names.labels.schedule)
+    listed = ", ".join(sorted(allowed))
+    if not region:
+        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} but the node shows no region "
+               f"({subject.names.labels.region} label or ECS provider ID), so it cannot be checked; "
+               f"{mode} works in {listed}", path, "warn")
+    elif region not in allowed:
+        regions = {m: _catalog(subject).regions_for(m) for m in sorted(SHARED_MODES) if m != mode}
+        other = [m for m, listed_for in regions.items() if listed_for is None or region in listed_for]
+        hint = f"; in {region} use {' or '.join(other)}" if other else ""
+        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} is not available in region {region}; "
+               f"{mode} works in {listed}{hint}", path)
+
+
+@rule("GN004", severity="deny", seed="002", kinds=NODE,
+      title="cgpu and core_mem only on ECS nodes",
+      doc="cGPU memory isolation works only on ECS instances: a node whose providerID does not "
+          "start with alicloud:// must not carry cgpu or core_mem.")
+def isolation_only_on_ecs(subject: Subject) -> Found:
+    node = _node(subject)
+    mode = _mode(node, subject)
+    if mode not in ECS_ONLY_MODES or not _changed(subject, lambda n: (_mode(n, subject), n.provider_id)):
+        return
+    prefixes = subject.names.ecs_provider_prefixes
+    if any(node.provider_id.startswith(p) for p in prefixes):
+        return
+    path = _label_path(subject.names.labels.schedule)
+    taint = _policy(subject).uninitialized_taint
+    spec = subject.obj.get("spec")
+    taints = spec.get("taints") if isinstance(spec, dict) else None
+    waiting = not node.provider_id and isinstance(taints, list) and any(
+        isinstance(t, dict) and t.get("key") == taint for t in taints)
+    if waiting:
+        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} needs an ECS node, and the cloud "
+               f"provider has not set spec.providerID yet ({taint}); it is checked again when it does",
+               path, "warn")
+        return
+    shown = node.provider_id or "empty"
+    yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} needs an ECS node (spec.providerID "
+           f"starting with {' or '.join(prefixes)}), but spec.providerID is {shown}; use "
+           f"{subject.names.labels.schedule}=share on non-ECS nodes", path)
+
+
+@rule("GN005", severity="deny", seed="000", kinds=NODE, operations=("UPDATE",),
+      title="core_mem is not switched on by relabelling an existing node",
+      doc="Computing power allocation does not work when an existing node is labelled core_mem; "
+          "add the node to a core_mem node pool instead. Nodes created with the label, and the "
+          "configured node-pool identities, may.")
+def no_core_mem_by_relabel(subject: Subject) -> Found:
+    old = _old_node(subject)
+    node = _node(subject)
+    if old is None or _mode(node, subject) != "core_mem" or _mode(old, subject) == "core_mem":
+        return
+    policy = _policy(subject)
+    if subject.user.username in policy.node_pool_users or set(subject.user.groups) & set(policy.node_pool_groups):
+        return
+    before = _mode(old, subject) or "unset"
+    who = subject.user.username or "an unnamed user"
+    identities = [*policy.node_pool_users, *(f"group {g}" for g in policy.node_pool_groups)]
+    allowed = ", ".join(identities) or "none configured"
+    yield (f"Node {node.name}: {subject.names.labels.schedule} {before} -> core_mem by {who} relabels an existing "
+           f"node, which does not enable computing power allocation; remove the node and add it to a node pool "
+           f"labelled core_mem (node-pool identities allowed to relabel: {allowed})",
+           _label_path(subject.names.labels.schedule))
+
+
+@rule("GN006", severity="deny", seed="002, 003", kinds=NODE, operations=("UPDATE",), stateful=True,
+      title="The mode does not change under running GPU pods",
+      doc="Changing ack.node.gpu.schedule while pods using GPU resources run on the node breaks "
+          "them; removing the label does not restore exclusive mode (use default).")
+def no_mode_change_under_pods(subject: Subject) -> Found:
+    old = _old_node(subject)
+    node = _node(subject)
+    if old is None:
+        return
+    schedule = subject.names.labels.schedule
+    before, after = _mode(old, subject), _mode(node, subject)
+    if before == after:
+        return
+    path = _label_path(schedule)
+    if schedule not in node.labels and before not in ("", "default"):
+        yield (f"Node {node.name}: removing {schedule}={before} does not restore exclusive GPU scheduling; set "
+               f"{schedule}=default explicitly", path, "warn")
+    shown_before, shown_after = before or "unset", after or "unset"
+    state = subject.usable_state("node_mode_change",
+                                 f"Node {node.name}: {schedule} {shown_before} -> {shown_after} could not be "
+                                 f"checked for running GPU pods")
+    running = sorted(p.key for p in state.pods_on_node(node.name) if p.uses_gpu and not p.terminated)
+    if running:
+        shown = ", ".join(running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5 else "")
+        yield (f"Node {node.name}: {schedule} {shown_before} -> {shown_after} while {len(running)} GPU pod(s) run "
+               f"on it ({shown}); drain the node first, then change the mode (accepted: {schedule}={shown_before} "
+               f"until no GPU pods run there)", path)
+
+
+@rule("GN007", severity="deny", seed="002", kinds=NODE,
+      title="Node components fit the cGPU version matrix",
+      doc="Enabling cgpu, core_mem or mps checks kubelet, container runtime, OS image, NVIDIA driver "
+          "and GPU series against the matrix of seed 002: known-incompatible values are denied, "
+          "values the node does not show or the matrix does not know are warned about.")
+def components_fit_matrix(subject: Subject) -> Found:
+    node = _node(subject)
+    mode = _mode(node, subject)
+    matrix = _catalog(subject).versions
+    if mode not in matrix.modes or not _changed(subject, lambda n: _mode(n, subject)):
+        return
+    found = node_mismatches(node, mode, matrix, subject.names, _policy(subject).driver_version_labels)
+    path = _label_path(subject.names.labels.schedule)
+    bad = [m for m in found if m.status == "incompatible"]
+    unknown = [m for m in found if m.status == "unknown"]
+    if bad:
+        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} on incompatible components: "
+               + "; ".join(m.message for m in bad), path)
+    if unknown:
+        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode}: could not confirm "
+               f"{', '.join(m.component for m in unknown)} against the version matrix: "
+               + "; ".join(m.message for m in unknown), path, "warn")
+
+
+def shows_mps_daemon(node: NodeInfo, keys: tuple[str, ...]) -> bool:
+    for key in keys:
+        value = node.labels.get(key, node.annotations.get(key))
+        if value is not None and value.lower() != "false":
+            return True
+    return False
+
+
+@rule("GN008", severity="warn", seed="003", kinds=NODE,
+      title="mps nodes show the MPS control daemon",
+      doc="The mps mode needs the MPS Control Daemon component; warn when the node does not show it.")
+def mps_needs_daemon(subject: Subject) -> Found:
+    node = _node(subject)
+    keys = _policy(subject).mps_daemon_keys
+    if _mode(node, subject) != "mps" or not keys:
+        return
+    if shows_mps_daemon(node, keys) or not _changed(subject, lambda n: (_mode(n, subject),
+                                                                          shows_mps_daemon(n, keys))):
+        return
+    yield (f"Node {node.name}: {subject.names.labels.schedule}=mps but the node does not show the MPS control "
+           f"daemon (label or annotation {' or '.join(keys)}); install the MPS Control Daemon component",
+           _label_path(subject.names.labels.schedule))

@@ -1,0 +1,188 @@
+"""GB001-GB005: a pod placed on a node, by a ``pods/binding`` CREATE or a Pod created with
+``spec.nodeName``. The pod of a Binding comes from the cluster state; the node and the pods
+already on it always do. One ``placement_problems`` call (shared with scoring) feeds all five.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..cluster import PodInfo, pod_from_manifest
+from ..placement import PodDemand, demand_from_containers, placement_problems
+from ..resources import Path
+from .base import StateUnavailable, Subject, rule
+
+PLACED_KINDS = ("Binding", "Pod")
+SWITCH = "placement"
+Found = Iterator[tuple[str, Path]]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A pod going to a node, as the subject tells it."""
+
+    namespace: str
+    pod_name: str
+    node: str
+    path: Path
+
+    @property
+    def pod_key(self) -> str:
+        return f"{self.namespace}/{self.pod_name}"
+
+
+def placement_of(subject: Subject) -> Placement | None:
+    """The pod and node of a Binding CREATE, or of a Pod created with spec.nodeName; else None."""
+    if subject.operation != "CREATE":
+        return None
+    if subject.kind == "Binding":
+        target: Any = subject.obj.get("target")
+        if not isinstance(target, dict) or target.get("kind", "Node") != "Node":
+            return None
+        node, path = target.get("name"), ("target", "name")
+    elif subject.kind == "Pod":
+        spec = subject.obj.get("spec")
+        node, path = (spec.get("nodeName") if isinstance(spec, dict) else None), ("spec", "nodeName")
+    else:
+        return None
+    name = subject.metadata.get("name")
+    if not isinstance(node, str) or not node or not isinstance(name, str) or not name:
+        return None
+    return Placement(subject.ns or "default", name, node, path)
+
+
+def _demand(subject: Subject, where: Placement, pod: PodInfo | None) -> PodDemand:
+    if pod is not None:
+        return PodDemand(pod.key, pod.gpus, pod.exclusive_gpus, pod.topology_gpus)
+    return demand_from_containers(where.pod_key, subject.containers, subject.names)
+
+
+def _needs_check(demand: PodDemand) -> bool:
+    return demand.uses_shared or demand.whole_gpus > 0 or demand.topology_gpus > 0
+
+
+def placed_pod(subject: Subject) -> PodInfo | None:
+    """The pod record this placement adds to its node (what the assume-cache keeps), if it uses GPUs."""
+    where = placement_of(subject)
+    if where is None:
+        return None
+    if subject.kind == "Binding":
+        pod = subject.state.get_pod(where.namespace, where.pod_name) if subject.state is not None else None
+    else:
+        pod = replace(pod_from_manifest(subject.obj, subject.names), namespace=where.namespace)
+    if pod is None or not pod.uses_gpu:
+        return None
+    return replace(pod, node_name=where.node)
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    where: Placement
+    demand: PodDemand
+    problems: list[tuple[str, str]]
+
+
+def _problems(subject: Subject) -> Checked | None:
+    """The placement check, computed once per subject; None when there is nothing to check."""
+    if "placement" in subject.memo:
+        return subject.memo["placement"]
+    found = None
+    where = placement_of(subject)
+    if where is not None:
+        found = _check(subject, where)
+    subject.memo["placement"] = found
+    return found
+
+
+def _check(subject: Subject, where: Placement) -> Checked | None:
+    what = f"{subject.kind} {where.pod_key} to node {where.node}: GPU placement not checked"
+    pod: PodInfo | None = None
+    if subject.kind == "Binding":
+        state = subject.usable_state(SWITCH, what)
+        pod = state.get_pod(where.namespace, where.pod_name)
+        if pod is None:
+            if state.has_pod(where.namespace, where.pod_name):
+                return None  # a pod without GPUs: nothing to place
+            raise StateUnavailable(SWITCH, what, f"pod {where.pod_key} is not in the cluster state yet")
+    demand = _demand(subject, where, pod)
+    if not _needs_check(demand):
+        return None
+    state = subject.usable_state(SWITCH, what)
+    node = state.get_node(where.node)
+    if node is None:
+        raise StateUnavailable(SWITCH, what, f"node {where.node} is not in the cluster state")
+    result = placement_problems(demand, node, state.pods_on_node(where.node), subject.names)
+    return Checked(where, demand, result.problems)
+
+
+def _accepted(rule_id: str, demand_text: str) -> str:
+    hints = {
+        "GB001": "bind it to a node that runs only pods of its own type, or none",
+        "GB002": "bind it to a node whose mode takes it",
+        "GB003": "bind it to a node with a card below the pod limit",
+        "GB004": f"bind it to a node with a card that fits {demand_text}",
+        "GB005": "bind it to a node with CPU manager policy none",
+    }
+    return hints[rule_id]
+
+
+def _demand_text(subject: Subject, demand: PodDemand) -> str:
+    r = subject.names.resources
+    parts = [f'container "{g.container}" {r.gpu_mem}={g.mem}' + (f" {r.gpu_core}={g.core}" if g.core else "")
+             for g in demand.gpus]
+    if demand.topology_gpus:
+        parts.append(f"{r.gpu_topology}={demand.topology_gpus}")
+    if demand.whole_gpus:
+        parts.append(f"{r.gpu_exclusive}={demand.whole_gpus}")
+    return ", ".join(parts)
+
+
+def _report(subject: Subject, rule_id: str) -> Found:
+    found = _problems(subject)
+    if found is None:
+        return
+    where = found.where
+    for found_rule, message in found.problems:
+        if found_rule == rule_id:
+            demand = _demand_text(subject, found.demand)
+            # The message names the node already.
+            yield f"{subject.kind} {where.pod_key} ({demand}): {message}; {_accepted(rule_id, demand)}", where.path
+
+
+@rule("GB001", severity="deny", seed="000", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+      title="No mem-only and core+mem pods on one node",
+      doc="cGPU cannot run pods that request only GPU memory beside pods that request memory and "
+          "compute on one node; bindings this webhook admitted but the watch has not shown count too.")
+def no_job_type_mixing_on_node(subject: Subject) -> Found:
+    return _report(subject, "GB001")
+
+
+@rule("GB002", severity="deny", seed="003", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+      title="The node's mode takes the pod",
+      doc="core+mem pods only on core_mem nodes; shared-GPU pods only on shared-mode nodes; "
+          "topology nodes take only topology workloads.")
+def node_mode_takes_pod(subject: Subject) -> Found:
+    return _report(subject, "GB002")
+
+
+@rule("GB003", severity="deny", seed="002", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+      title="At most 20 pods per GPU card on cgpu and core_mem nodes",
+      doc="cGPU cannot create more than 20 instances on one card; the 21st pod fails to start.")
+def pods_per_card_limit(subject: Subject) -> Found:
+    return _report(subject, "GB003")
+
+
+@rule("GB004", severity="deny", seed="000, 003", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+      title="GPU memory and compute fit a card",
+      doc="Every container's gpu-mem (and gpu-core.percentage) must fit on one card of the node.")
+def fits_a_card(subject: Subject) -> Found:
+    return _report(subject, "GB004")
+
+
+@rule("GB005", severity="deny", seed="001, 002", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+      title="No shared-GPU pod on a node with the static CPU policy",
+      doc="Shared GPU scheduling does not support nodes whose CPU manager policy is static.")
+def no_static_cpu_node(subject: Subject) -> Found:
+    return _report(subject, "GB005")
