@@ -20,3 +20,19 @@ def engine(settings: Settings) -> Engine:
 @pytest.fixture
 def demo_state(settings: Settings):
     return load_demo_snapshot(settings.names)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The real `gpushare serve` on the demo snapshot, one per test module."""
+    from .helpers import gpushare_server
+
+    with gpushare_server(tmp_path_factory.mktemp("serve")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def session(server):
+    """A TLS session that trusts only the server's generated CA."""
+    with server.session() as client:
+        yield client

@@ -9,24 +9,13 @@ import jsonpatch
 import pytest
 import yaml
 
-from .helpers import DATA, admission_review, gpushare_server, load_json
+from .helpers import DATA, admission_review, load_json
 
 CORE_MEM_NODE = "cn-beijing.192.168.1.10"  # demo: core_mem, 4 x 15 GiB, runs a 2 GiB + 30 % job
 CGPU_NODE = "cn-hangzhou.192.168.2.20"  # demo: cgpu, 2 x 31 GiB Tesla-V100-SXM2-32GB
 SHARE_NODE = "cn-zhangjiakou.192.168.66.139"  # demo: share, 1 x 15 GiB Tesla-T4, 3 GiB used
 SEED_JOB = (DATA / "seeds" / "000-cuda-sample.yaml").read_text()
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with gpushare_server(tmp_path_factory.mktemp("dry-run")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def session(server):
-    with server.session() as client:
-        yield client
 
 
 def dry_run(server, session, body: str, content_type: str = "application/yaml", **params: str):

@@ -17,7 +17,7 @@ from policies.resources import POD_SPEC_PATHS, ShapeError
 from webhook.app import Services, create_app
 from webhook.manifests import ManifestError, parse_manifests
 
-from .helpers import admission_review, gpushare_server, load_json
+from .helpers import admission_review, load_json
 from .hostile import ERROR_SCHEMA, check_answer, good_reviews, hostile_reviews, json_values
 
 FAST = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
@@ -30,17 +30,6 @@ def client(settings, engine):
     app = create_app(Services(settings, engine, load_demo_snapshot(settings.names)))
     return app.test_client()
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with gpushare_server(tmp_path_factory.mktemp("hostile")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def session(server):
-    with server.session() as client:
-        yield client
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=FAST)

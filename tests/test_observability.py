@@ -6,7 +6,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .helpers import admission_review, gpushare_server, load_json, wait_until
@@ -14,17 +13,6 @@ from .manifests import CORE, MEM, container, pod_spec, workload
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with gpushare_server(tmp_path_factory.mktemp("observe")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def session(server):
-    with server.session() as client:
-        yield client
 
 
 def samples(server, session) -> dict[tuple[str, frozenset], float]:

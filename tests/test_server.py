@@ -17,18 +17,6 @@ from .helpers import admission_review, gpushare_server, load_json
 from .manifests import CORE, MEM, container, pod_spec, workload
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with gpushare_server(tmp_path_factory.mktemp("serve")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def session(server):
-    with server.session() as client:
-        yield client
-
-
 def decode_patch(response: dict) -> list[dict]:
     assert response["patchType"] == "JSONPatch"
     return json.loads(base64.b64decode(response["patch"]))
