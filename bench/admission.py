@@ -25,6 +25,11 @@ from bench.processes import cpu_seconds, free_port, https_server  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
 
 
+def api_server_json(value: object) -> bytes:
+    """JSON as kube-apiserver sends it to webhooks: Go's encoding/json, compact."""
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
 def review_for(pod: dict) -> dict:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
@@ -47,7 +52,8 @@ def main() -> None:
     args = parser.parse_args()
     pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
     review = review_for(pod)
-    print(f"AdmissionReview body: {len(json.dumps(review))} bytes (realistic defaulted Pod)")
+    print(f"AdmissionReview body: {len(api_server_json(review))} bytes "
+          "(realistic defaulted Pod, compact JSON as the API server sends it)")
     gpushare = Path(sys.executable).parent / "gpushare"
     best: dict[tuple[str, str, int], LoadResult] = {}
     cpu_per_request: dict[tuple[str, str, int], list[float]] = {}

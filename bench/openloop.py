@@ -5,16 +5,26 @@ so time spent waiting for a free connection counts too (no coordinated omission)
 
 Also a closed-loop mode (every connection sends its next request as soon as the previous is
 answered) to find the saturation rate with the same client.
+
+Two clients with the same semantics: ``bench/openloop.c`` (built here with the system C
+compiler and OpenSSL; one thread per connection) and an asyncio one in this file. On a
+two-core machine the Python client tops out below twice the server's rate, so the C one is
+used when it can be built.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import multiprocessing
 import os
+import shutil
 import ssl
+import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 ANSWER_TIMEOUT = 10.0  # a typical webhook timeout: a request not answered by then is lost
 
@@ -182,3 +192,62 @@ def run(mode: str, processes: int, host: str, port: int, ca: str, payload: bytes
     for proc in procs:
         proc.join()
     return total
+
+
+@dataclass
+class Summary:
+    """What a load run measured, from either client."""
+
+    scheduled: int
+    answered: int
+    unanswered: int
+    statuses: dict[int, int]
+    p50: float
+    p99: float
+    max: float
+    tool: str
+
+
+def summarize(outcome: Outcome) -> Summary:
+    return Summary(outcome.scheduled, outcome.answered, outcome.unanswered, dict(outcome.statuses),
+                   outcome.percentile(0.5), outcome.percentile(0.99), max(outcome.latencies, default=float("nan")),
+                   "python")
+
+
+def native_client() -> Path | None:
+    """bench/openloop.c compiled (cached by its content), or None without a C compiler and OpenSSL headers."""
+    source = Path(__file__).with_name("openloop.c")
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    binary = Path(tempfile.gettempdir()) / f"gpushare-openloop-{digest}"
+    if binary.exists():
+        return binary
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    partial = binary.with_suffix(f".{os.getpid()}")
+    built = subprocess.run([compiler, "-O2", "-pthread", "-o", str(partial), str(source), "-lssl", "-lcrypto"],
+                           capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"(could not build {source.name}, using the Python client: {built.stderr.strip()[:200]})")
+        return None
+    partial.rename(binary)
+    return binary
+
+
+def run_native(binary: Path, mode: str, host: str, port: int, ca: str, payload: bytes, *, rate: float = 0,
+               seconds: float, connections: int, warm: int, cpu: int | None = None) -> Summary:
+    """One run of the C client; same arguments as ``run``, plus how many connections to open first."""
+    with tempfile.NamedTemporaryFile(suffix=".http") as request:
+        request.write(payload)
+        request.flush()
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        command = [*pin, str(binary), mode, host, str(port), ca, request.name, f"{rate:.3f}", f"{seconds:g}",
+                   str(connections), f"{ANSWER_TIMEOUT:g}", str(warm)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True,
+                             timeout=seconds + ANSWER_TIMEOUT + 120).stdout
+    fields = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    counts = fields["scheduled"]
+    statuses = {int(code): int(n) for code, n in (line.split()[1:] for line in out.splitlines()
+                                                   if line.startswith("status "))}
+    p50, p99, worst = (float(x) for x in fields.get("latency", ["nan", "nan", "nan"]))
+    return Summary(int(counts[0]), int(counts[2]), int(counts[4]), statuses, p50, p99, worst, "C client")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .quantity import QuantityError, parse_quantity
-from .resources import container_requests
+from .resources import ContainerRequest, container_requests
 from .settings import Names
 
 
@@ -176,15 +176,17 @@ def node_from_manifest(obj: dict[str, Any], names: Names) -> NodeInfo:
     )
 
 
-def pod_gpus(obj: dict[str, Any], names: Names) -> tuple[tuple[PodGPU, ...], int]:
-    """The shared-GPU requests of a Pod object and its count of topology (whole) GPUs."""
+def pod_gpus(obj: dict[str, Any], names: Names,
+             requests: list[ContainerRequest] | None = None) -> tuple[tuple[PodGPU, ...], int]:
+    """The shared-GPU requests of a Pod object and its count of topology (whole) GPUs
+    (``requests``: the pod's container requests when the caller has parsed them already)."""
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return (), 0
     mem_name, core_name = names.resources.gpu_mem, names.resources.gpu_core
     out = []
     topology = 0
-    for request in container_requests(spec, ("spec",), names):
+    for request in container_requests(spec, ("spec",), names) if requests is None else requests:
         topology += int(request.amount(names.resources.gpu_topology) or 0)
         mem = request.count(mem_name)
         if mem is None:
@@ -202,19 +204,21 @@ def pod_card_annotations(names: Names) -> tuple[str, ...]:
             cards.topology_visible)
 
 
-def pod_from_manifest(obj: dict[str, Any], names: Names) -> PodInfo:
-    """Project a Pod object into a PodInfo, keeping only the card-allocation annotations."""
+def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[ContainerRequest] | None = None) -> PodInfo:
+    """Project a Pod object into a PodInfo, keeping only the card-allocation annotations
+    (``requests``: the pod's container requests when the caller has parsed them already)."""
     meta = _mapping(obj.get("metadata"))
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, dict):
         annotations = {}
     kept = {k: str(annotations[k]) for k in pod_card_annotations(names) if k in annotations}
-    gpus, topology = pod_gpus(obj, names)
+    if requests is None and isinstance(obj.get("spec"), dict):
+        requests = container_requests(obj["spec"], ("spec",), names)
+    gpus, topology = pod_gpus(obj, names, requests)
     spec = obj.get("spec")
     # Whole exclusive GPUs matter only for pods without shared or topology GPUs (GB002 on
     # topology nodes); skip the second pass over the containers for the others.
-    exclusive = sum(int(c.amount(names.resources.gpu_exclusive) or 0)
-                    for c in container_requests(spec, ("spec",), names)) \
+    exclusive = sum(int(c.amount(names.resources.gpu_exclusive) or 0) for c in requests or ()) \
         if isinstance(spec, dict) and not gpus and not topology else 0
     return PodInfo(
         namespace=str(meta.get("namespace") or "default"),

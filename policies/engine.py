@@ -74,6 +74,7 @@ class Engine:
             severity = override.severity if override is not None and override.severity else rule.severity
             self._active.append(ActiveRule(rule, severity))
         self._by_kind: dict[tuple[str, str], list[ActiveRule]] = {}
+        self._handled = frozenset(k for a in self._active for k in a.rule.kinds) | {"Pod", "DaemonSet"}
 
     def rules_for(self, kind: str, operation: str) -> list[ActiveRule]:
         key = (kind, operation)
@@ -88,7 +89,7 @@ class Engine:
         return override is None or override.enabled
 
     def handles(self, kind: str) -> bool:
-        return any(kind in a.rule.kinds for a in self._active) or kind in ("Pod", "DaemonSet")
+        return kind in self._handled
 
     def subject(self, kind: str, obj: dict[str, Any], *, operation: str = "CREATE", namespace: str = "",
                 old: dict[str, Any] | None = None, user: UserInfo | None = None,
@@ -147,7 +148,7 @@ class Engine:
             verdict = self.validate(subject)
             if verdict.allowed and subject.kind == "Pod" and subject.operation == "CREATE" \
                     and subject.metadata.get("name"):
-                pod = pod_from_manifest(subject.obj, self.names)
+                pod = pod_from_manifest(subject.obj, self.names, subject.containers)
                 ledger.remember_created(pod if pod.namespace == subject.ns or not subject.ns
                                         else replace(pod, namespace=subject.ns))
             return verdict

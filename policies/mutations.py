@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from .resources import iter_containers, pod_spec
+from .resources import pod_spec
 from .rules.base import Subject
 
 Op = dict[str, Any]
@@ -40,6 +41,7 @@ MUTATIONS: dict[str, Mutation] = {
 }
 
 
+@lru_cache(maxsize=1024)  # few distinct paths (containers x fields), built on every mutation
 def pointer(path: tuple[str | int, ...]) -> str:
     """An RFC 6901 JSON pointer for a path."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
@@ -49,7 +51,10 @@ def _scheduler_ops(subject: Subject) -> list[Op]:
     if subject.kind != "Pod":
         return []
     mem = subject.names.resources.gpu_mem
-    if not any(c.has(mem) for c in subject.containers):
+    for container in subject.containers:
+        if container.has(mem):
+            break
+    else:
         return []
     spec = subject.obj.get("spec") or {}
     current = spec.get("schedulerName")
@@ -90,17 +95,15 @@ def _env_ops(subject: Subject, card_gib: int | None) -> list[Op]:
     if subject.kind != "Pod":
         return []
     names = subject.names
-    spec, base = pod_spec(subject.obj, subject.kind)
+    spec, _ = pod_spec(subject.obj, subject.kind)
     if spec is None:
         return []
-    mem_by_container = {(c.group, c.index): c.count(names.resources.gpu_mem) for c in subject.containers}
-    if not any(mem_by_container.values()):
-        return []
     ops: list[Op] = []
-    for group, index, container, path in iter_containers(spec, base):
-        gib = mem_by_container.get((group, index))
+    for request in subject.containers:  # parsed from spec, so its shape is already checked
+        gib = request.count(names.resources.gpu_mem)
         if gib is None:
             continue
+        container, path = spec[request.group][request.index], request.path
         wanted = [(names.env_mem_container, str(gib))]
         if card_gib is not None:
             wanted.append((names.env_mem_dev, str(card_gib)))

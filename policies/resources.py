@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any
 
 from .quantity import QuantityError, parse_quantity
@@ -54,9 +53,9 @@ def render_path(path: Path) -> str:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ cost four times as much, per value
 class ResourceValue:
-    """One GPU resource value as written, with its parsed quantity (None if unparseable)."""
+    """One GPU resource value as written, with its parsed quantity (None if unparseable); never changed."""
 
     raw: Any
     quantity: Decimal | None
@@ -101,6 +100,10 @@ class ContainerRequest:
     def has(self, resource: str) -> bool:
         return resource in self.limits or resource in self.requests
 
+    def asked(self) -> set[str]:
+        """Every GPU resource the container names, in limits or requests."""
+        return self.limits.keys() | self.requests.keys()
+
 
 def _get(obj: Any, path: Path) -> Any:
     for part in path:
@@ -144,8 +147,8 @@ def _read_values(resources: Any, section: str, base: Path, watched: frozenset[st
     return found
 
 
-@lru_cache(maxsize=8)
 def watched_resources(names: Names) -> frozenset[str]:
+    # Not lru_cache: hashing the pydantic Names model cost more than building the set.
     r = names.resources
     return frozenset((r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive))
 

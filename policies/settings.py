@@ -198,6 +198,14 @@ class OverloadSettings(_Section):
     # A review that waited longer than this for a worker thread is refused at once with a 503
     # (the API server then applies the webhook's failurePolicy) instead of being answered late.
     queue_budget_seconds: float = Field(0.25, gt=0, le=30)
+    # Requests evaluated at once per process. Threads past this wait on a semaphore, not the
+    # GIL: with the GIL more would only contend with each other and with the poller that reads,
+    # refuses and dispatches requests (at 16, overload starved the poller and answers took 10 s).
+    app_concurrency: int = Field(2, ge=1, le=64)
+    # Bodies up to this many bytes are read in full before a request takes an evaluation slot,
+    # so a slow sender holds a thread but never a slot; the poller refuses requests this size
+    # at the door when the queue is over budget (docs/operations.md).
+    buffer_body_bytes: int = Field(1024 * 1024, ge=0)
     # TLS handshake, request headers and body must arrive within this many seconds (slowloris).
     client_timeout_seconds: float = Field(5.0, gt=0, le=60)
     # Open connections per worker process; past it new connections wait in the listen backlog.

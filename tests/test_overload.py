@@ -159,6 +159,31 @@ def test_overload_is_refused_fast_with_a_clear_503(tmp_path):
         assert 'outcome="overloaded"' in metrics
 
 
+def test_a_kept_alive_connection_is_refused_at_the_door_while_the_queue_is_over_budget(tmp_path):
+    """While a request has waited for the only thread longer than half the budget, the poller
+    answers the next request of a kept-alive connection itself: a 503 naming the budget, the
+    connection kept alive, and the connection serves normally once the queue has drained."""
+    env = {"GPUSHARE_SERVER__THREADS": "1", "GPUSHARE_OVERLOAD__QUEUE_BUDGET_SECONDS": "0.05"}
+    with gpushare_server(tmp_path, env=env) as server, ExitStack() as stack:
+        body = _review_bytes()
+        holder, queued, kept = _tls(server, stack), _tls(server, stack), _tls(server, stack)
+        kept.sendall(_request(body))
+        assert _read_response(kept)[0] == 200  # now a kept-alive connection, parked in the poller
+        _hold_the_thread(holder, body)
+        queued.sendall(_request(body))
+        threading.Event().wait(0.2)  # the queued request's wait passes the budget: the stimulus
+        kept.sendall(_request(body))
+        status, headers, reply = _read_response(kept)
+        assert status == 503 and headers["connection"] == "keep-alive"
+        reason = json.loads(reply)["error"]["reason"]
+        assert "requests are waiting over 0.05 s" in reason and "failurePolicy" in reason
+        holder.sendall(body)
+        assert _read_response(holder)[0] == 200
+        assert _read_response(queued)[0] == 503  # waited past the whole budget in the thread queue
+        kept.sendall(_request(body))
+        assert _read_response(kept)[0] == 200
+
+
 def test_sigterm_drains_a_request_in_flight(tmp_path):
     with gpushare_server(tmp_path) as server, ExitStack() as stack:
         body = _review_bytes()

@@ -28,6 +28,7 @@ from .ops_routes import register_ops_routes
 from .review import AdmissionReview, ReviewError, parse_review
 from .scoring_routes import register_scoring_routes
 from .state_status import StateStatus
+from .telemetry import Telemetry
 
 log = logging.getLogger("gpushare.webhook")
 
@@ -84,7 +85,7 @@ def read_json_body(max_bytes: int, gate: LargeBodyGate | None = None) -> Any:
     if not raw:
         raise BadRequest("empty body; send an AdmissionReview as JSON")
     try:
-        if gate is None:
+        if gate is None or len(raw) <= gate.threshold:
             return decode_json(raw)
         with gate.admit(len(raw)):
             return decode_json(raw)
@@ -100,8 +101,12 @@ def create_app(services: Services) -> Flask:
     settings = services.settings
     max_bytes = settings.server.max_body_bytes
     metrics = Metrics(admission_kinds(), lambda: services.state_status)
-    app.extensions["gpushare.metrics"] = metrics  # the worker reads it too (webhook.worker)
-    observer = Observer(metrics, RequestLog(settings.logging) if settings.logging.requests else None)
+    telemetry = Telemetry()
+    metrics.before_scrape(telemetry.flush)
+    # The worker counts what it refuses before the app runs through these too (webhook.worker).
+    app.extensions["gpushare.metrics"] = metrics
+    app.extensions["gpushare.telemetry"] = telemetry
+    observer = Observer(metrics, RequestLog(settings.logging) if settings.logging.requests else None, telemetry)
     gate = LargeBodyGate(settings.overload.large_body_bytes, settings.overload.large_body_concurrency,
                          settings.overload.queue_budget_seconds)
     install_auth(app, settings.auth, lambda status, reason: observer.refused(endpoint_label(request.path),

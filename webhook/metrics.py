@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -107,6 +108,19 @@ class Metrics:
                                        "slow, by stage (handshake, headers, body).", ["stage"], registry=r)
         self.open_connections = Gauge("gpushare_open_connections", "Open client connections of this process.",
                                       registry=r)
+        self._children: dict[tuple[Any, ...], Any] = {}  # labels() validates on every call; look up once
+        self._before_scrape: list[Callable[[], None]] = []
+
+    def before_scrape(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` before every exposition (the telemetry flush: a scrape sees every request before it)."""
+        self._before_scrape.append(fn)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def kind_label(self, kind: str) -> str:
         if not kind:
@@ -114,19 +128,21 @@ class Metrics:
         return kind if kind in self.known_kinds else "other"
 
     def count_request(self, endpoint: str, kind: str, operation: str, outcome: str, seconds: float | None) -> None:
-        self.requests.labels(endpoint, self.kind_label(kind), operation, outcome).inc()
+        self._child(self.requests, endpoint, self.kind_label(kind), operation, outcome).inc()
         if seconds is not None:
-            self.duration.labels(endpoint).observe(seconds)
+            self._child(self.duration, endpoint).observe(seconds)
 
     def count_rules(self, denied: Iterable[str], warned: Iterable[str], patched: Iterable[str]) -> None:
         for rule_id in denied:
-            self.denials.labels(rule_id).inc()
+            self._child(self.denials, rule_id).inc()
         for rule_id in warned:
-            self.warnings.labels(rule_id).inc()
+            self._child(self.warnings, rule_id).inc()
         for mutation_id in patched:
-            self.patches.labels(mutation_id).inc()
+            self._child(self.patches, mutation_id).inc()
 
     def exposition(self) -> bytes:
+        for fn in self._before_scrape:
+            fn()
         return generate_latest(self.registry)
 
 

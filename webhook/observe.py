@@ -1,16 +1,19 @@
 """One place that turns an answered (or refused) request into metrics and one log line.
 
 Rule ids come from the response's auditAnnotations, so audit, metrics and logs cannot
-disagree. Object bodies are never logged.
+disagree. Object bodies are never logged. A request thread only picks out the few fields
+it needs; counting and formatting run in the telemetry thread (webhook.telemetry).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .logs import RequestLog
 from .metrics import Metrics, outcome_for_status
 from .review import AdmissionReview
+from .telemetry import Telemetry
 
 MAX_REASON = 300
 
@@ -41,38 +44,47 @@ def _review_fields(review: AdmissionReview | None) -> dict[str, Any]:
 
 
 class Observer:
-    def __init__(self, metrics: Metrics, request_log: RequestLog | None) -> None:
+    def __init__(self, metrics: Metrics, request_log: RequestLog | None, telemetry: Telemetry) -> None:
         self.metrics = metrics
         self.request_log = request_log
+        self.telemetry = telemetry
+        if request_log is not None:
+            telemetry.after_flush(request_log.emit)
 
     def answered(self, endpoint: str, review: AdmissionReview, body: dict[str, Any], seconds: float) -> None:
         """An AdmissionReview answer was sent."""
         response = body["response"]
-        notes = response.get("auditAnnotations", {})
+        self.telemetry.call(self._answered, endpoint, _review_fields(review), response["allowed"],
+                            response.get("auditAnnotations", {}), seconds, time.time())
+
+    def _answered(self, endpoint: str, fields: dict[str, Any], allowed: bool, notes: dict[str, str],
+                  seconds: float, when: float) -> None:
         denied, warned, patched = _ids(notes, "denied"), _ids(notes, "warned"), _ids(notes, "patched")
-        decision = "allowed" if response["allowed"] else "denied"
-        request = review.request
-        self.metrics.count_request(endpoint, request.kind.kind, request.operation, decision, seconds)
+        decision = "allowed" if allowed else "denied"
+        self.metrics.count_request(endpoint, fields["kind"], fields["operation"], decision, seconds)
         self.metrics.count_rules(denied, warned, patched)
         if self.request_log is not None and self.request_log.enabled():
-            self.request_log.write({"message": "admission", "endpoint": endpoint, **_review_fields(review),
+            self.request_log.write({"message": "admission", "endpoint": endpoint, **fields,
                                     "decision": decision, "rules": _ids(notes, "rules"), "denied": denied,
                                     "warned": warned, "patched": patched, "status": 200,
-                                    "duration_ms": round(seconds * 1000, 3)})
+                                    "duration_ms": round(seconds * 1000, 3)}, when)
 
     def refused(self, endpoint: str, status: int, reason: str, seconds: float | None = None,
                 review: AdmissionReview | None = None) -> None:
         """The request got an HTTP error instead of an answer."""
+        self.telemetry.call(self._refused, endpoint, status, reason[:MAX_REASON], seconds, _review_fields(review),
+                            time.time())
+
+    def _refused(self, endpoint: str, status: int, reason: str, seconds: float | None, fields: dict[str, Any],
+                 when: float) -> None:
         outcome = outcome_for_status(status)
-        kind = review.request.kind.kind if review is not None else ""
-        operation = review.request.operation if review is not None else ""
-        self.metrics.count_request(endpoint, kind, operation, outcome, seconds)
+        self.metrics.count_request(endpoint, fields.get("kind", ""), fields.get("operation", ""), outcome, seconds)
         if self.request_log is not None and self.request_log.enabled():
-            fields: dict[str, Any] = {"message": "admission", "endpoint": endpoint, **_review_fields(review),
-                                      "decision": outcome, "status": status, "reason": reason[:MAX_REASON]}
+            line: dict[str, Any] = {"message": "admission", "endpoint": endpoint, **fields,
+                                    "decision": outcome, "status": status, "reason": reason}
             if seconds is not None:
-                fields["duration_ms"] = round(seconds * 1000, 3)
-            self.request_log.write(fields)
+                line["duration_ms"] = round(seconds * 1000, 3)
+            self.request_log.write(line, when)
 
 
 def admission_kinds() -> frozenset[str]:

@@ -6,45 +6,57 @@ What it adds to gunicorn's threaded worker:
   body must arrive within ``overload.client_timeout_seconds``: each read gets only the time
   left. A client that trickles bytes (slowloris) gets a JSON 408 and is disconnected; one
   that stalls mid-handshake is disconnected.
+- **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; a
+  Content-Length body is read before a thread takes a slot, so slow senders cannot hold one.
+  With the GIL, more evaluating threads only contend, and starve the poller.
+- **Refusal at the door** (``webhook.door``). While a new request would wait over half the
+  queue budget, the poller reads a kept-alive connection's request itself and answers a
+  complete POST with a prepared JSON 503: no thread, no HTTP parser, no WSGI request.
 - **Load shedding.** A POST that waited longer than ``overload.queue_budget_seconds`` for a
-  thread is answered at once with a JSON 503 without running the app: under overload every
-  request still gets an answer well inside the webhook timeout, and the API server applies the
-  webhook's failurePolicy. No Retry-After header: client-go would retry inside the timeout and
-  multiply the load.
+  thread and a slot is answered at once with a JSON 503 without running the app: under
+  overload every request still gets an answer well inside the webhook timeout, and the API
+  server applies the webhook's failurePolicy. No Retry-After header: client-go would retry
+  inside the timeout and multiply the load.
 - **JSON protocol errors.** A malformed request line or header gets the same JSON error shape
   as the app's errors instead of gunicorn's HTML page.
 - Metrics: queue wait, in-flight and waiting requests, open connections, client timeouts.
 
 It relies on gunicorn 27's gthread internals (``TConn``, ``handle``, ``handle_request``,
-``_keepalive_after``, the pending-connection poller); pyproject pins ``gunicorn>=27,<28``.
+``_keepalive_after``, ``on_client_socket_readable``, the keep-alive and pending-connection
+queues); pyproject pins ``gunicorn>=27,<28``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import logging
+import queue
 import select
 import selectors
 import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
 from gunicorn import http
 from gunicorn import sock as gsock
 from gunicorn.http import errors as http_errors
+from gunicorn.http.body import LengthReader
 from gunicorn.workers.gthread import TConn, ThreadWorker
 from werkzeug.exceptions import RequestTimeout
 
 from policies.settings import OverloadSettings
 
+from . import door
 from .http_errors import error_body
 from .metrics import Metrics, endpoint_label
+from .telemetry import Telemetry
 
 log = logging.getLogger("gpushare.worker")
 LINGER_SECONDS = 2.0
@@ -154,6 +166,40 @@ class DeadlineConn(TConn):  # type: ignore[misc]
         self.parser.unreader.sock = _DeadlineSocket(self.sock, self)
 
 
+class ConnectionQueue:
+    """gthread's deque of idle (kept-alive or pending) connections, oldest first, with O(1)
+    removal: ``deque.remove`` compares against every entry, about 30 µs per request at 900
+    open connections, paid in the poller that everything else waits on."""
+
+    def __init__(self) -> None:
+        self._conns: dict[Any, None] = {}  # insertion-ordered; appended in timeout order
+
+    def append(self, conn: Any) -> None:
+        self._conns[conn] = None
+
+    def remove(self, conn: Any) -> None:
+        del self._conns[conn]
+
+    def popleft(self) -> Any:
+        conn = next(iter(self._conns))
+        del self._conns[conn]
+        return conn
+
+    def __getitem__(self, index: int) -> Any:
+        if index != 0:
+            raise IndexError("only the oldest connection can be looked up")
+        try:
+            return next(iter(self._conns))
+        except StopIteration:
+            raise IndexError("no connections") from None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._conns))
+
+    def __len__(self) -> int:
+        return len(self._conns)
+
+
 class WebhookWorker(ThreadWorker):  # type: ignore[misc]
     """gthread with client deadlines, load shedding and JSON protocol errors (see the module doc)."""
 
@@ -161,7 +207,23 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.keepalived_conns = ConnectionQueue()
+        self.pending_conns = ConnectionQueue()
         self._metrics: Metrics | None = None
+        self._telemetry: Telemetry | None = None
+        # When each request waiting for a thread was queued (oldest first), and one entry per
+        # request a thread holds: deque and list appends and pops are atomic, so request threads
+        # never take a lock for these; /metrics reads the lengths, the door reads the oldest.
+        self._waiting: deque[float] = deque()
+        self._busy: list[None] = []
+        self._handling: list[None] = []
+        self._door_answers: dict[bool, bytes] = {}
+        self._seconds_per_request = 0.0
+        # Evaluation slots as tokens in a C queue: taking one blocks without the GIL, and costs a
+        # fraction of threading.Semaphore's Python-level condition variable.
+        self._app_slots: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(self.limits.app_concurrency):
+            self._app_slots.put(None)
         self._shed_since_log = 0
         self._shed_logged_at = 0.0
         self._lingering: deque[tuple[float, socket.socket]] = deque()
@@ -170,8 +232,16 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         super().load_wsgi()
         extensions = getattr(self.wsgi, "extensions", {})
         self._metrics = extensions.get("gpushare.metrics")
+        self._telemetry = extensions.get("gpushare.telemetry")
         if self._metrics is not None:
             self._metrics.open_connections.set_function(lambda: self.nr_conns)
+            self._metrics.waiting.set_function(self._requests_waiting)
+            self._metrics.in_flight.set_function(lambda: len(self._busy))
+
+    def _count(self, fn: Callable[..., None], *args: Any) -> None:
+        """Metrics are updated in the telemetry thread, off the request path (webhook.telemetry)."""
+        if self._telemetry is not None:
+            self._telemetry.call(fn, *args)
 
     # -- connections: new ones wait in the poller (not in a thread) for their first bytes
 
@@ -193,16 +263,22 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
 
     def enqueue_req(self, conn: DeadlineConn) -> None:
         conn.queued_at = time.monotonic()
-        if self._metrics is not None:
-            self._metrics.waiting.inc()
+        self._waiting.append(conn.queued_at)
         super().enqueue_req(conn)
 
     def handle(self, conn: DeadlineConn) -> Any:
         now = time.monotonic()
         conn.waited = now - conn.queued_at
         conn.deadline = now + conn.client_timeout
-        if self._metrics is not None:
-            self._metrics.waiting.dec()
+        with contextlib.suppress(IndexError):
+            self._waiting.popleft()
+        self._handling.append(None)
+        try:
+            return self._handle(conn)
+        finally:
+            self._handling.pop()
+
+    def _handle(self, conn: DeadlineConn) -> Any:
         if not conn.initialized:
             try:
                 conn.init()
@@ -252,31 +328,119 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         while self._lingering and (self._lingering[0][0] <= now or self._lingering[0][1].fileno() < 0):
             self._unlinger(self._lingering.popleft()[1])
 
+    # -- refusing at the door (webhook.door): kept-alive connections, read by the poller
+
+    def _requests_waiting(self) -> int:
+        """Requests not yet evaluating: queued for a thread, or in one (being read, or waiting
+        for an evaluation slot)."""
+        return len(self._waiting) + max(0, len(self._handling) - len(self._busy))
+
+    def _over_budget(self) -> bool:
+        """Whether a request arriving now would likely wait over half the queue budget for a
+        thread: the queue ahead of it times the recent time a thread spends per request, or the
+        oldest waiting request's wait. Half, so that refusals happen here, cheaply, and seldom
+        in a thread after the full wait."""
+        waiting = self._waiting
+        ahead = self._requests_waiting()
+        if not ahead:
+            return False
+        limit = self.limits.queue_budget_seconds / 2
+        if ahead * self._seconds_per_request / self.limits.app_concurrency > limit:
+            return True
+        try:
+            return time.monotonic() - waiting[0] > limit
+        except IndexError:
+            return False
+
+    def on_client_socket_readable(self, conn: DeadlineConn, client: socket.socket) -> None:
+        if not self._over_budget():
+            super().on_client_socket_readable(conn, client)
+            return
+        self._door(conn)
+
+    def _door(self, conn: DeadlineConn) -> None:
+        """Answer a POST with 503 from here if it is all here and plain; else queue it as usual.
+        A refused connection stays registered in the poller: two fewer system calls per refusal."""
+        try:
+            data, head, closed = door.read_request(conn.sock, door.MAX_HEAD_BYTES + self.limits.buffer_body_bytes)
+        except OSError:
+            data, head, closed = b"", None, True
+        refusable = head is not None and head.method == "POST"
+        refused = refusable and door.send_now(conn.sock, self._door_answer(head.close))
+        if refused:
+            if self._metrics is not None:
+                self._count(self._metrics.count_request, endpoint_label(head.path), "", "", "overloaded", None)
+            self._log_shed()
+            if not head.close:
+                self.keepalived_conns.remove(conn)  # and back at the end, with a fresh timeout
+                conn.set_timeout()
+                self.keepalived_conns.append(conn)
+                return
+        self.poller.unregister(conn.sock)
+        self.keepalived_conns.remove(conn)
+        if refused:  # the client asked to close after this answer
+            self.nr_conns -= 1
+            conn.close(graceful=True)
+        elif closed or refusable:  # the peer went away, or the answer could not be written at once
+            self.nr_conns -= 1
+            conn.close()
+        else:
+            if data:
+                conn.parser.unreader.unread(data)
+            self.enqueue_req(conn)
+
+    def _door_answer(self, close: bool) -> bytes:
+        answers = self._door_answers
+        if close not in answers:
+            reason = (f"gpushare-webhook is overloaded: requests are waiting over "
+                      f"{self.limits.queue_budget_seconds:g} s for a worker thread "
+                      "(overload.queue_budget_seconds), so this one was refused without evaluation; "
+                      "the API server applies the webhook's failurePolicy")
+            answers[close] = http_json(503, error_body(503, reason), close=close)
+        return answers[close]
+
     # -- requests
 
     def handle_request(self, req: Any, conn: DeadlineConn) -> bool:
         conn.stage = "body"
-        metrics = self._metrics
-        if metrics is not None:
-            metrics.queue_wait.observe(conn.waited)
+        if self._metrics is not None:
+            self._count(self._metrics.queue_wait.observe, conn.waited)
         if req.method == "POST" and conn.waited > self.limits.queue_budget_seconds:
             return self._shed(req, conn)
-        if metrics is None:
-            return bool(super().handle_request(req, conn))
-        metrics.in_flight.inc()
+        self._buffer_body(req)
+        self._app_slots.get()
+        if req.method == "POST" and time.monotonic() - conn.queued_at > self.limits.queue_budget_seconds:
+            self._app_slots.put(None)  # the wait for a slot used up the budget: refuse, don't answer late
+            return self._shed(req, conn)
+        self._busy.append(None)
+        started = time.monotonic()
         try:
             return bool(super().handle_request(req, conn))
         finally:
-            metrics.in_flight.dec()
+            self._busy.pop()
+            self._app_slots.put(None)
+            # A moving average of the time a request holds a slot: it turns the number of
+            # requests ahead into the wait a new one can expect (see _over_budget).
+            self._seconds_per_request += (time.monotonic() - started - self._seconds_per_request) / 64
+
+    def _buffer_body(self, req: Any) -> None:
+        """Read a Content-Length body (under the client deadline) before the request takes an
+        evaluation slot, so that a slow sender cannot hold one. Not with ``Expect: 100-continue``:
+        that client sends its body only after gunicorn's interim 100, which the app triggers."""
+        reader = getattr(req.body, "reader", None)
+        if isinstance(reader, LengthReader) and 0 < reader.length <= self.limits.buffer_body_bytes \
+                and not any(name == "EXPECT" for name, _ in req.headers):
+            req.body = io.BytesIO(req.body.read(reader.length))
 
     def _shed(self, req: Any, conn: DeadlineConn) -> bool:
-        reason = (f"gpushare-webhook is overloaded: this request waited {conn.waited:.2f} s for a worker thread "
+        waited = time.monotonic() - conn.queued_at
+        reason = (f"gpushare-webhook is overloaded: this request waited {waited:.2f} s to be evaluated "
                   f"(overload.queue_budget_seconds={self.limits.queue_budget_seconds:g}) and was refused "
                   "without evaluation; the API server applies the webhook's failurePolicy")
         keep_alive = not req.should_close()
         conn.sock.sendall(http_json(503, error_body(503, reason), close=not keep_alive))
         if self._metrics is not None:
-            self._metrics.count_request(endpoint_label(req.path), "", "", "overloaded", None)
+            self._count(self._metrics.count_request, endpoint_label(req.path), "", "", "overloaded", None)
         self._log_shed()
         return keep_alive  # gunicorn drains the unread body before reusing the connection
 
@@ -300,7 +464,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
         if isinstance(exc, ClientTimeout):
             if self._metrics is not None:
-                self._metrics.client_timeouts.labels(exc.stage).inc()
+                self._count(self._metrics.client_timeouts.labels(exc.stage).inc)
             log.info("closing a slow client connection from %s: %s", _peer(addr), exc.description)
             if exc.stage != "handshake":  # no TLS session to answer on otherwise
                 self._write(client, http_json(408, error_body(408, exc.description or ""), close=True))
@@ -315,8 +479,8 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         else:
             reason = f"malformed HTTP request: {exc}"[:300]
         if self._metrics is not None:
-            self._metrics.count_request(endpoint_label(getattr(req, "path", "") or ""), "", "",
-                                        "error" if status == 500 else "invalid", None)
+            self._count(self._metrics.count_request, endpoint_label(getattr(req, "path", "") or ""), "", "",
+                        "error" if status == 500 else "invalid", None)
         self._write(client, http_json(status, error_body(status, reason), close=True))
 
     @staticmethod

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..resources import ContainerRequest, Path, container_requests, pod_spec, render_path
 from ..settings import Names, Severity
@@ -45,6 +44,29 @@ class StateUnavailable(Exception):
         self.switch, self.what, self.reason = switch, what, reason
 
 
+T = TypeVar("T")
+
+
+class computed_once(Generic[T]):
+    """``functools.cached_property`` without its lock: on Python 3.11 every first access takes
+    one RLock shared by all instances, which serialised the webhook's request threads. A
+    Subject belongs to one request thread, so the lock protects nothing here."""
+
+    def __init__(self, fn: Callable[[Any], T]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> T:
+        if instance is None:
+            return self  # type: ignore[return-value]
+        value = instance.__dict__[self.name] = self.fn(instance)  # later reads skip this descriptor
+        return value
+
+
 @dataclass
 class Subject:
     """The object under review, with what the rules derive from it computed once."""
@@ -71,12 +93,12 @@ class Subject:
             raise StateUnavailable(switch, what, availability.reason)
         return self.state
 
-    @cached_property
+    @computed_once
     def metadata(self) -> dict[str, Any]:
         meta = self.obj.get("metadata")
         return meta if isinstance(meta, dict) else {}
 
-    @cached_property
+    @computed_once
     def name(self) -> str:
         name = self.metadata.get("name")
         if isinstance(name, str) and name:
@@ -84,17 +106,17 @@ class Subject:
         generate = self.metadata.get("generateName")
         return f"{generate}*" if isinstance(generate, str) and generate else "<unnamed>"
 
-    @cached_property
+    @computed_once
     def ns(self) -> str:
         ns = self.metadata.get("namespace")
         return ns if isinstance(ns, str) and ns else self.namespace
 
-    @cached_property
+    @computed_once
     def label(self) -> str:
         """How a message names the object: "Job default/cuda-33", "Node gpu-1"."""
         return f"{self.kind} {self.ns}/{self.name}" if self.ns else f"{self.kind} {self.name}"
 
-    @cached_property
+    @computed_once
     def containers(self) -> list[ContainerRequest]:
         spec, base = pod_spec(self.obj, self.kind)
         return container_requests(spec, base, self.names)

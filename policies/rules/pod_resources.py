@@ -154,8 +154,8 @@ def no_exclusive_and_shared(subject: Subject) -> Found:
     r = subject.names.resources
     whole = (r.gpu_exclusive, r.gpu_topology)
     shared = (r.gpu_mem, r.gpu_core)
-    exclusive_users = [c for c in subject.containers if any(c.has(w) for w in whole)]
-    shared_users = [c for c in subject.containers if any(c.has(s) for s in shared)]
+    exclusive_users = [c for c in subject.containers if not c.asked().isdisjoint(whole)]
+    shared_users = [c for c in subject.containers if not c.asked().isdisjoint(shared)]
     for container in exclusive_users:
         if container in shared_users:
             asked = [w for w in whole if container.has(w)] + [s for s in shared if container.has(s)]
