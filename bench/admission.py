@@ -56,6 +56,7 @@ def main() -> None:
           "(realistic defaulted Pod, compact JSON as the API server sends it)")
     gpushare = Path(sys.executable).parent / "gpushare"
     best: dict[tuple[str, str, int], LoadResult] = {}
+    rps_per_round: dict[tuple[str, str, int], list[float]] = {}
     cpu_per_request: dict[tuple[str, str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         certs = Path(tmp, "certs")
@@ -92,6 +93,7 @@ def main() -> None:
                         cpu_per_request.setdefault(key, []).append(cpu_us)
                         if key not in best or result.rps > best[key].rps:
                             best[key] = result
+                        rps_per_round.setdefault(key, []).append(result.rps)
                         print(f"round {round_no} {name:8} {endpoint:10} c={connections:<3} {result.rps:9.1f} req/s"
                               f"  p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms  errors {result.errors}"
                               f"  server CPU {cpu_us:6.0f} us/req  ({result.tool})", flush=True)
@@ -104,6 +106,15 @@ def main() -> None:
             print(f"  {endpoint:10} c={connections:<3} project {project.rps:8.1f} req/s "
                   f"(p50 {project.p50_ms:.2f} ms, p99 {project.p99_ms:.2f} ms)  bare {bare.rps:8.1f} req/s "
                   f"(p50 {bare.p50_ms:.2f} ms, p99 {bare.p99_ms:.2f} ms)  ratio {project.rps / bare.rps:.3f}{target}")
+    print()
+    print("ratio per round (project and bare measured back to back; the median is the steadiest figure "
+          "on a shared machine):")
+    for endpoint in ("/validate", "/mutate"):
+        for connections in (1, 16):
+            ratios = [p / b for p, b in zip(rps_per_round[("project", endpoint, connections)],
+                                            rps_per_round[("bare", endpoint, connections)], strict=True)]
+            print(f"  {endpoint:10} c={connections:<3} median {statistics.median(ratios):.3f}  "
+                  f"rounds {' '.join(f'{r:.2f}' for r in ratios)}")
     print()
     print("server CPU per request (median over rounds; less sensitive to other load on the machine):")
     for endpoint in ("/validate", "/mutate"):

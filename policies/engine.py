@@ -108,9 +108,17 @@ class Engine:
         exemption = read_exemption(subject.obj, subject.kind, self.names)
         # Rules that could not run for the same reason are reported together, once.
         unavailable: dict[tuple[str, str, str], tuple[StateUnavailable, list[str]]] = {}
+        applicable: dict[Any, bool] = {}  # each family test once per subject
         for active in self.rules_for(subject.kind, subject.operation):
             if active.rule.stateful and subject.state is None:
                 continue
+            applies = active.rule.applies
+            if applies is not None:
+                ok = applicable.get(applies)
+                if ok is None:
+                    ok = applicable[applies] = applies(subject)
+                if not ok:
+                    continue
             exempt = exemption is not None and exemption.covers(active.rule.id)
             found = verdict.exempted if exempt else verdict.findings
             try:

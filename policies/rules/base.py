@@ -146,6 +146,9 @@ class Rule:
     check: Check
     operations: frozenset[str] = frozenset({"CREATE", "UPDATE"})
     stateful: bool = False
+    # A cheap test shared by a family of rules (e.g. "is this a placement?"): when it fails the
+    # check would find nothing, and the engine skips it; evaluated once per subject.
+    applies: Callable[[Subject], bool] | None = None
 
 
 REGISTRY: dict[str, Rule] = {}
@@ -161,6 +164,7 @@ def rule(
     kinds: Iterable[str],
     operations: Iterable[str] = ("CREATE", "UPDATE"),
     stateful: bool = False,
+    applies: Callable[[Subject], bool] | None = None,
 ) -> Callable[[Check], Check]:
     """Register a check function as a rule."""
 
@@ -168,7 +172,7 @@ def rule(
         if id in REGISTRY:
             raise ValueError(f"rule {id} registered twice")
         REGISTRY[id] = Rule(id, severity, title, doc, seed, frozenset(kinds), check,
-                            frozenset(operations), stateful)
+                            frozenset(operations), stateful, applies)
         return check
 
     return register

@@ -53,6 +53,11 @@ def placement_of(subject: Subject) -> Placement | None:
     return Placement(subject.ns or "default", name, node, path)
 
 
+def is_placement(subject: Subject) -> bool:
+    """Whether the subject places a pod on a node (what GB001-GB005 judge)."""
+    return placement_of(subject) is not None
+
+
 def _demand(subject: Subject, where: Placement, pod: PodInfo | None) -> PodDemand:
     if pod is not None:
         return PodDemand(pod.key, pod.gpus, pod.exclusive_gpus, pod.topology_gpus)
@@ -152,6 +157,7 @@ def _report(subject: Subject, rule_id: str) -> Found:
 
 
 @rule("GB001", severity="deny", seed="000", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+      applies=is_placement,
       title="No mem-only and core+mem pods on one node",
       doc="cGPU cannot run pods that request only GPU memory beside pods that request memory and "
           "compute on one node; bindings this webhook admitted but the watch has not shown count too.")
@@ -160,6 +166,7 @@ def no_job_type_mixing_on_node(subject: Subject) -> Found:
 
 
 @rule("GB002", severity="deny", seed="003", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+      applies=is_placement,
       title="The node's mode takes the pod",
       doc="core+mem pods only on core_mem nodes; shared-GPU pods only on shared-mode nodes; "
           "topology nodes take only topology workloads.")
@@ -168,6 +175,7 @@ def node_mode_takes_pod(subject: Subject) -> Found:
 
 
 @rule("GB003", severity="deny", seed="002", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+      applies=is_placement,
       title="At most 20 pods per GPU card on cgpu and core_mem nodes",
       doc="cGPU cannot create more than 20 instances on one card; the 21st pod fails to start.")
 def pods_per_card_limit(subject: Subject) -> Found:
@@ -175,6 +183,7 @@ def pods_per_card_limit(subject: Subject) -> Found:
 
 
 @rule("GB004", severity="deny", seed="000, 003", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+      applies=is_placement,
       title="GPU memory and compute fit a card",
       doc="Every container's gpu-mem (and gpu-core.percentage) must fit on one card of the node.")
 def fits_a_card(subject: Subject) -> Found:
@@ -182,6 +191,7 @@ def fits_a_card(subject: Subject) -> Found:
 
 
 @rule("GB005", severity="deny", seed="001, 002", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+      applies=is_placement,
       title="No shared-GPU pod on a node with the static CPU policy",
       doc="Shared GPU scheduling does not support nodes whose CPU manager policy is static.")
 def no_static_cpu_node(subject: Subject) -> Found:

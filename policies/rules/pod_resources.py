@@ -29,6 +29,11 @@ def _written_values(container: ContainerRequest, resource: str) -> Iterator[Reso
         yield request
 
 
+def requests_gpu_resources(subject: Subject) -> bool:
+    """Whether any container asks for a GPU resource (what GS001-GS006 judge)."""
+    return bool(subject.containers)
+
+
 def core_suggestion(value: Decimal | None) -> str:
     """The nearest accepted compute percentages: "30 or 35", "5", "100"."""
     if value is None:
@@ -43,7 +48,7 @@ def core_accepted(value: Decimal | None) -> bool:
             and value == value.to_integral_value() and int(value) % CORE_STEP == 0)
 
 
-@rule("GS001", severity="deny", seed="000", kinds=POD_KINDS,
+@rule("GS001", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
       title="GPU core percentage is a multiple of 5 in 5..100",
       doc="aliyun.com/gpu-core.percentage must be an integer multiple of 5 from 5 to 100; "
           "any other value makes the job unschedulable.")
@@ -59,7 +64,7 @@ def core_percentage_step(subject: Subject) -> Found:
                    f"{core_suggestion(value.quantity)}", value.path)
 
 
-@rule("GS002", severity="deny", seed="000", kinds=POD_KINDS,
+@rule("GS002", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
       title="GPU core percentage comes with GPU memory",
       doc="A container that requests aliyun.com/gpu-core.percentage must also request "
           "aliyun.com/gpu-mem: compute is allocated on the card its memory is placed on.")
@@ -89,7 +94,7 @@ def mem_suggestion(value: ResourceValue) -> str:
     return f"use {low} or {low + 1}"
 
 
-@rule("GS003", severity="deny", seed="000", kinds=POD_KINDS,
+@rule("GS003", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
       title="GPU memory is a positive whole number of GiB",
       doc="aliyun.com/gpu-mem counts GiB as a whole number >= 1; a unit suffix such as 2Gi "
           "is refused because the unit is already GiB.")
@@ -105,7 +110,7 @@ def memory_whole_gib(subject: Subject) -> Found:
                    value.path)
 
 
-@rule("GS004", severity="deny", seed="000", kinds=POD_KINDS,
+@rule("GS004", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
       title="GPU requests equal limits",
       doc="Extended resources cannot be overcommitted: where requests are given for GPU "
           "resources they must equal the limits, and a request needs a limit.")
@@ -132,7 +137,7 @@ def _names(containers: list[ContainerRequest]) -> str:
     return ", ".join(f'"{c.name}"' for c in containers)
 
 
-@rule("GS005", severity="deny", seed="000", kinds=POD_KINDS,
+@rule("GS005", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
       title="No mem-only and core+mem containers in one pod",
       doc="cGPU cannot run jobs that request only GPU memory beside jobs that request memory "
           "and compute on one node, so one pod must not mix the two.")
@@ -146,7 +151,7 @@ def no_job_type_mixing(subject: Subject) -> Found:
                mem_only[0].path)
 
 
-@rule("GS006", severity="deny", seed="003", kinds=POD_KINDS,
+@rule("GS006", severity="deny", seed="003", kinds=POD_KINDS, applies=requests_gpu_resources,
       title="Exclusive and shared GPU resources are not mixed",
       doc="A node runs one GPU scheduling mode: a pod cannot ask for whole GPUs "
           "(nvidia.com/gpu, aliyun.com/gpu) and shared GPU resources together.")
