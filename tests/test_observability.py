@@ -62,6 +62,29 @@ def test_requests_rules_and_patches_are_counted(server, session):
     assert value(after, "process_resident_memory_bytes") > 0
 
 
+def test_dry_run_and_extender_calls_are_counted_and_logged(server, session):
+    before = samples(server, session)
+    manifest = b"apiVersion: v1\nkind: Pod\nmetadata: {name: counted}\nspec: {containers: [{name: c}]}\n"
+    assert session.post(server.url + "/dry-run", data=manifest, timeout=10).status_code == 200
+    assert session.post(server.url + "/dry-run", data=b"kind: [", timeout=10).status_code == 400
+    assert session.post(server.url + "/scheduler/filter", data=b"{}", timeout=10).status_code == 400
+    after = samples(server, session)
+
+    def grew(**labels: str) -> float:
+        return (value(after, "gpushare_admission_requests_total", kind="", operation="", **labels)
+                - value(before, "gpushare_admission_requests_total", kind="", operation="", **labels))
+
+    assert grew(endpoint="dry-run", outcome="ok") == 1
+    assert grew(endpoint="dry-run", outcome="invalid") == 1
+    assert grew(endpoint="scheduler-filter", outcome="invalid") == 1
+    assert value(after, "gpushare_admission_duration_seconds_count", endpoint="dry-run") \
+        - value(before, "gpushare_admission_duration_seconds_count", endpoint="dry-run") == 2
+    line = wait_until(lambda: next((json.loads(x) for x in server.log().splitlines()
+                                    if '"endpoint":"scheduler-filter"' in x), None),
+                      what="the extender refusal's log line")
+    assert line["status"] == 400 and line["decision"] == "invalid" and line["reason"]
+
+
 def test_made_up_kinds_do_not_grow_the_label_set(server, session):
     for index in range(5):
         cm = {"apiVersion": "v1", "kind": f"Made{index}", "metadata": {"name": "x"}}

@@ -127,7 +127,7 @@ def create_app(services: Services) -> Flask:
 
     app.add_url_rule("/mutate", "mutate", lambda: review_route("mutate"), methods=["POST"])
     app.add_url_rule("/validate", "validate", lambda: review_route("validate"), methods=["POST"])
-    register_scoring_routes(app, services, lambda: read_json_body(max_bytes, gate))
+    register_scoring_routes(app, services, lambda: read_json_body(max_bytes, gate), observer)
 
     @app.get("/healthz")
     def healthz() -> Response:

@@ -28,14 +28,15 @@ from .state_status import StateStatus
 
 # The *_created series double the exposition and no dashboard here uses them.
 disable_created_metrics()
-ENDPOINTS = frozenset({"mutate", "validate", "dry-run"})
-OUTCOMES = ("allowed", "denied", "invalid", "unauthorized", "too_large", "timeout", "overloaded", "error")
+ENDPOINTS = frozenset({"mutate", "validate", "dry-run", "scheduler-filter", "scheduler-prioritize"})
+# "ok": an answer from /dry-run or the scheduler extender, which have no allow/deny decision.
+OUTCOMES = ("allowed", "denied", "ok", "invalid", "unauthorized", "too_large", "timeout", "overloaded", "error")
 # Admission answers take milliseconds; the tail buckets show queueing before the webhook timeout.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 def endpoint_label(path: str) -> str:
-    name = path.strip("/")
+    name = path.strip("/").replace("/", "-")
     return name if name in ENDPOINTS else "other"
 
 

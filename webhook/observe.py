@@ -69,6 +69,16 @@ class Observer:
                                     "warned": warned, "patched": patched, "status": 200,
                                     "duration_ms": round(seconds * 1000, 3)}, when)
 
+    def served(self, endpoint: str, seconds: float) -> None:
+        """/dry-run or a scheduler extender call was answered (outcome ``ok``)."""
+        self.telemetry.call(self._served, endpoint, seconds, time.time())
+
+    def _served(self, endpoint: str, seconds: float, when: float) -> None:
+        self.metrics.count_request(endpoint, "", "", "ok", seconds)
+        if self.request_log is not None and self.request_log.enabled():
+            self.request_log.write({"message": "request", "endpoint": endpoint, "decision": "ok", "status": 200,
+                                    "duration_ms": round(seconds * 1000, 3)}, when)
+
     def refused(self, endpoint: str, status: int, reason: str, seconds: float | None = None,
                 review: AdmissionReview | None = None) -> None:
         """The request got an HTTP error instead of an answer."""
