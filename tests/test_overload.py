@@ -176,7 +176,7 @@ def test_a_kept_alive_connection_is_refused_at_the_door_while_the_queue_is_over_
         status, headers, reply = _read_response(kept)
         assert status == 503 and headers["connection"] == "keep-alive"
         reason = json.loads(reply)["error"]["reason"]
-        assert "requests are waiting over 0.05 s" in reason and "failurePolicy" in reason
+        assert "would wait over half of overload.queue_budget_seconds=0.05" in reason and "failurePolicy" in reason
         holder.sendall(body)
         assert _read_response(holder)[0] == 200
         assert _read_response(queued)[0] == 503  # waited past the whole budget in the thread queue

@@ -336,10 +336,10 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         return len(self._waiting) + max(0, len(self._handling) - len(self._busy))
 
     def _over_budget(self) -> bool:
-        """Whether a request arriving now would likely wait over half the queue budget for a
-        thread: the queue ahead of it times the recent time a thread spends per request, or the
-        oldest waiting request's wait. Half, so that refusals happen here, cheaply, and seldom
-        in a thread after the full wait."""
+        """Whether a request arriving now would likely wait over half the queue budget before
+        it is evaluated: the requests ahead of it times the recent time per evaluation, divided
+        by the slots; or the oldest request waiting for a thread has waited that long. Half, so
+        that refusals happen here, cheaply, and seldom in a thread after the full wait."""
         waiting = self._waiting
         ahead = self._requests_waiting()
         if not ahead:
@@ -392,10 +392,10 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
     def _door_answer(self, close: bool) -> bytes:
         answers = self._door_answers
         if close not in answers:
-            reason = (f"gpushare-webhook is overloaded: requests are waiting over "
-                      f"{self.limits.queue_budget_seconds:g} s for a worker thread "
-                      "(overload.queue_budget_seconds), so this one was refused without evaluation; "
-                      "the API server applies the webhook's failurePolicy")
+            reason = ("gpushare-webhook is overloaded: a new request would wait over half of "
+                      f"overload.queue_budget_seconds={self.limits.queue_budget_seconds:g} to be evaluated, "
+                      "so this one was refused without evaluation; the API server applies the webhook's "
+                      "failurePolicy")
             answers[close] = http_json(503, error_body(503, reason), close=close)
         return answers[close]
 
