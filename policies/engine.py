@@ -12,7 +12,6 @@ from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .assume import PlacementLedger
 from .catalog import build_catalog
 from .cluster import ClusterState, pod_from_manifest
-from .exemptions import read_exemption
 from .mutations import MUTATIONS, Op, plan_patch
 from .rules.base import REGISTRY, Finding, Rule, StateUnavailable, Subject, UserInfo
 from .rules.placement_rules import placed_pod, placement_of
@@ -105,7 +104,7 @@ class Engine:
         ``--snapshot``). Findings of rules the object is exempted from are kept apart.
         """
         verdict = Verdict(subject.kind, subject.name, subject.ns)
-        exemption = read_exemption(subject.obj, subject.kind, self.names)
+        exemption = subject.exemption
         # Rules that could not run for the same reason are reported together, once.
         unavailable: dict[tuple[str, str, str], tuple[StateUnavailable, list[str]]] = {}
         applicable: dict[Any, bool] = {}  # each family test once per subject
@@ -171,7 +170,7 @@ class Engine:
     def mutate(self, subject: Subject) -> Verdict:
         """Plan the JSON patch for the subject (no rules run)."""
         verdict = Verdict(subject.kind, subject.name, subject.ns)
-        exemption = read_exemption(subject.obj, subject.kind, self.names)
+        exemption = subject.exemption
 
         def enabled(mutation_id: str) -> bool:
             return self.mutation_enabled(mutation_id) and not (exemption and exemption.covers(mutation_id))

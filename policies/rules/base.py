@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ..exemptions import Exemption, read_exemption
 from ..resources import ContainerRequest, Path, container_requests, pod_spec, render_path
 from ..settings import Names, Severity
 
@@ -120,6 +121,11 @@ class Subject:
     def containers(self) -> list[ContainerRequest]:
         spec, base = pod_spec(self.obj, self.kind)
         return container_requests(spec, base, self.names)
+
+    @computed_once
+    def exemption(self) -> Exemption | None:
+        """What the object's gpushare.io/exempt annotations ask for (the engine and GE001 both read it)."""
+        return read_exemption(self.obj, self.kind, self.names)
 
     def where(self, container: ContainerRequest) -> str:
         noun = "init container" if container.group == "initContainers" else "container"

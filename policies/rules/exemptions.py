@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..exemptions import annotations_path, read_exemption
+from ..exemptions import annotations_path
 from ..resources import POD_SPEC_PATHS, Path, render_path
 from .base import REGISTRY, Subject, rule
 
@@ -24,7 +24,7 @@ def _known_ids() -> set[str]:
           "pod template, the exemption is not applied and the rules it names still judge the object.")
 def exemption_is_usable(subject: Subject) -> Iterator[tuple[str, Path]]:
     names = subject.names
-    exemption = read_exemption(subject.obj, subject.kind, names)
+    exemption = subject.exemption
     if exemption is None:
         return
     listed = ",".join(exemption.ids) or "(nothing)"

@@ -5,14 +5,14 @@ already on it always do. One ``placement_problems`` call (shared with scoring) f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..cluster import PodInfo, pod_from_manifest
 from ..placement import PodDemand, demand_from_containers, placement_problems
 from ..resources import Path
-from .base import StateUnavailable, Subject, rule
+from .base import Check, StateUnavailable, Subject, rule
 
 PLACED_KINDS = ("Binding", "Pod")
 SWITCH = "placement"
@@ -34,7 +34,14 @@ class Placement:
 
 
 def placement_of(subject: Subject) -> Placement | None:
-    """The pod and node of a Binding CREATE, or of a Pod created with spec.nodeName; else None."""
+    """The pod and node of a Binding CREATE, or of a Pod created with spec.nodeName; else None
+    (worked out once per subject: the engine, the rule family test and the check all ask)."""
+    if "placement_of" not in subject.memo:
+        subject.memo["placement_of"] = _find_placement(subject)
+    return subject.memo["placement_of"]
+
+
+def _find_placement(subject: Subject) -> Placement | None:
     if subject.operation != "CREATE":
         return None
     if subject.kind == "Binding":
@@ -144,6 +151,12 @@ def _demand_text(subject: Subject, demand: PodDemand) -> str:
     return ", ".join(parts)
 
 
+def placement_rule(rule_id: str, *, seed: str, title: str, doc: str) -> Callable[[Check], Check]:
+    """Register a GB rule: denies, judges Binding and Pod CREATEs that place a pod, needs state."""
+    return rule(rule_id, severity="deny", seed=seed, kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
+                applies=is_placement, title=title, doc=doc)
+
+
 def _report(subject: Subject, rule_id: str) -> Found:
     found = _problems(subject)
     if found is None:
@@ -156,43 +169,38 @@ def _report(subject: Subject, rule_id: str) -> Found:
             yield f"{subject.kind} {where.pod_key} ({demand}): {message}; {_accepted(rule_id, demand)}", where.path
 
 
-@rule("GB001", severity="deny", seed="000", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
-      applies=is_placement,
-      title="No mem-only and core+mem pods on one node",
-      doc="cGPU cannot run pods that request only GPU memory beside pods that request memory and "
-          "compute on one node; bindings this webhook admitted but the watch has not shown count too.")
+@placement_rule("GB001", seed="000",
+                title="No mem-only and core+mem pods on one node",
+                doc="cGPU cannot run pods that request only GPU memory beside pods that request memory and "
+                    "compute on one node; bindings this webhook admitted but the watch has not shown count too.")
 def no_job_type_mixing_on_node(subject: Subject) -> Found:
     return _report(subject, "GB001")
 
 
-@rule("GB002", severity="deny", seed="003", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
-      applies=is_placement,
-      title="The node's mode takes the pod",
-      doc="core+mem pods only on core_mem nodes; shared-GPU pods only on shared-mode nodes; "
-          "topology nodes take only topology workloads.")
+@placement_rule("GB002", seed="003",
+                title="The node's mode takes the pod",
+                doc="core+mem pods only on core_mem nodes; shared-GPU pods only on shared-mode nodes; "
+                    "topology nodes take only topology workloads.")
 def node_mode_takes_pod(subject: Subject) -> Found:
     return _report(subject, "GB002")
 
 
-@rule("GB003", severity="deny", seed="002", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
-      applies=is_placement,
-      title="At most 20 pods per GPU card on cgpu and core_mem nodes",
-      doc="cGPU cannot create more than 20 instances on one card; the 21st pod fails to start.")
+@placement_rule("GB003", seed="002",
+                title="At most 20 pods per GPU card on cgpu and core_mem nodes",
+                doc="cGPU cannot create more than 20 instances on one card; the 21st pod fails to start.")
 def pods_per_card_limit(subject: Subject) -> Found:
     return _report(subject, "GB003")
 
 
-@rule("GB004", severity="deny", seed="000, 003", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
-      applies=is_placement,
-      title="GPU memory and compute fit a card",
-      doc="Every container's gpu-mem (and gpu-core.percentage) must fit on one card of the node.")
+@placement_rule("GB004", seed="000, 003",
+                title="GPU memory and compute fit a card",
+                doc="Every container's gpu-mem (and gpu-core.percentage) must fit on one card of the node.")
 def fits_a_card(subject: Subject) -> Found:
     return _report(subject, "GB004")
 
 
-@rule("GB005", severity="deny", seed="001, 002", kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
-      applies=is_placement,
-      title="No shared-GPU pod on a node with the static CPU policy",
-      doc="Shared GPU scheduling does not support nodes whose CPU manager policy is static.")
+@placement_rule("GB005", seed="001, 002",
+                title="No shared-GPU pod on a node with the static CPU policy",
+                doc="Shared GPU scheduling does not support nodes whose CPU manager policy is static.")
 def no_static_cpu_node(subject: Subject) -> Found:
     return _report(subject, "GB005")
