@@ -18,7 +18,7 @@ from .rules.placement_rules import placed_pod, placement_of
 from .settings import Settings, Severity
 
 
-@dataclass
+@dataclass(slots=True)
 class Verdict:
     kind: str
     name: str
@@ -30,29 +30,41 @@ class Verdict:
     exempted: list[Finding] = field(default_factory=list)
     exemption_reason: str = ""
 
+    # Most verdicts have no findings: each property answers those without a pass over them.
     @property
     def allowed(self) -> bool:
-        return not any(f.severity == "deny" for f in self.findings)
+        return not self.findings or not any(f.severity == "deny" for f in self.findings)
 
     @property
     def violations(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "deny"]
+        return [f for f in self.findings if f.severity == "deny"] if self.findings else []
 
     @property
     def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "warn"]
+        return [f for f in self.findings if f.severity == "warn"] if self.findings else []
 
     @property
     def rule_ids(self) -> list[str]:
         """Every rule and mutation that fired, in order, without repeats."""
-        seen = dict.fromkeys([f.rule for f in self.findings] + self.patch_ids)
-        return list(seen)
+        if not self.findings:
+            return list(self.patch_ids)  # already without repeats
+        return list(dict.fromkeys([f.rule for f in self.findings] + self.patch_ids))
 
 
 @dataclass(frozen=True, slots=True)
 class ActiveRule:
+    """A rule as configured, with what the engine's loop reads on every request copied flat."""
+
     rule: Rule
     severity: Severity
+    id: str = field(init=False)
+    check: Any = field(init=False)
+    applies: Any = field(init=False)
+    stateful: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("id", "check", "applies", "stateful"):
+            object.__setattr__(self, name, getattr(self.rule, name))
 
 
 class Engine:
@@ -73,6 +85,8 @@ class Engine:
             severity = override.severity if override is not None and override.severity else rule.severity
             self._active.append(ActiveRule(rule, severity))
         self._by_kind: dict[tuple[str, str], list[ActiveRule]] = {}
+        self._plans: dict[tuple[str, str], list[tuple[Any, list[ActiveRule]]]] = {}
+        self._mutations = frozenset(m for m in MUTATIONS if self.mutation_enabled(m))
         self._handled = frozenset(k for a in self._active for k in a.rule.kinds) | {"Pod", "DaemonSet"}
 
     def rules_for(self, kind: str, operation: str) -> list[ActiveRule]:
@@ -82,6 +96,21 @@ class Engine:
             found = [a for a in self._active if kind in a.rule.kinds and operation in a.rule.operations]
             self._by_kind[key] = found
         return found
+
+    def _plan(self, kind: str, operation: str) -> list[tuple[Any, list[ActiveRule]]]:
+        """The rules for kind and operation in id order, runs of one family test grouped, so
+        that a failed test skips its whole run (e.g. GB001-GB005 for a pod that is not placed)."""
+        key = (kind, operation)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = []
+            for active in self.rules_for(kind, operation):
+                if plan and plan[-1][0] is active.applies:
+                    plan[-1][1].append(active)
+                else:
+                    plan.append((active.applies, [active]))
+            self._plans[key] = plan
+        return plan
 
     def mutation_enabled(self, mutation_id: str) -> bool:
         override = self.settings.rules.get(mutation_id)
@@ -105,29 +134,32 @@ class Engine:
         """
         verdict = Verdict(subject.kind, subject.name, subject.ns)
         exemption = subject.exemption
+        if exemption is not None and not exemption.honoured:
+            exemption = None  # GE001 says why; the rules judge the object as if it asked for nothing
+        stateless = subject.state is None
         # Rules that could not run for the same reason are reported together, once.
         unavailable: dict[tuple[str, str, str], tuple[StateUnavailable, list[str]]] = {}
         applicable: dict[Any, bool] = {}  # each family test once per subject
-        for active in self.rules_for(subject.kind, subject.operation):
-            if active.rule.stateful and subject.state is None:
-                continue
-            applies = active.rule.applies
+        for applies, run in self._plan(subject.kind, subject.operation):
             if applies is not None:
                 ok = applicable.get(applies)
                 if ok is None:
                     ok = applicable[applies] = applies(subject)
                 if not ok:
                     continue
-            exempt = exemption is not None and exemption.covers(active.rule.id)
-            found = verdict.exempted if exempt else verdict.findings
-            try:
-                for message, path, *advisory in active.rule.check(subject):
-                    # A check may mark a finding advisory ("warn"); it never hardens a warn rule.
-                    severity = "warn" if advisory and advisory[0] == "warn" else active.severity
-                    found.append(Finding(active.rule.id, severity, f"{active.rule.id}: {message}", path))
-            except StateUnavailable as exc:
-                if subject.state is not None and not exempt:
-                    unavailable.setdefault((exc.switch, exc.what, exc.reason), (exc, []))[1].append(active.rule.id)
+            for active in run:
+                if active.stateful and stateless:
+                    continue
+                exempt = exemption is not None and active.id in exemption.ids
+                try:
+                    for message, path, *advisory in active.check(subject):
+                        # A check may mark a finding advisory ("warn"); it never hardens a warn rule.
+                        severity = "warn" if advisory and advisory[0] == "warn" else active.severity
+                        (verdict.exempted if exempt else verdict.findings).append(
+                            Finding(active.id, severity, f"{active.id}: {message}", path))
+                except StateUnavailable as exc:
+                    if not stateless and not exempt:
+                        unavailable.setdefault((exc.switch, exc.what, exc.reason), (exc, []))[1].append(active.id)
         verdict.findings.extend(self._unavailable(exc, ids) for exc, ids in unavailable.values())
         if verdict.exempted and exemption is not None:
             verdict.exemption_reason = exemption.reason
@@ -171,11 +203,10 @@ class Engine:
         """Plan the JSON patch for the subject (no rules run)."""
         verdict = Verdict(subject.kind, subject.name, subject.ns)
         exemption = subject.exemption
-
-        def enabled(mutation_id: str) -> bool:
-            return self.mutation_enabled(mutation_id) and not (exemption and exemption.covers(mutation_id))
-
-        for mutation_id, op in plan_patch(subject, enabled):
+        enabled = self._mutations
+        if exemption is not None and exemption.honoured:
+            enabled = enabled.difference(exemption.ids)
+        for mutation_id, op in plan_patch(subject, enabled.__contains__):
             verdict.patch.append(op)
             if mutation_id not in verdict.patch_ids:
                 verdict.patch_ids.append(mutation_id)

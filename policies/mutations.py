@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .resources import pod_spec
 from .rules.base import Subject
 
 Op = dict[str, Any]
@@ -79,7 +78,7 @@ def _priority_ops(subject: Subject) -> list[Op]:
             return []
     elif subject.kind != "Pod" or not _owned_by_gpushare_daemonset(subject):
         return []
-    spec, base = pod_spec(subject.obj, subject.kind)
+    spec, base = subject.pod_spec
     if spec is None or spec.get("priorityClassName"):
         return []
     ops: list[Op] = [{"op": "add", "path": pointer((*base, "priorityClassName")),
@@ -95,7 +94,7 @@ def _env_ops(subject: Subject, card_gib: int | None) -> list[Op]:
     if subject.kind != "Pod":
         return []
     names = subject.names
-    spec, _ = pod_spec(subject.obj, subject.kind)
+    spec, _ = subject.pod_spec
     if spec is None:
         return []
     ops: list[Op] = []
@@ -132,6 +131,11 @@ def known_card_gib(subject: Subject) -> int | None:
 
 
 PatchPlanner = Callable[[Subject], list[Op]]
+_PLANNERS: tuple[tuple[str, PatchPlanner], ...] = (
+    ("GM001", _scheduler_ops),
+    ("GM002", _priority_ops),
+    ("GM003", lambda subject: _env_ops(subject, known_card_gib(subject))),
+)
 
 
 def plan_patch(subject: Subject, enabled: Callable[[str], bool] = lambda _id: True) -> list[tuple[str, Op]]:
@@ -139,10 +143,7 @@ def plan_patch(subject: Subject, enabled: Callable[[str], bool] = lambda _id: Tr
     if subject.operation != "CREATE" and subject.kind == "Pod":
         return []  # pod specs are immutable after creation
     planned: list[tuple[str, Op]] = []
-    if enabled("GM001"):
-        planned += [("GM001", op) for op in _scheduler_ops(subject)]
-    if enabled("GM002"):
-        planned += [("GM002", op) for op in _priority_ops(subject)]
-    if enabled("GM003"):
-        planned += [("GM003", op) for op in _env_ops(subject, known_card_gib(subject))]
+    for mutation_id, plan in _PLANNERS:
+        if enabled(mutation_id):
+            planned.extend((mutation_id, op) for op in plan(subject))
     return planned

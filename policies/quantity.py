@@ -23,6 +23,10 @@ _QUANTITY = re.compile(
 )
 # Quantities longer than this are not something a person wrote; refuse before Decimal work.
 _MAX_LEN = 64
+# Parsed strings: a cluster writes few distinct values ("1", "4", "30"), on every admitted pod.
+# Decimals are immutable, so sharing one is safe; the cache is emptied when it fills.
+_PARSED: dict[str, Decimal] = {}
+_PARSED_MAX = 4096
 
 
 class QuantityError(ValueError):
@@ -31,6 +35,15 @@ class QuantityError(ValueError):
 
 def parse_quantity(value: object) -> Decimal:
     """Parse an int, a float or a quantity string ("5", "2500m", "2Gi", "1e3") into a Decimal."""
+    if isinstance(value, str):
+        parsed = _PARSED.get(value)
+        if parsed is None:
+            parsed = _parse_text(value)  # raises QuantityError, which is not cached
+            if len(value) <= _MAX_LEN:  # a padded value is parsed every time, never kept
+                if len(_PARSED) >= _PARSED_MAX:
+                    _PARSED.clear()
+                _PARSED[value] = parsed
+        return parsed
     if isinstance(value, bool):
         raise QuantityError(f"{value!r} is a boolean, not a quantity")
     if isinstance(value, int):
@@ -39,8 +52,10 @@ def parse_quantity(value: object) -> Decimal:
         if value != value or value in (float("inf"), float("-inf")):
             raise QuantityError(f"{value!r} is not a finite number")
         return Decimal(repr(value))
-    if not isinstance(value, str):
-        raise QuantityError(f"{type(value).__name__} is not a quantity")
+    raise QuantityError(f"{type(value).__name__} is not a quantity")
+
+
+def _parse_text(value: str) -> Decimal:
     if value.isascii() and value.isdigit() and len(value) <= _MAX_LEN:
         return Decimal(value)  # the common case, "4", without the regex
     text = value.strip()

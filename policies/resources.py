@@ -6,7 +6,6 @@ ignored, which keeps the admission hot path cheap.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -130,14 +129,19 @@ def pod_spec(obj: dict[str, Any], kind: str) -> tuple[dict[str, Any] | None, Pat
     return spec, path
 
 
-def _read_values(resources: Any, section: str, base: Path, watched: frozenset[str]) -> dict[str, ResourceValue]:
-    block = resources.get(section) if isinstance(resources, dict) else None
-    if block is None:
-        return {}
+def _read_values(resources: dict[str, Any], section: str, base: Path,
+                 watched: frozenset[str]) -> dict[str, ResourceValue]:
+    block = resources.get(section)
+    if not block:
+        if block is None or isinstance(block, dict):
+            return {}
+        raise ShapeError((*base, section), f"must be an object, got {type(block).__name__}")
     if not isinstance(block, dict):
         raise ShapeError((*base, section), f"must be an object, got {type(block).__name__}")
     found: dict[str, ResourceValue] = {}
-    for name in watched.intersection(block):
+    for name in block:  # a container names a handful of resources; GPU ones are few of them
+        if name not in watched:
+            continue
         raw = block[name]
         path = (*base, section, name)
         try:
@@ -147,23 +151,17 @@ def _read_values(resources: Any, section: str, base: Path, watched: frozenset[st
     return found
 
 
+_watched: tuple[object, frozenset[str]] = (None, frozenset())
+
+
 def watched_resources(names: Names) -> frozenset[str]:
-    # Not lru_cache: hashing the pydantic Names model cost more than building the set.
+    """The GPU resource names read from containers (settings sections are frozen, so the set
+    is kept for the last one seen; hashing the pydantic model would cost more than the build)."""
+    global _watched
     r = names.resources
-    return frozenset((r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive))
-
-
-def iter_containers(spec: dict[str, Any], base: Path) -> Iterator[tuple[str, int, dict[str, Any], Path]]:
-    for group in CONTAINER_GROUPS:
-        items = spec.get(group)
-        if items is None:
-            continue
-        if not isinstance(items, list):
-            raise ShapeError((*base, group), f"must be a list, got {type(items).__name__}")
-        for index, container in enumerate(items):
-            if not isinstance(container, dict):
-                raise ShapeError((*base, group, index), f"must be an object, got {type(container).__name__}")
-            yield group, index, container, (*base, group, index)
+    if _watched[0] is not r:
+        _watched = (r, frozenset((r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive)))
+    return _watched[1]
 
 
 def container_requests(spec: dict[str, Any] | None, base: Path, names: Names) -> list[ContainerRequest]:
@@ -172,19 +170,30 @@ def container_requests(spec: dict[str, Any] | None, base: Path, names: Names) ->
         return []
     watched = watched_resources(names)
     out: list[ContainerRequest] = []
-    for group, index, container, path in iter_containers(spec, base):
-        resources = container.get("resources")
-        if resources is None:
+    for group in CONTAINER_GROUPS:  # one loop, no generator: this runs for every admitted pod
+        items = spec.get(group)
+        if items is None:
             continue
-        res_path = (*path, "resources")
-        if not isinstance(resources, dict):
-            raise ShapeError(res_path, f"must be an object, got {type(resources).__name__}")
-        limits = _read_values(resources, "limits", res_path, watched)
-        requests = _read_values(resources, "requests", res_path, watched)
-        if limits or requests:
-            name = container.get("name")
-            out.append(ContainerRequest(str(name) if name is not None else f"{group}[{index}]",
-                                        group, index, path, limits, requests))
+        if not isinstance(items, list):
+            raise ShapeError((*base, group), f"must be a list, got {type(items).__name__}")
+        for index, container in enumerate(items):
+            if not isinstance(container, dict):
+                raise ShapeError((*base, group, index), f"must be an object, got {type(container).__name__}")
+            resources = container.get("resources")
+            if resources is None:
+                continue
+            path = (*base, group, index)
+            if not isinstance(resources, dict):
+                raise ShapeError((*path, "resources"), f"must be an object, got {type(resources).__name__}")
+            if not resources:
+                continue
+            res_path = (*path, "resources")
+            limits = _read_values(resources, "limits", res_path, watched)
+            requests = _read_values(resources, "requests", res_path, watched)
+            if limits or requests:
+                name = container.get("name")
+                out.append(ContainerRequest(str(name) if name is not None else f"{group}[{index}]",
+                                            group, index, path, limits, requests))
     return out
 
 

@@ -37,3 +37,18 @@ def test_binary_suffix_is_reported_only_for_binary_units():
     assert binary_suffix("2Gi") == "Gi"
     assert binary_suffix("2G") is None
     assert binary_suffix(2) is None
+
+
+def test_parsed_strings_are_remembered_within_a_bound():
+    from policies import quantity
+
+    quantity._PARSED.clear()
+    for i in range(quantity._PARSED_MAX + 10):
+        assert parse_quantity(str(i)) == i
+    assert 0 < len(quantity._PARSED) <= quantity._PARSED_MAX
+    padded = " " * 10_000 + "4"  # parsed, but a key this long is never kept
+    assert parse_quantity(padded) == 4 and padded not in quantity._PARSED
+    with pytest.raises(QuantityError):
+        parse_quantity("4x")
+    assert "4x" not in quantity._PARSED
+    assert parse_quantity("2Gi") is parse_quantity("2Gi")  # the second read is the remembered Decimal

@@ -101,7 +101,7 @@ def audit_annotations(verdict: Verdict | None, allowed: bool) -> dict[str, str]:
     """
     rule_ids = verdict.rule_ids if verdict is not None else []
     notes = {"decision": "allowed" if allowed else "denied", "rules": ",".join(rule_ids)}
-    if verdict is not None:
+    if verdict is not None and (rule_ids or verdict.exempted):
         by_effect = {"denied": [f.rule for f in verdict.violations], "warned": [f.rule for f in verdict.warnings],
                      "patched": verdict.patch_ids, "exempted": [f.rule for f in verdict.exempted]}
         for key, ids in by_effect.items():

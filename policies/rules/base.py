@@ -84,6 +84,21 @@ class Subject:
     catalog: Catalog | None = None
     # Results several rules share (e.g. one placement check feeds GB001-GB005).
     memo: dict[str, Any] = field(default_factory=dict)
+    # Every verdict names its object, so these are worked out at once (see __post_init__).
+    metadata: dict[str, Any] = field(init=False, repr=False)
+    name: str = field(init=False)
+    ns: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        meta = self.obj.get("metadata")
+        self.metadata = meta = meta if isinstance(meta, dict) else {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            generate = meta.get("generateName")
+            name = f"{generate}*" if isinstance(generate, str) and generate else "<unnamed>"
+        self.name = name
+        ns = meta.get("namespace")
+        self.ns = ns if isinstance(ns, str) and ns else self.namespace
 
     def usable_state(self, switch: str, what: str) -> ClusterState:
         """The cluster state, or StateUnavailable naming what could not be checked and why."""
@@ -95,32 +110,28 @@ class Subject:
         return self.state
 
     @computed_once
-    def metadata(self) -> dict[str, Any]:
-        meta = self.obj.get("metadata")
-        return meta if isinstance(meta, dict) else {}
-
-    @computed_once
-    def name(self) -> str:
-        name = self.metadata.get("name")
-        if isinstance(name, str) and name:
-            return name
-        generate = self.metadata.get("generateName")
-        return f"{generate}*" if isinstance(generate, str) and generate else "<unnamed>"
-
-    @computed_once
-    def ns(self) -> str:
-        ns = self.metadata.get("namespace")
-        return ns if isinstance(ns, str) and ns else self.namespace
-
-    @computed_once
     def label(self) -> str:
         """How a message names the object: "Job default/cuda-33", "Node gpu-1"."""
         return f"{self.kind} {self.ns}/{self.name}" if self.ns else f"{self.kind} {self.name}"
 
     @computed_once
+    def pod_spec(self) -> tuple[dict[str, Any] | None, Path]:
+        """The pod spec of a Pod or workload and its path ((None, path) when absent)."""
+        return pod_spec(self.obj, self.kind)
+
+    @computed_once
     def containers(self) -> list[ContainerRequest]:
-        spec, base = pod_spec(self.obj, self.kind)
+        spec, base = self.pod_spec
         return container_requests(spec, base, self.names)
+
+    @computed_once
+    def asked(self) -> frozenset[str]:
+        """Every GPU resource some container names, in limits or requests (for family tests)."""
+        asked: set[str] = set()
+        for container in self.containers:
+            asked.update(container.limits)
+            asked.update(container.requests)
+        return frozenset(asked)
 
     @computed_once
     def exemption(self) -> Exemption | None:

@@ -29,9 +29,27 @@ def _written_values(container: ContainerRequest, resource: str) -> Iterator[Reso
         yield request
 
 
+# Family tests: a rule whose test fails would find nothing, so the engine skips it. Most pods
+# in a cluster ask for no GPU at all, and most GPU pods ask for memory only.
 def requests_gpu_resources(subject: Subject) -> bool:
-    """Whether any container asks for a GPU resource (what GS001-GS006 judge)."""
+    """Whether any container asks for a GPU resource (GS004 judges how it is asked)."""
     return bool(subject.containers)
+
+
+def asks_gpu_core(subject: Subject) -> bool:
+    """Whether any container names the compute percentage (GS001, GS002, GS005 judge it)."""
+    return subject.names.resources.gpu_core in subject.asked
+
+
+def asks_gpu_memory(subject: Subject) -> bool:
+    """Whether any container names GPU memory (GS003 judges its value)."""
+    return subject.names.resources.gpu_mem in subject.asked
+
+
+def asks_whole_gpus(subject: Subject) -> bool:
+    """Whether any container names whole GPUs, exclusive or topology-aware (GS006 judges the mix)."""
+    r = subject.names.resources
+    return r.gpu_exclusive in subject.asked or r.gpu_topology in subject.asked
 
 
 def core_suggestion(value: Decimal | None) -> str:
@@ -48,7 +66,7 @@ def core_accepted(value: Decimal | None) -> bool:
             and value == value.to_integral_value() and int(value) % CORE_STEP == 0)
 
 
-@rule("GS001", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
+@rule("GS001", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core,
       title="GPU core percentage is a multiple of 5 in 5..100",
       doc="aliyun.com/gpu-core.percentage must be an integer multiple of 5 from 5 to 100; "
           "any other value makes the job unschedulable.")
@@ -64,7 +82,7 @@ def core_percentage_step(subject: Subject) -> Found:
                    f"{core_suggestion(value.quantity)}", value.path)
 
 
-@rule("GS002", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
+@rule("GS002", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core,
       title="GPU core percentage comes with GPU memory",
       doc="A container that requests aliyun.com/gpu-core.percentage must also request "
           "aliyun.com/gpu-mem: compute is allocated on the card its memory is placed on.")
@@ -94,7 +112,7 @@ def mem_suggestion(value: ResourceValue) -> str:
     return f"use {low} or {low + 1}"
 
 
-@rule("GS003", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
+@rule("GS003", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_memory,
       title="GPU memory is a positive whole number of GiB",
       doc="aliyun.com/gpu-mem counts GiB as a whole number >= 1; a unit suffix such as 2Gi "
           "is refused because the unit is already GiB.")
@@ -137,7 +155,7 @@ def _names(containers: list[ContainerRequest]) -> str:
     return ", ".join(f'"{c.name}"' for c in containers)
 
 
-@rule("GS005", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
+@rule("GS005", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core,
       title="No mem-only and core+mem containers in one pod",
       doc="cGPU cannot run jobs that request only GPU memory beside jobs that request memory "
           "and compute on one node, so one pod must not mix the two.")
@@ -151,7 +169,7 @@ def no_job_type_mixing(subject: Subject) -> Found:
                mem_only[0].path)
 
 
-@rule("GS006", severity="deny", seed="003", kinds=POD_KINDS, applies=requests_gpu_resources,
+@rule("GS006", severity="deny", seed="003", kinds=POD_KINDS, applies=asks_whole_gpus,
       title="Exclusive and shared GPU resources are not mixed",
       doc="A node runs one GPU scheduling mode: a pod cannot ask for whole GPUs "
           "(nvidia.com/gpu, aliyun.com/gpu) and shared GPU resources together.")

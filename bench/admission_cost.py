@@ -1,0 +1,157 @@
+"""Benchmark: server instructions per review, project and bare, counted by valgrind.
+
+    python bench/admission_cost.py [--requests 600] [--connections 16]
+
+bench/admission.py measures requests/s, which on a shared VM moves by 20-40 % between minutes
+for the same binary. This counts what each review costs the server instead: both servers of
+bench/admission.py (the webhook and the bare Flask app, same embedded gunicorn, same settings)
+run under valgrind (cachegrind, instruction counts only), and the worker's instruction total is
+read at exit. Each server runs three times: a base run (warm-up, then a few reviews on each
+endpoint) and two runs with ``--requests`` more reviews on one endpoint; the difference to the
+base run divided by ``--requests`` is the cost of one review, start-up and warm-up cancelled.
+Instructions are not time (cache misses and syscalls differ), but they do not depend on what
+else the host runs, so the ratio bare/project repeats to a fraction of a percent.
+
+Needs valgrind. Under valgrind a review takes ~100x longer, so the servers get a 30 s queue
+budget and a long worker timeout; everything else is the default configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import ssl
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.admission import api_server_json, review_for  # noqa: E402
+from bench.processes import free_port, https_server  # noqa: E402
+from certs.issue import ensure_serving_certs  # noqa: E402
+
+# Valgrind runs a review ~100x slower: without these the overload protections would refuse.
+SLOW_SERVER_ENV = {"GPUSHARE_OVERLOAD__QUEUE_BUDGET_SECONDS": "30",
+                   "GPUSHARE_OVERLOAD__CLIENT_TIMEOUT_SECONDS": "60",
+                   "GPUSHARE_SERVER__REQUEST_TIMEOUT_SECONDS": "3600"}
+
+
+def send(port: int, ca: Path, path: str, body: bytes, requests: int, connections: int) -> None:
+    """``requests`` POSTs over ``connections`` keep-alive TLS connections; every answer must be a 200."""
+    context = ssl.create_default_context(cafile=str(ca))
+    failures: list[str] = []
+
+    def client(count: int) -> None:
+        conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=600)
+        try:
+            for _ in range(count):
+                conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+                reply = conn.getresponse()
+                reply.read()
+                if reply.status != 200:
+                    failures.append(f"{path}: HTTP {reply.status}")
+        except OSError as exc:
+            failures.append(f"{path}: {exc}")
+        finally:
+            conn.close()
+
+    share, extra = divmod(requests, connections)
+    threads = [threading.Thread(target=client, args=(share + (i < extra),)) for i in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise RuntimeError(f"{len(failures)} requests failed, first: {failures[0]}")
+
+
+def worker_pid(master: int, deadline: float) -> int:
+    children = Path(f"/proc/{master}/task/{master}/children")
+    while time.monotonic() < deadline:
+        pids = children.read_text().split() if children.exists() else []
+        if pids:
+            return int(pids[0])
+        time.sleep(0.1)  # poll pacing under a deadline
+    raise TimeoutError(f"no gunicorn worker under pid {master}")
+
+
+def worker_instructions(command: list[str], certs: Path, body: bytes, counts: dict[str, int],
+                        connections: int, work: Path) -> int:
+    """One server run under cachegrind: ``counts[path]`` reviews per endpoint, then a clean stop;
+    the worker's instruction total."""
+    work.mkdir()
+    port = free_port()
+    valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={work}/%p.out"]
+    with https_server([*valgrind, *command, str(port)], certs / "ca.crt", port, work / "server.log",
+                      timeout=600) as master:
+        worker = worker_pid(master.pid, time.monotonic() + 60)
+        for path, count in counts.items():
+            send(port, certs / "ca.crt", path, body, count, connections)
+        master.send_signal(signal.SIGTERM)  # a graceful stop: valgrind writes the counts at exit
+        master.wait(timeout=600)
+    for line in (work / f"{worker}.out").read_text().splitlines():
+        if line.startswith("summary:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no instruction total for worker {worker} in {work}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--base", type=int, default=150, help="reviews per endpoint in every run (warm-up)")
+    parser.add_argument("--keep", type=Path, help="keep the cachegrind files here (for cg_diff and cg_annotate)")
+    args = parser.parse_args()
+    if not shutil.which("valgrind"):
+        sys.exit("bench/admission_cost.py needs valgrind (apt install valgrind)")
+    body = api_server_json(review_for(json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())))
+    gpushare = Path(sys.executable).parent / "gpushare"
+    os.environ.update(SLOW_SERVER_ENV)  # https_server starts the servers with this environment
+    paths = ("/validate", "/mutate")
+    runs = {"base": dict.fromkeys(paths, args.base),
+            **{path: {p: args.base + (args.requests if p == path else 0) for p in paths} for path in paths}}
+    costs: dict[tuple[str, str], float] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or Path(scratch)
+        tmp.mkdir(parents=True, exist_ok=True)
+        certs = Path(tmp, "certs")
+        ensure_serving_certs(certs, ["localhost", "127.0.0.1"])
+        commands = {
+            "project": [str(gpushare), "serve", "--host", "127.0.0.1", "--cert-dir", str(certs), "--port"],
+            "bare": [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--cert-dir", str(certs), "--port"],
+        }
+        totals: dict[tuple[str, str], int] = {}
+
+        def measure(name: str) -> None:
+            for run, counts in runs.items():
+                work = Path(tmp, f"{name}-{run.strip('/')}")
+                totals[(name, run)] = worker_instructions(commands[name], certs, body, counts, args.connections, work)
+
+        # The two servers' runs are independent: one thread each, one core each.
+        threads = [threading.Thread(target=measure, args=(name,)) for name in commands]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if len(totals) != len(commands) * len(runs):
+            sys.exit("a server run failed (see the traceback above)")
+        for name in commands:
+            for path in paths:
+                costs[(name, path)] = (totals[(name, path)] - totals[(name, "base")]) / args.requests
+    print(f"server instructions per review (worker process; {args.requests} reviews over {args.connections} "
+          f"keep-alive TLS connections, less a base run; valgrind cachegrind):")
+    for path in paths:
+        project, bare = costs[("project", path)], costs[("bare", path)]
+        print(f"  {path:10} project {project:10,.0f}  bare {bare:10,.0f}  bare/project {bare / project:.3f}")
+
+
+if __name__ == "__main__":
+    main()
