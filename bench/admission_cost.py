@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.admission import api_server_json, review_for  # noqa: E402
-from bench.processes import free_port, https_server  # noqa: E402
+from bench.processes import children, free_port, https_server  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
 
 # Valgrind runs a review ~100x slower: without these the overload protections would refuse.
@@ -74,11 +74,10 @@ def send(port: int, ca: Path, path: str, body: bytes, requests: int, connections
 
 
 def worker_pid(master: int, deadline: float) -> int:
-    children = Path(f"/proc/{master}/task/{master}/children")
     while time.monotonic() < deadline:
-        pids = children.read_text().split() if children.exists() else []
-        if pids:
-            return int(pids[0])
+        workers = children(master)
+        if workers:
+            return workers[0]
         time.sleep(0.1)  # poll pacing under a deadline
     raise TimeoutError(f"no gunicorn worker under pid {master}")
 

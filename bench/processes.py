@@ -19,12 +19,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def children(pid: int) -> list[int]:
+    """The direct children of a process (a gunicorn master's workers)."""
+    listing = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in listing.read_text().split()] if listing.exists() else []
+
+
 def _family(pid: int) -> list[int]:
-    pids = [pid]
-    children = Path(f"/proc/{pid}/task/{pid}/children")
-    if children.exists():
-        pids += [int(p) for p in children.read_text().split()]
-    return pids
+    return [pid, *children(pid)]
 
 
 def cpu_seconds(pid: int) -> float:

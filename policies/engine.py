@@ -134,8 +134,8 @@ class Engine:
         """
         verdict = Verdict(subject.kind, subject.name, subject.ns)
         exemption = subject.exemption
-        if exemption is not None and not exemption.honoured:
-            exemption = None  # GE001 says why; the rules judge the object as if it asked for nothing
+        # Not honoured: GE001 says why, and the rules judge the object as if it asked for nothing.
+        set_aside = exemption.set_aside if exemption is not None else frozenset()
         stateless = subject.state is None
         # Rules that could not run for the same reason are reported together, once.
         unavailable: dict[tuple[str, str, str], tuple[StateUnavailable, list[str]]] = {}
@@ -150,7 +150,7 @@ class Engine:
             for active in run:
                 if active.stateful and stateless:
                     continue
-                exempt = exemption is not None and active.id in exemption.ids
+                exempt = active.id in set_aside
                 try:
                     for message, path, *advisory in active.check(subject):
                         # A check may mark a finding advisory ("warn"); it never hardens a warn rule.
@@ -161,7 +161,7 @@ class Engine:
                     if not stateless and not exempt:
                         unavailable.setdefault((exc.switch, exc.what, exc.reason), (exc, []))[1].append(active.id)
         verdict.findings.extend(self._unavailable(exc, ids) for exc, ids in unavailable.values())
-        if verdict.exempted and exemption is not None:
+        if verdict.exempted and exemption is not None:  # only an honoured exemption sets findings aside
             verdict.exemption_reason = exemption.reason
         return verdict
 
@@ -203,9 +203,7 @@ class Engine:
         """Plan the JSON patch for the subject (no rules run)."""
         verdict = Verdict(subject.kind, subject.name, subject.ns)
         exemption = subject.exemption
-        enabled = self._mutations
-        if exemption is not None and exemption.honoured:
-            enabled = enabled.difference(exemption.ids)
+        enabled = self._mutations - exemption.set_aside if exemption is not None else self._mutations
         for mutation_id, op in plan_patch(subject, enabled.__contains__):
             verdict.patch.append(op)
             if mutation_id not in verdict.patch_ids:

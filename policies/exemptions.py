@@ -31,8 +31,10 @@ class Exemption:
     def honoured(self) -> bool:
         return bool(self.ids) and bool(self.reason) and not self.misplaced
 
-    def covers(self, rule_id: str) -> bool:
-        return self.honoured and rule_id in self.ids
+    @property
+    def set_aside(self) -> frozenset[str]:
+        """The rule and mutation ids this exemption sets aside: those it names when honoured, else none."""
+        return frozenset(self.ids) if self.honoured else frozenset()
 
 
 def annotations_path(kind: str) -> Path:
@@ -58,11 +60,6 @@ def parse_ids(value: Any) -> tuple[str, ...]:
 
 def read_exemption(obj: dict[str, Any], kind: str, names: Names) -> Exemption | None:
     """The object's exemption, or None when it asks for none."""
-    if kind == "Pod":  # the common case, read without walking a path
-        meta = obj.get("metadata")
-        annotations = meta.get("annotations") if isinstance(meta, dict) else None
-        if not isinstance(annotations, dict) or names.exempt_annotation not in annotations:
-            return None
     path = annotations_path(kind)
     annotations = _annotations(obj, path)
     misplaced = False
