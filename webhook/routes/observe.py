@@ -48,8 +48,6 @@ class Observer:
         self.metrics = metrics
         self.request_log = request_log
         self.telemetry = telemetry
-        if request_log is not None:
-            telemetry.after_flush(request_log.emit)
 
     def answered(self, endpoint: str, review: AdmissionReview, body: dict[str, Any], seconds: float) -> None:
         """An AdmissionReview answer was sent."""
