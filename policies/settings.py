@@ -14,7 +14,9 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Severity = Literal["deny", "warn"]
 
@@ -63,12 +65,25 @@ class Names(_Section):
     gpushare_daemonsets: tuple[str, ...] = ("gpushare-device-plugin-ds",)
     env_mem_container: str = "ALIYUN_COM_GPU_MEM_CONTAINER"
     env_mem_dev: str = "ALIYUN_COM_GPU_MEM_DEV"
-    ecs_provider_prefixes: tuple[str, ...] = ("alicloud://",)
+    # ECS nodes' spec.providerID: REGION.INSTANCEID, bare or behind alicloud:// (policies/ecs.py
+    # cites the cloud provider). Named groups "region" and "instance" are required.
+    ecs_provider_id_pattern: str = r"(?:alicloud://)?(?P<region>[a-z]+(?:-[a-z0-9]+)+)\.(?P<instance>i-[a-z0-9]+)"
     # Where the GPU-sharing scheduler records the card it chose for a pod (read, never written).
     allocation_annotation: str = "scheduler.framework.gpushare.allocation"
     card_index_annotation: str = "ALIYUN_COM_GPU_MEM_IDX"
     exempt_annotation: str = "gpushare.io/exempt"
     exempt_reason_annotation: str = "gpushare.io/exempt-reason"
+
+    @field_validator("ecs_provider_id_pattern")
+    @classmethod
+    def _pattern_with_groups(cls, value: str) -> str:
+        try:
+            groups = re.compile(value).groupindex
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        if not {"region", "instance"} <= set(groups):
+            raise ValueError("needs the named groups (?P<region>...) and (?P<instance>...)")
+        return value
 
 
 class RuleOverride(_Section):

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
 
+from ..cards import CGPU_MODES
 from ..catalog import Catalog, default_catalog
 from ..cluster import NodeInfo, node_from_manifest
 from ..compatibility import node_mismatches
+from ..ecs import ecs_instance
 from ..placement import ALL_MODES, SHARED_MODES, cpu_manager_policy
 from ..resources import Path
 from ..settings import NodePolicySettings
@@ -19,8 +21,8 @@ from .base import Subject, rule
 
 NODE = ("Node",)
 PLACEMENTS = ("binpack", "spread")
-# cGPU isolation runs only on ECS instances (002).
-ECS_ONLY_MODES = frozenset({"cgpu", "core_mem"})
+# cGPU isolation runs only on ECS instances (002); mps is built on cGPU too (policies/cards.py).
+ECS_ONLY_MODES = CGPU_MODES
 Found = Iterator[tuple[str, Path] | tuple[str, Path, str]]
 
 
@@ -61,15 +63,13 @@ def _label_path(key: str) -> Path:
 
 
 def region_of(node: NodeInfo, subject: Subject) -> str:
-    """The region label, else the region an ECS provider ID starts with (alicloud://cn-beijing.i-...)."""
+    """The region label, else the region part of an ECS provider ID (cn-beijing.i-..., with or
+    without alicloud://)."""
     region = node.labels.get(subject.names.labels.region, "")
     if region:
         return region
-    for prefix in subject.names.ecs_provider_prefixes:
-        if node.provider_id.startswith(prefix):
-            head = node.provider_id[len(prefix):].split(".", 1)
-            return head[0] if len(head) == 2 else ""
-    return ""
+    ecs = ecs_instance(node.provider_id, subject.names.ecs_provider_id_pattern)
+    return ecs.region if ecs is not None else ""
 
 
 @rule("GN001", severity="deny", seed="003", kinds=NODE,
@@ -138,16 +138,16 @@ def mode_available_in_region(subject: Subject) -> Found:
 
 
 @rule("GN004", severity="deny", seed="002", kinds=NODE,
-      title="cgpu and core_mem only on ECS nodes",
-      doc="cGPU memory isolation works only on ECS instances: a node whose providerID does not "
-          "start with alicloud:// must not carry cgpu or core_mem.")
+      title="cgpu, core_mem and mps only on ECS nodes",
+      doc="cGPU memory isolation works only on ECS instances: a node whose spec.providerID is not an "
+          "ECS id (REGION.INSTANCEID such as cn-hangzhou.i-bp16uimj7fl6ze8q5rf3, bare or behind "
+          "alicloud://) must not carry cgpu, core_mem or mps.")
 def isolation_only_on_ecs(subject: Subject) -> Found:
     node = _node(subject)
     mode = _mode(node, subject)
     if mode not in ECS_ONLY_MODES or not _changed(subject, lambda n: (_mode(n, subject), n.provider_id)):
         return
-    prefixes = subject.names.ecs_provider_prefixes
-    if any(node.provider_id.startswith(p) for p in prefixes):
+    if ecs_instance(node.provider_id, subject.names.ecs_provider_id_pattern) is not None:
         return
     path = _label_path(subject.names.labels.schedule)
     taint = _policy(subject).uninitialized_taint
@@ -162,8 +162,8 @@ def isolation_only_on_ecs(subject: Subject) -> Found:
         return
     shown = node.provider_id or "empty"
     yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} needs an ECS node (spec.providerID "
-           f"starting with {' or '.join(prefixes)}), but spec.providerID is {shown}; use "
-           f"{subject.names.labels.schedule}=share on non-ECS nodes", path)
+           f"REGION.INSTANCEID, e.g. cn-hangzhou.i-bp16uimj7fl6ze8q5rf3, bare or behind alicloud://), but "
+           f"spec.providerID is {shown}; use {subject.names.labels.schedule}=share on non-ECS nodes", path)
 
 
 @rule("GN005", severity="deny", seed="000", kinds=NODE, operations=("UPDATE",),
