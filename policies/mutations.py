@@ -28,8 +28,10 @@ MUTATIONS: dict[str, Mutation] = {
     m.id: m
     for m in (
         Mutation("GM001", "Shared-GPU pods use the GPU-sharing scheduler",
-                 "Pods requesting aliyun.com/gpu-mem get schedulerName ack-co-scheduler when it is "
-                 "unset or default-scheduler; another scheduler the user chose is kept.", "001"),
+                 "Pods requesting aliyun.com/gpu-mem get the configured schedulerName (names.scheduler_name: "
+                 "ack-co-scheduler on registered clusters; none on ACK Pro, whose own kube-scheduler places "
+                 "shared GPUs) when it is unset or default-scheduler; another scheduler the user chose is kept.",
+                 "001"),
         Mutation("GM002", "GPU-sharing DaemonSets run at system-node-critical",
                  "The GPU-sharing DaemonSets (gpushare-device-plugin-ds by default) and their pods get "
                  "priorityClassName system-node-critical so they are not preempted.", "001, 002"),
@@ -47,7 +49,8 @@ def pointer(path: tuple[str | int, ...]) -> str:
 
 
 def _scheduler_ops(subject: Subject) -> list[Op]:
-    if subject.kind != "Pod":
+    scheduler = subject.names.injected_scheduler
+    if subject.kind != "Pod" or scheduler is None:
         return []
     mem = subject.names.resources.gpu_mem
     for container in subject.containers:
@@ -60,7 +63,7 @@ def _scheduler_ops(subject: Subject) -> list[Op]:
     if current not in (None, "", subject.names.default_scheduler):
         return []
     op = "replace" if "schedulerName" in spec else "add"
-    return [{"op": op, "path": "/spec/schedulerName", "value": subject.names.scheduler_name}]
+    return [{"op": op, "path": "/spec/schedulerName", "value": scheduler}]
 
 
 def _owned_by_gpushare_daemonset(subject: Subject) -> bool:

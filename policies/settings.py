@@ -19,6 +19,8 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Severity = Literal["deny", "warn"]
+# names.scheduler_name value that turns GM001 off (ACK Pro clusters).
+NO_SCHEDULER = "none"
 
 
 class _Section(BaseModel):
@@ -59,7 +61,12 @@ class Names(_Section):
     resources: ResourceNames = ResourceNames()
     labels: LabelNames = LabelNames()
     card_annotations: CardAnnotationNames = CardAnnotationNames()
-    scheduler_name: str = "ack-co-scheduler"
+    # GM001: the scheduler set on shared-GPU pods, or "none" to set none. Registered clusters run
+    # ack-co-scheduler (Shared GPU scheduling in registered clusters); ACK Pro clusters schedule
+    # shared GPUs with their own kube-scheduler, where "none" is right. The deploy manifests make
+    # the installer choose; outside a deployment (serve on a snapshot, check, /dry-run) this
+    # default applies.
+    scheduler_name: str = Field("ack-co-scheduler", min_length=1)
     default_scheduler: str = "default-scheduler"
     priority_class: str = "system-node-critical"
     gpushare_daemonsets: tuple[str, ...] = ("gpushare-device-plugin-ds",)
@@ -73,6 +80,11 @@ class Names(_Section):
     card_index_annotation: str = "ALIYUN_COM_GPU_MEM_IDX"
     exempt_annotation: str = "gpushare.io/exempt"
     exempt_reason_annotation: str = "gpushare.io/exempt-reason"
+
+    @property
+    def injected_scheduler(self) -> str | None:
+        """The scheduler GM001 sets, or None when configured as "none"."""
+        return None if self.scheduler_name.strip().lower() == NO_SCHEDULER else self.scheduler_name
 
     @field_validator("ecs_provider_id_pattern")
     @classmethod

@@ -39,9 +39,12 @@ def render_kustomize(directory: Path = KUSTOMIZE) -> list[Obj]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-def render_helm(values: Obj | None = None, namespace: str = NS) -> list[Obj]:
+def render_helm(values: Obj | None = None, namespace: str = NS, *, scheduler: str | None = "ack-co-scheduler"
+                ) -> list[Obj]:
+    """The chart rendered; ``scheduler`` is the required choice (None leaves it unset)."""
+    chosen = {"scheduler": scheduler} if scheduler is not None else {}
     with helm.Chart.load(str(CHART)) as chart:
-        manifests = chart.render(values or {}, name="gpushare", namespace=namespace)
+        manifests = chart.render({**chosen, **(values or {})}, name="gpushare", namespace=namespace)
     return [d for text in manifests.values() for d in yaml.safe_load_all(text) if d]
 
 
@@ -121,10 +124,35 @@ def test_kustomize_and_helm_render_the_same_objects(kustomized, helm_rendered):
 
 
 def test_helm_lint_finds_no_error():
-    report = helm.lint(str(CHART))
+    report = helm.lint(str(CHART), {"scheduler": "none"})
     assert report["total_charts_linted"] == 1 and report["errors"] == []
     # Only informational findings (severity 1, e.g. "icon is recommended") are tolerated.
     assert all(m["severity"] <= 1 for m in report["messages"]), report["messages"]
+
+
+def test_helm_fails_until_the_scheduler_is_chosen():
+    with pytest.raises(Exception, match="scheduler is required") as failed:
+        render_helm(scheduler=None)
+    message = str(failed.value)
+    assert "scheduler=ack-co-scheduler on registered clusters" in message and "scheduler=none on ACK Pro" in message
+    for chosen in ("none", "ack-co-scheduler", "my-gpu-scheduler"):
+        objects = render_helm({"config": {"names": {"priority_class": "x"}}}, scheduler=chosen)
+        config = yaml.safe_load(one(objects, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"])
+        assert config["names"] == {"priority_class": "x", "scheduler_name": chosen}
+
+
+def test_kustomize_states_the_scheduler_explicitly_with_both_choices_explained(kustomized):
+    text = one(kustomized, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"]
+    assert yaml.safe_load(text) == {"names": {"scheduler_name": "ack-co-scheduler"}}
+    comments = " ".join(line.strip("# ") for line in text.splitlines() if line.startswith("#"))
+    assert "ack-co-scheduler registered clusters" in " ".join(comments.split())
+    assert "none ACK Pro clusters" in " ".join(comments.split())
+
+
+def test_the_extender_example_does_not_shadow_acks_scheduler():
+    config = yaml.safe_load((ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    names = [p["schedulerName"] for p in config["profiles"]]
+    assert "ack-co-scheduler" not in names and "gpushare-scheduler" in names
 
 
 def test_helm_values_reach_the_objects():
@@ -143,7 +171,7 @@ def test_helm_values_reach_the_objects():
     assert pods["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "gpu-webhook"]
     assert "['a-ds', 'b-ds']" in mutating["webhooks"][1]["matchConditions"][0]["expression"]
     config = yaml.safe_load(one(objects, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"])
-    assert config == {"rules": {"GS001": {"severity": "warn"}}}
+    assert config == {"rules": {"GS001": {"severity": "warn"}}, "names": {"scheduler_name": "ack-co-scheduler"}}
     for obj in objects:
         kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
 
