@@ -11,10 +11,9 @@ variable is set: it costs a third of ``gpushare check``'s start-up otherwise.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
-
-import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -96,6 +95,21 @@ class Names(_Section):
         if not {"region", "instance"} <= set(groups):
             raise ValueError("needs the named groups (?P<region>...) and (?P<instance>...)")
         return value
+
+
+class NearMissSettings(_Section):
+    """GS007: resource names that look like the shared-GPU names but are not them."""
+
+    # Domains a near miss may be written under: the real one, Alibaba's other names, and
+    # (always) typos within two edits of the real domain or no domain at all.
+    # alibabacloud.com is not here: Alibaba's open-gpu-share and unified device scheduling use
+    # alibabacloud.com/gpu-mem, gpu-core, ... as real, different resources.
+    lookalike_domains: tuple[str, ...] = ("aliyun.com", "alibaba.com", "alicloud.com", "aliyun.cn", "aliyuncs.com")
+    # Real resources that are never near misses, whatever they look like (aliyun.com/gpu is
+    # topology-aware whole GPUs, gpu-count the node's card count; fpga, npu and rdma are
+    # resources Alibaba Cloud's device plugins publish).
+    allowed: tuple[str, ...] = ("aliyun.com/gpu", "aliyun.com/gpu-count", "aliyun.com/fpga", "aliyun.com/npu",
+                                "aliyun.com/rdma")
 
 
 class RuleOverride(_Section):
@@ -291,6 +305,7 @@ class Settings(_Section):
     state: StateSettings = StateSettings()
     nodes: NodePolicySettings = NodePolicySettings()
     catalog: CatalogSettings = CatalogSettings()
+    near_miss: NearMissSettings = NearMissSettings()
 
 
 class ConfigFileError(ValueError):

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from .helpers import load_json
+from .near_miss_cases import NEAR_MISSES, NOT_NEAR_MISSES, cronjob_with, deployment_with, pod_with
 
 ROOT = Path(__file__).resolve().parents[1]
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
@@ -364,6 +365,29 @@ def test_pod_webhooks_see_exactly_the_pods_that_share_gpus(rendered, webhook):
     assert not matches(program, pod([CPU, BARE]))
     assert not matches(program, pod([BARE], init=[CPU]))
     assert not matches(program, pod([{**CPU, "resources": {"limits": {"nvidia.com/gpu": "1"}}}]))
+
+
+@pytest.mark.parametrize(("resource", "value", "meant"), NEAR_MISSES)
+def test_validating_webhooks_see_near_misses_and_the_mutating_one_does_not(rendered, resource, value, meant):
+    validate, mutate = condition(rendered, "pods.validate.gpushare.io"), condition(rendered, "pods.mutate.gpushare.io")
+    for section in ("limits", "requests"):
+        assert matches(validate, pod_with(resource, value, section=section)), (resource, section)
+        assert matches(validate, pod_with(resource, value, section=section, init=True)), (resource, section)
+        assert not matches(mutate, pod_with(resource, value, section=section))  # nothing to mutate
+    assert matches(condition(rendered, "workloads.validate.gpushare.io"), deployment_with(resource, value),
+                   resource="deployments")
+    assert matches(condition(rendered, "cronjobs.validate.gpushare.io"), cronjob_with(resource, value),
+                   resource="cronjobs")
+
+
+@pytest.mark.parametrize("resource", NOT_NEAR_MISSES)
+def test_pods_asking_only_for_real_other_resources_do_not_depend_on_the_webhook(rendered, resource):
+    for webhook in ("pods.validate.gpushare.io", "pods.mutate.gpushare.io"):
+        assert not matches(condition(rendered, webhook), pod_with(resource, 1)), (webhook, resource)
+    assert not matches(condition(rendered, "workloads.validate.gpushare.io"), deployment_with(resource, 1),
+                       resource="deployments")
+    assert not matches(condition(rendered, "cronjobs.validate.gpushare.io"), cronjob_with(resource, 1),
+                       resource="cronjobs")
 
 
 def test_workload_webhooks_see_templates_that_share_gpus(rendered):
