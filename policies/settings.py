@@ -70,7 +70,6 @@ class Names(_Section):
     priority_class: str = "system-node-critical"
     gpushare_daemonsets: tuple[str, ...] = ("gpushare-device-plugin-ds",)
     env_mem_container: str = "ALIYUN_COM_GPU_MEM_CONTAINER"
-    env_mem_dev: str = "ALIYUN_COM_GPU_MEM_DEV"
     # ECS nodes' spec.providerID: REGION.INSTANCEID, bare or behind alicloud:// (policies/ecs.py
     # cites the cloud provider). Named groups "region" and "instance" are required.
     ecs_provider_id_pattern: str = r"(?:alicloud://)?(?P<region>[a-z]+(?:-[a-z0-9]+)+)\.(?P<instance>i-[a-z0-9]+)"
@@ -175,6 +174,8 @@ class WhenStateUnavailable(_Section):
     # A node mode change that cannot be checked is refused: it is rare, done by a person
     # who can retry, and getting it wrong breaks running GPU pods (seed 002).
     node_mode_change: FailMode = "closed"
+    # GC001 (can any node hold this pod?) only advises: never block a pod because it could not be judged.
+    capacity: FailMode = "open"
 
 
 class StateSettings(_Section):
