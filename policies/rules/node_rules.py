@@ -103,7 +103,16 @@ def no_shared_mode_with_static_cpu(subject: Subject) -> Found:
     node = _node(subject)
     mode = _mode(node, subject)
     key = subject.names.labels.cpu_manager_policy
-    if mode not in SHARED_MODES or cpu_manager_policy(node, subject.names) != "static":
+    if mode not in SHARED_MODES:
+        return
+    if not cpu_manager_policy(node, subject.names):
+        if _changed(subject, lambda n: _mode(n, subject)):
+            yield (f"Node {node.name}: {subject.names.labels.schedule}={mode}: the node's CPU manager policy is "
+                   f"unknown (no {key} label or annotation), so whether it is static, which shared GPU "
+                   f"scheduling does not support, cannot be checked; publish it as {key} "
+                   f"(docs/state.md, \"CPU manager policy\")", _label_path(subject.names.labels.schedule), "warn")
+        return
+    if cpu_manager_policy(node, subject.names) != "static":
         return
     if _changed(subject, lambda n: (_mode(n, subject), cpu_manager_policy(n, subject.names))):
         where = "labels" if node.labels.get(key) else "annotations"
@@ -166,18 +175,29 @@ def isolation_only_on_ecs(subject: Subject) -> Found:
            f"spec.providerID is {shown}; use {subject.names.labels.schedule}=share on non-ECS nodes", path)
 
 
-@rule("GN005", severity="deny", seed="000", kinds=NODE, operations=("UPDATE",),
-      title="core_mem is not switched on by relabelling an existing node",
-      doc="Computing power allocation does not work when an existing node is labelled core_mem; "
-          "add the node to a core_mem node pool instead. Nodes created with the label, and the "
-          "configured node-pool identities, may.")
+@rule("GN005", severity="deny", seed="000, 002", kinds=NODE, operations=("UPDATE",),
+      title="No GPU mode switched by relabelling an existing node",
+      doc="Computing power allocation does not work when an existing node is labelled core_mem (000): "
+          "denied, add the node to a core_mem node pool instead. Any other change of an existing node's "
+          "GPU scheduling label warns: ACK advises against changing it with kubectl label (002). Nodes "
+          "created with the label, and the configured node-pool identities, may.")
 def no_core_mem_by_relabel(subject: Subject) -> Found:
     old = _old_node(subject)
     node = _node(subject)
-    if old is None or _mode(node, subject) != "core_mem" or _mode(old, subject) == "core_mem":
+    if old is None:
         return
+    before, after = _mode(old, subject), _mode(node, subject)
     policy = _policy(subject)
-    if subject.user.username in policy.node_pool_users or set(subject.user.groups) & set(policy.node_pool_groups):
+    if before == after or subject.user.username in policy.node_pool_users \
+            or set(subject.user.groups) & set(policy.node_pool_groups):
+        return
+    schedule = subject.names.labels.schedule
+    if after != "core_mem":
+        if before:
+            yield (f"Node {node.name}: {schedule} {before} -> {after or 'unset'} relabels an existing node; ACK "
+                   f"advises against changing the GPU scheduling label with kubectl label (Manage the shared GPU "
+                   f"scheduling component): move the node to a node pool labelled {after or 'default'} instead",
+                   _label_path(schedule), "warn")
         return
     before = _mode(old, subject) or "unset"
     who = subject.user.username or "an unnamed user"
@@ -189,10 +209,13 @@ def no_core_mem_by_relabel(subject: Subject) -> Found:
            _label_path(subject.names.labels.schedule))
 
 
-@rule("GN006", severity="deny", seed="002, 003", kinds=NODE, operations=("UPDATE",), stateful=True,
+@rule("GN006", severity="deny", seed="project choice", kinds=NODE, operations=("UPDATE",), stateful=True,
       title="The mode does not change under running GPU pods",
-      doc="Changing ack.node.gpu.schedule while pods using GPU resources run on the node breaks "
-          "them; removing the label does not restore exclusive mode (use default).")
+      doc="Project choice, for safety: the ACK pages only warn against relabelling existing nodes, but "
+          "changing ack.node.gpu.schedule under running GPU pods withdraws the resources they were "
+          "placed with (a node runs one mode; the others' resources drop to 0), so it is denied until "
+          "the node is drained. Removing the label warns: it does not restore exclusive mode (use "
+          "default).")
 def no_mode_change_under_pods(subject: Subject) -> Found:
     old = _old_node(subject)
     node = _node(subject)
