@@ -15,13 +15,13 @@ POD_KINDS = tuple(POD_SPEC_PATHS)
 SWITCH = "capacity"
 
 
-def asks_gpu_memory_unplaced(subject: Subject) -> bool:
-    """A pod or template asking for gpu-mem that the scheduler will place (pinned pods: GB004)."""
-    return subject.names.resources.gpu_mem in subject.asked and placement_of(subject) is None
+def asks_gpu_memory(subject: Subject) -> bool:
+    """A pod or template asking for gpu-mem (the only demand GC001 judges)."""
+    return subject.names.resources.gpu_mem in subject.asked
 
 
 @rule("GC001", severity="warn", seed="000, 003", kinds=POD_KINDS, operations=("CREATE",), stateful=True,
-      applies=asks_gpu_memory_unplaced,
+      applies=asks_gpu_memory,
       title="Some node of the cluster can hold the pod",
       doc="A container's gpu-mem must fit on one card of a node that could take the pod (its mode, "
           "its card-model selectors); core+mem pods need a core_mem node. A pod no such card can ever "
@@ -29,6 +29,8 @@ def asks_gpu_memory_unplaced(subject: Subject) -> bool:
           "bigger cards; set deny to refuse it); one that fits no card now gets a warning naming the "
           "closest card.")
 def some_node_can_hold_it(subject: Subject) -> Iterator[tuple[str, Path] | tuple[str, Path, str]]:
+    if placement_of(subject) is not None:
+        return  # a pod pinned by spec.nodeName skips the scheduler: GB004 judges its node
     spec, base = subject.pod_spec
     demand = demand_from_containers(subject.label, subject.containers, subject.names)
     if not demand.gpus:
