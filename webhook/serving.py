@@ -75,12 +75,22 @@ def prepare_certificates(settings: Settings, cert_dir: Path) -> bool:
     return generated
 
 
+def scheduler_notice(settings: Settings) -> str:
+    """What GM001 does in this process, said once at start (the choice matters: docs/install.md)."""
+    scheduler = settings.names.injected_scheduler
+    if scheduler is None:
+        return ("GM001: names.scheduler_name is none: shared-GPU pods keep their schedulerName "
+                "(the cluster's own kube-scheduler places them)")
+    return f"GM001: shared-GPU pods without a scheduler get schedulerName {scheduler} (names.scheduler_name)"
+
+
 def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig: Path | None = None) -> None:
     """Generate certificates if missing, then run the webhook under gunicorn until signalled."""
     prepare_certificates(settings, cert_dir)
     # Fail fast on a bad snapshot or kubeconfig, before forking.
     services = build_services(settings, snapshot, kubeconfig)
     configured_guards(settings.auth)  # and on an unusable CA or token file
+    log.info("%s", scheduler_notice(settings))
     if settings.server.workers > 1:
         log.warning("server.workers=%d: each process keeps its own /metrics registry and binding "
                     "assume-cache; see docs/operations.md", settings.server.workers)
