@@ -1,6 +1,7 @@
 """Rule families; importing this package registers every rule."""
 
 from . import (  # noqa: F401  (each import registers a family)
+    cluster_invariants,
     exemptions,
     node_rules,
     placement_rules,

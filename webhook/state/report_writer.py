@@ -1,0 +1,91 @@
+"""Write the audit's report objects (``webhook.report.policy_reports``) to the cluster.
+
+Each object is created, or replaced when it exists; report objects this tool wrote earlier
+(label ``app.kubernetes.io/managed-by=gpushare``) in namespaces that have no findings any
+more are deleted, so the cluster never holds more than one per namespace. RBAC: get, list,
+create, update, delete on the report kinds only (deploy/ grants exactly that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+MANAGED = "app.kubernetes.io/managed-by=gpushare"
+
+
+class ReportWriteError(RuntimeError):
+    """The API server refused a report object (no CRD, no RBAC, invalid)."""
+
+
+@dataclass
+class WriteSummary:
+    written: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
+def served(api: k8s.CustomObjectsApi, group: str, version: str, plural: str) -> bool:
+    """Whether the cluster serves this report kind (its CRD is installed)."""
+    try:
+        api.list_cluster_custom_object(group, version, plural, limit=1)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise ReportWriteError(f"{group}/{version} {plural}: {exc.status} {exc.reason}") from None
+    return True
+
+
+def write_reports(api: k8s.CustomObjectsApi, group: str, version: str, plural: str, cluster_plural: str,
+                  objects: list[dict[str, Any]]) -> WriteSummary:
+    summary = WriteSummary()
+    kept: set[tuple[str, str]] = set()
+    for obj in objects:
+        meta = obj["metadata"]
+        namespace, name = meta.get("namespace", ""), meta["name"]
+        kept.add((namespace, name))
+        try:
+            if namespace:
+                _upsert(lambda: api.get_namespaced_custom_object(group, version, namespace, plural, name),
+                        lambda body: api.create_namespaced_custom_object(group, version, namespace, plural, body),
+                        lambda body: api.replace_namespaced_custom_object(group, version, namespace, plural, name,
+                                                                          body), obj)
+            else:
+                _upsert(lambda: api.get_cluster_custom_object(group, version, cluster_plural, name),
+                        lambda body: api.create_cluster_custom_object(group, version, cluster_plural, body),
+                        lambda body: api.replace_cluster_custom_object(group, version, cluster_plural, name, body),
+                        obj)
+        except ApiException as exc:
+            where = f"{namespace}/{name}" if namespace else name
+            raise ReportWriteError(f"{obj['kind']} {where}: {exc.status} {exc.reason}") from None
+        summary.written.append(f"{obj['kind']} {namespace + '/' if namespace else ''}{name}")
+    try:
+        listed = api.list_cluster_custom_object(group, version, plural, label_selector=MANAGED)
+    except ApiException as exc:
+        raise ReportWriteError(f"{group}/{version} {plural}: {exc.status} {exc.reason}") from None
+    for item in listed.get("items", []):
+        meta = item.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if key not in kept and key[0]:
+            try:
+                api.delete_namespaced_custom_object(group, version, key[0], plural, key[1])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise ReportWriteError(f"delete {key[0]}/{key[1]}: {exc.status} {exc.reason}") from None
+            summary.deleted.append(f"{key[0]}/{key[1]}")
+    return summary
+
+
+def _upsert(get: Any, create: Any, replace: Any, obj: dict[str, Any]) -> None:
+    try:
+        current = get()
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        create(obj)
+        return
+    body = dict(obj, metadata=dict(obj["metadata"],
+                                   resourceVersion=(current.get("metadata") or {}).get("resourceVersion")))
+    replace(body)
