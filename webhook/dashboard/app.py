@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from flask import Flask, Response, abort, render_template, request
 
-from policies.audit import AuditResult, Auditor
+from policies.audit import Auditor, AuditResult
 from policies.cluster import ClusterState
 from policies.dryrun import DryRun
 from policies.engine import Engine

@@ -76,7 +76,8 @@ def create_app(services: Services) -> Flask:
     app.extensions["gpushare"] = services
     settings = services.settings
     max_bytes = settings.server.max_body_bytes
-    metrics = Metrics(admission_kinds(), lambda: services.state_status)
+    metrics = Metrics(admission_kinds(), lambda: services.state_status,
+                      lambda: services.audit.status if services.audit is not None else None)
     telemetry = Telemetry()
     metrics.before_scrape(telemetry.flush)
     # The worker counts what it refuses before the app runs through these too (webhook.server.worker).

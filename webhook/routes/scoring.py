@@ -12,6 +12,7 @@ from policies.cluster import ClusterState
 from policies.dryrun import DryRun
 from policies.scoring import Scorer
 from webhook.routes.dry_run import DryRunInputError, dry_run_body, read_text_body
+from webhook.routes.explain import ExplainError, explain_answer
 from webhook.routes.extender import Extender, ExtenderArgs, parse_extender_args
 from webhook.server.http_errors import error_response as _refuse
 from webhook.server.http_errors import json_response as _answer
@@ -68,7 +69,14 @@ def register_scoring_routes(app: Flask, services: Services, read_json: Callable[
         except ValueError as exc:
             raise _Refusal(400, str(exc)) from None
 
+    def explain_route() -> Any:
+        try:
+            return explain_answer(services.state, scorer, services.state_source)
+        except ExplainError as exc:
+            raise _Refusal(exc.status, exc.reason) from None
+
     app.add_url_rule("/dry-run", "dry_run", observed("dry-run", dry_run_answer), methods=["POST"])
+    app.add_url_rule("/explain", "explain", observed("explain", explain_route), methods=["GET"])
     app.add_url_rule("/scheduler/filter", "scheduler_filter",
                      observed("scheduler-filter", lambda: extender_answer(extender.filter)), methods=["POST"])
     app.add_url_rule("/scheduler/prioritize", "scheduler_prioritize",

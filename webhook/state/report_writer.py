@@ -47,16 +47,7 @@ def write_reports(api: k8s.CustomObjectsApi, group: str, version: str, plural: s
         namespace, name = meta.get("namespace", ""), meta["name"]
         kept.add((namespace, name))
         try:
-            if namespace:
-                _upsert(lambda: api.get_namespaced_custom_object(group, version, namespace, plural, name),
-                        lambda body: api.create_namespaced_custom_object(group, version, namespace, plural, body),
-                        lambda body: api.replace_namespaced_custom_object(group, version, namespace, plural, name,
-                                                                          body), obj)
-            else:
-                _upsert(lambda: api.get_cluster_custom_object(group, version, cluster_plural, name),
-                        lambda body: api.create_cluster_custom_object(group, version, cluster_plural, body),
-                        lambda body: api.replace_cluster_custom_object(group, version, cluster_plural, name, body),
-                        obj)
+            _upsert(api, group, version, plural if namespace else cluster_plural, namespace, name, obj)
         except ApiException as exc:
             where = f"{namespace}/{name}" if namespace else name
             raise ReportWriteError(f"{obj['kind']} {where}: {exc.status} {exc.reason}") from None
@@ -78,14 +69,25 @@ def write_reports(api: k8s.CustomObjectsApi, group: str, version: str, plural: s
     return summary
 
 
-def _upsert(get: Any, create: Any, replace: Any, obj: dict[str, Any]) -> None:
+def _upsert(api: k8s.CustomObjectsApi, group: str, version: str, plural: str, namespace: str, name: str,
+            obj: dict[str, Any]) -> None:
+    """Create the object, or replace it (with the stored resourceVersion) when it exists."""
     try:
-        current = get()
+        if namespace:
+            current = api.get_namespaced_custom_object(group, version, namespace, plural, name)
+        else:
+            current = api.get_cluster_custom_object(group, version, plural, name)
     except ApiException as exc:
         if exc.status != 404:
             raise
-        create(obj)
+        if namespace:
+            api.create_namespaced_custom_object(group, version, namespace, plural, obj)
+        else:
+            api.create_cluster_custom_object(group, version, plural, obj)
         return
-    body = dict(obj, metadata=dict(obj["metadata"],
-                                   resourceVersion=(current.get("metadata") or {}).get("resourceVersion")))
-    replace(body)
+    version_seen = (current.get("metadata") or {}).get("resourceVersion")
+    body = dict(obj, metadata=dict(obj["metadata"], resourceVersion=version_seen))
+    if namespace:
+        api.replace_namespaced_custom_object(group, version, namespace, plural, name, body)
+    else:
+        api.replace_cluster_custom_object(group, version, plural, name, body)
