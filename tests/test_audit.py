@@ -220,6 +220,8 @@ def test_server_explain_uses_dry_run_words_and_auth(cluster: tuple[Path, Path], 
         gone = session.get(f"{server.url}/explain?namespace=default&name=nope", headers=auth)
         assert gone.status_code == 404
         assert session.post(f"{server.url}/validate", data="{}").status_code != 401  # admission paths stay open
+        # A snapshot does not change: the server does not audit it periodically.
+        assert "gpushare_audit_findings" not in session.get(f"{server.url}/metrics").text
 
 
 def test_server_audits_the_live_state_periodically(cluster: tuple[Path, Path], kubeconfig: Path,
@@ -235,10 +237,3 @@ def test_server_audits_the_live_state_periodically(cluster: tuple[Path, Path], k
             severity = "warn" if rule in ("GA006", "GA007") else "deny"
             assert f'gpushare_audit_findings{{rule="{rule}",severity="{severity}"}} 1.0' in text, rule
 
-
-def test_snapshot_server_does_not_audit(cluster: tuple[Path, Path], tmp_path: Path) -> None:
-    snapshot, _ = cluster
-    (tmp_path / ".gpushare.yaml").write_text(CONFIG + "  interval_seconds: 1\n")
-    with gpushare_server(tmp_path, "--snapshot", str(snapshot)) as server:
-        text = requests.get(f"{server.url}/metrics", verify=server.ca, timeout=5).text
-        assert "gpushare_audit_findings" not in text

@@ -29,10 +29,13 @@ def dashboard(snapshot: Path | None, kubeconfig: Path | None, context: str | Non
               config: Path | None) -> None:
     """Serve a read-only web page of the cluster on 127.0.0.1: GPU memory per card, findings,
     Pending GPU pods with their explanation, and a dry-run form."""
+    import logging
+
     from werkzeug.serving import make_server
 
     from webhook.dashboard.app import DashboardConfig, create_dashboard
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     settings = load_cli_settings(config)
     state, source = _state(snapshot, kubeconfig, settings)
     try:

@@ -57,7 +57,7 @@ class AuditCache:
 
 def create_dashboard(settings: Settings, state: ClusterState, config: DashboardConfig,
                      host_names: tuple[str, ...] = ()) -> Flask:
-    app = Flask("gpushare-dashboard")
+    app = Flask(__name__)  # templates/ and static/ beside this module
     app.config["MAX_CONTENT_LENGTH"] = MAX_FORM_BYTES
     engine = Engine(settings)
     scorer = Scorer(settings.names)

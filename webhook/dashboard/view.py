@@ -91,7 +91,9 @@ def _node_view(profile: NodeProfile, names: Names, findings: list[str]) -> NodeV
     labels = node.labels
     occupancy = profile.cards
     show_core = occupancy.mode == "core_mem"
-    cards = [CardView(c.index, c.used_mem, c.total_mem, c.used_core, show_core, c.pods) for c in occupancy.cards]
+    # Whole-GPU (topology) nodes report no gpu-mem: their cards are shown as held/free counts instead.
+    cards = [CardView(c.index, c.used_mem, c.total_mem, c.used_core, show_core, c.pods)
+             for c in occupancy.cards] if occupancy.total_mem > 0 else []
     whole = ""
     if profile.topology is not None and profile.topology.count:
         whole = f"{len(profile.topology.held)} of {profile.topology.count} whole GPUs held"
@@ -122,7 +124,7 @@ def build_page(state: ClusterState, scorer: Scorer, audit: AuditResult | None, a
     shown = gpu[(page - 1) * page_size: page * page_size]
     used = total = 0
     for p in gpu:
-        for c in p.cards.cards:
+        for c in (p.cards.cards if p.cards.total_mem > 0 else ()):
             used += c.used_mem
             total += c.total_mem
     modes = Counter(p.mode or "unset (exclusive)" for p in profiles)
