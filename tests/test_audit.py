@@ -134,7 +134,7 @@ def test_report_objects_fit_the_crds_one_per_namespace(cluster: tuple[Path, Path
 
 
 def test_report_objects_are_bounded(cluster: tuple[Path, Path], tmp_path: Path) -> None:
-    snapshot, config = cluster
+    snapshot, _ = cluster
     small = tmp_path / "small.yaml"
     small.write_text(CONFIG + "  max_results_per_report: 2\n")
     out = tmp_path / "reports.yaml"
