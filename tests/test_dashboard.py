@@ -78,7 +78,9 @@ class Dashboard:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
-    dashboard = Dashboard(DEMO, tmp_path_factory.mktemp("demo"), "--refresh", "2")
+    # Refreshes every hour unless a test asks for less (?refresh=2): a swap under a test's feet
+    # would make the elements it reads stale.
+    dashboard = Dashboard(DEMO, tmp_path_factory.mktemp("demo"), "--refresh", "3600")
     yield dashboard
     dashboard.stop()
 
@@ -87,7 +89,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
 def troubled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     workdir = tmp_path_factory.mktemp("troubled")
     snapshot, config = write_snapshot(workdir)
-    dashboard = Dashboard(snapshot, workdir, "--config", str(config))
+    dashboard = Dashboard(snapshot, workdir, "--config", str(config), "--refresh", "3600")
     yield dashboard
     dashboard.stop()
 
@@ -133,7 +135,7 @@ def test_every_node_and_card_with_the_numbers_inspect_shows(browser: webdriver.C
 
 
 def test_the_page_refreshes_itself(browser: webdriver.Chrome, demo: Dashboard) -> None:
-    browser.get(demo.url)
+    browser.get(demo.url + "?refresh=2")
     live = browser.find_element(By.ID, "live")
     assert live.get_attribute("data-refreshed") is None
     wait_until(lambda: browser.find_element(By.ID, "live").get_attribute("data-refreshed"), timeout=15,

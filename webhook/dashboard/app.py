@@ -77,9 +77,14 @@ def create_dashboard(settings: Settings, state: ClusterState, config: DashboardC
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
         return build_page(state, scorer, result, stamp, config.source, number, config.page_size)
 
+    def refresh_seconds() -> int:
+        """--refresh, or ?refresh=N (2..3600) for this page."""
+        asked = request.args.get("refresh", "")
+        return min(max(int(asked), 2), 3600) if asked.isdigit() else config.refresh_seconds
+
     @app.get("/")
     def index() -> str:
-        return render_template("index.html", page=page_model(), refresh=config.refresh_seconds,
+        return render_template("index.html", page=page_model(), refresh=refresh_seconds(),
                                dry_run=None, dry_run_text="", dry_run_error="")
 
     @app.get("/live")
