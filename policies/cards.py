@@ -30,6 +30,10 @@ Placement = Literal["binpack", "spread"]
 CORE_PER_CARD = 100
 # cGPU cannot create more than 20 instances on one card (seed 002).
 MAX_PODS_PER_CARD = 20
+# No card holds more GiB than this (project choice: the largest GPUs sold hold under 300 GiB;
+# four times that leaves room for a few generations). A larger gpu-mem is a typo or an attack,
+# and fits nowhere: refused (GS003) and filtered out everywhere by the scheduler extender.
+MAX_CARD_GIB = 1024
 CARD_LIMITED_MODES = frozenset({"cgpu", "core_mem"})
 
 

@@ -18,6 +18,7 @@ from policies.settings import Settings
 
 from .admission import Mode, answer_review
 from .auth import install_auth
+from .body import BodyError, read_body
 from .http_errors import error_response
 from .http_errors import json_response as _json
 from .jsonbody import JsonBodyError, LargeBodyGate, decode_json
@@ -54,34 +55,13 @@ class Services:
     start: Callable[[], None] = field(default=lambda: None)
 
 
-def _drain(limit: int) -> None:
-    """Read and drop a refused body (up to ``limit`` bytes) so the client can read our 413
-    instead of a reset; past the limit gunicorn simply closes the connection."""
-    stream = request.environ.get("wsgi.input")
-    length = request.content_length or 0
-    if stream is None or length > limit:
-        return
-    while length > 0:
-        chunk = stream.read(min(length, 65536))
-        if not chunk:
-            return
-        length -= len(chunk)
-
-
 def read_json_body(max_bytes: int, gate: LargeBodyGate | None = None) -> Any:
     """The request body decoded as strict JSON, or BadRequest / RequestEntityTooLarge (or 503 from
     ``gate`` when too many large bodies are being decoded already)."""
-    length = request.content_length
-    if length is not None and length > max_bytes:
-        _drain(4 * max_bytes)
-        raise RequestEntityTooLarge()
-    if length is not None:
-        # The hot path: read exactly Content-Length bytes from the server's stream.
-        raw = request.environ["wsgi.input"].read(length)
-    else:
-        raw = request.get_data(cache=False)  # chunked: werkzeug enforces MAX_CONTENT_LENGTH
-        if len(raw) > max_bytes:
-            raise RequestEntityTooLarge()
+    try:
+        raw = read_body(max_bytes)
+    except BodyError as exc:
+        raise BadRequest(str(exc)) from None
     if not raw:
         raise BadRequest("empty body; send an AdmissionReview as JSON")
     try:

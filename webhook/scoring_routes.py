@@ -51,7 +51,8 @@ def register_scoring_routes(app: Flask, services: Services, read_json: Callable[
     def dry_run_answer() -> Any:
         node = request.args.get("node", "")
         try:
-            results = dry_run_body(read_text_body(), dry_run, services.state, node)
+            results = dry_run_body(read_text_body(settings.server.max_body_bytes), dry_run, services.state, node,
+                                   settings.input)
         except DryRunInputError as exc:
             raise _Refusal(400, str(exc)) from None
         return {"state": services.state_source, "results": results}
