@@ -1,0 +1,170 @@
+"""``gpushare check``: the webhook's rules on manifest files, offline, for CI.
+
+Exit codes: 0 nothing fails, 1 a finding fails the run (a denial; a warning too with
+``--fail-on warn``), 2 unreadable input, invalid YAML, a bad config or a usage error (one
+line on stderr naming the file and line), 3 an internal error. Heavy modules are imported
+inside the command so that ``gpushare`` itself starts fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+
+from webhook.report import FORMATS
+
+DEFAULT_CONFIG = ".gpushare.yaml"
+
+
+class InputFailure(click.ClickException):
+    """Exit 2 with one line: unreadable input, a bad config, a usage error."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"gpushare: error: {self.format_message()}", err=True)
+
+
+class OneLineUsage(click.Command):
+    """Usage errors as one line with exit code 2, instead of the usage block."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise InputFailure(f"{exc.format_message()} (see gpushare {self.name} --help)") from None
+
+
+def one_line(message: str) -> str:
+    """Multi-line messages (pydantic's) folded into one line, without the docs links."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and "errors.pydantic.dev" not in ln]
+    return " ".join(lines)
+
+
+def config_path(config: Path | None) -> Path | None:
+    """The config file: --config, else .gpushare.yaml in the working directory when present."""
+    if config is None and Path(DEFAULT_CONFIG).is_file():
+        return Path(DEFAULT_CONFIG)
+    return config
+
+
+def load_config(config: Path | None):  # type: ignore[no-untyped-def]  (Settings, imported late)
+    from policies.settings import ConfigFileError, load_settings
+
+    try:
+        return load_settings(config_path(config))
+    except ConfigFileError as exc:
+        raise InputFailure(str(exc)) from None
+
+
+def wants_color(choice: str, stream: TextIO) -> bool:
+    """auto: a terminal, unless NO_COLOR is set (no-color.org) or TERM is dumb."""
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return stream.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def _note(message: str) -> None:
+    click.echo(f"gpushare: {message}", err=True)
+
+
+@click.command(cls=OneLineUsage)
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="Output format.")
+@click.option("--fail-on", type=click.Choice(("deny", "warn")),
+              help="Lowest severity that fails the run (default from config: deny).")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
+              help=f"YAML config file (default {DEFAULT_CONFIG} when present): rules, severities, names.")
+@click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
+              help="Cluster state (`kubectl get nodes,pods -A -o yaml`): also run placement and node rules.")
+@click.option("-n", "--namespace", default="default", show_default=True,
+              help="Namespace of namespaced objects that name none, as kubectl apply would use.")
+@click.option("--exclude", multiple=True, metavar="GLOB",
+              help="Skip paths matching GLOB (repeatable; added to check.exclude from config).")
+@click.option("--stdin-filename", default="<stdin>", show_default=True,
+              help="Name reported for input read from `-`.")
+@click.option("--color", type=click.Choice(("auto", "always", "never")), default="auto", show_default=True,
+              help="Colour the text output (auto: on a terminal, unless NO_COLOR is set).")
+def check(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | None, snapshot: Path | None,
+          namespace: str, exclude: tuple[str, ...], stdin_filename: str, color: str) -> None:
+    """Check Kubernetes manifests against the webhook's rules, offline.
+
+    PATH is a file, a directory (searched recursively for *.yaml, *.yml, *.json) or `-` for
+    standard input, e.g. `helm template ./chart | gpushare check -`.
+    """
+    try:
+        code = _run(paths, fmt, fail_on, config, snapshot, namespace, exclude, stdin_filename, color)
+    except click.ClickException:
+        raise
+    except BrokenPipeError:  # `gpushare check ... | head`: the reader left, nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:
+        if os.environ.get("GPUSHARE_DEBUG"):
+            raise
+        _note(f"internal error: {type(exc).__name__}: {one_line(str(exc))} (set GPUSHARE_DEBUG=1 for details)")
+        code = 3
+    sys.exit(code)
+
+
+def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | None, snapshot: Path | None,
+         namespace: str, exclude: tuple[str, ...], stdin_filename: str, color: str) -> int:
+    from policies.engine import Engine
+    from webhook.documents.manifests import ManifestError
+    from webhook.documents.sources import STDIN, select_files
+    from webhook.report import render
+    from webhook.report.checking import Checker, Report
+
+    settings = load_config(config)
+    try:
+        engine = Engine(settings)
+    except ValueError as exc:  # the config names rules that do not exist
+        raise InputFailure(f"{config_path(config)}: {exc}") from None
+    state, known_nodes = _load_snapshot(snapshot, settings) if snapshot is not None else (None, {})
+    checker = Checker(engine, state, known_nodes, namespace)
+    try:
+        selection = select_files(paths, (*settings.check.exclude, *exclude))
+    except ManifestError as exc:
+        raise InputFailure(str(exc)) from None
+    for note in selection.notes:
+        _note(f"note: {note}")
+    report = Report(fail_on=fail_on or settings.check.fail_on)  # type: ignore[arg-type]
+    for result in checker.check_paths([(p, stdin_filename if p == STDIN else p) for p in selection.files]):
+        report.add(result)
+    render(report, fmt, sys.stdout, settings=settings, color=fmt == "text" and wants_color(color, sys.stdout))
+    sys.stdout.flush()
+    for problem in report.problems:
+        _note(f"error: {problem.text}")
+    return report.exit_code
+
+
+def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """The snapshot as cluster state, and its raw Node objects by name."""
+    from webhook.state.snapshot import SnapshotError, snapshot_from_objects, snapshot_objects
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        items = snapshot_objects(text, str(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFailure(f"{path}: cannot read snapshot: {exc}") from None
+    except SnapshotError as exc:
+        raise InputFailure(str(exc)) from None
+    nodes = {item["metadata"]["name"]: item for item in items
+             if item.get("kind") == "Node" and isinstance(item.get("metadata"), dict)
+             and isinstance(item["metadata"].get("name"), str)}
+    return snapshot_from_objects(items, settings.names), nodes

@@ -1,0 +1,120 @@
+"""``gpushare score FILE``: where each pod (or workload template) in FILE could go, as a table.
+
+The same ranking as ``POST /dry-run``, over a snapshot file (``--snapshot``, what
+``kubectl get nodes,pods -A -o yaml`` prints) or the embedded demo cluster. Exit codes:
+0 every pod fits somewhere (and, when judged on a node, there); 1 some object is denied
+or fits no node; 2 unreadable input, invalid YAML or a bad config (one line naming the
+file and line). Heavy modules are imported inside the command so ``gpushare`` starts fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from webhook.cli.check import InputFailure, OneLineUsage, load_config
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from policies.dryrun import ObjectReport
+    from webhook.documents.manifests import Manifest
+
+
+def _read(file: Path) -> tuple[str, str]:
+    if str(file) == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        return file.read_text(encoding="utf-8"), str(file)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFailure(f"{file}: cannot read: {exc}") from None
+
+
+def _cards_cell(entry: dict[str, Any]) -> str:
+    """GPU0 15/15 per container (memory after placing), or the whole-GPU set."""
+    parts = []
+    for card in entry["cards"]:
+        gpus = ",".join(str(g) for g in card["gpus"])
+        parts.append(f"GPU{gpus} {card['gpu_mem_after']}" if "gpu_mem_after" in card else f"GPUs {gpus}")
+    return "\n".join(parts)
+
+
+def _render(console: Console, report: ObjectReport, manifest: Manifest, limit: int | None) -> None:
+    from rich.table import Table
+
+    from policies.scoring import ranking_entry
+
+    verdict = report.verdict
+    where = f"{manifest.source}:{manifest.line}"
+    title = f"{verdict.kind} {verdict.namespace}/{verdict.name}  ({where})"
+    for finding in verdict.findings:
+        style = "red" if finding.severity == "deny" else "yellow"
+        console.print(f"[{style}]{finding.severity}[/{style}] {finding.message}", highlight=False)
+    if report.ranking is None or report.request is None:
+        console.print(f"{title}: no pod spec to rank" if report.request is None else f"{title}: no cluster state")
+        return
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for column, justify in (("node", "left"), ("fits", "center"), ("score", "right"), ("cards", "left"),
+                            ("why", "left")):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    shown = report.ranking if limit is None else report.ranking[:limit]
+    for score in shown:
+        entry = ranking_entry(score, report.request.demand)
+        mark = "[green]yes[/green]" if score.fits else "[red]no[/red]"
+        node = f"{score.node} *" if score.node == report.judged_node else score.node
+        table.add_row(node, mark, str(score.score) if score.fits else "-", _cards_cell(entry),
+                      "\n".join(entry["reasons"]))
+    console.print(table)
+    hidden = len(report.ranking) - len(shown)
+    if hidden:
+        console.print(f"... and {hidden} more nodes (--top 0 shows all)")
+
+
+@click.command("score", cls=OneLineUsage)
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
+@click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
+              help="Cluster state from a `kubectl get nodes,pods -A -o yaml` file (default: the demo cluster).")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
+              help="YAML config file (default .gpushare.yaml when present).")
+@click.option("--node", default="", help="Judge the placement on this node (as POST /dry-run?node=).")
+@click.option("--top", type=click.IntRange(0), default=20, show_default=True,
+              help="Nodes shown per object, best first; 0 shows all.")
+def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top: int) -> None:
+    """Rank the nodes for every pod and workload template in FILE ('-' reads stdin)."""
+    from rich.console import Console
+
+    from policies.dryrun import DryRun
+    from policies.engine import Engine
+    from policies.resources import ShapeError
+    from policies.scoring import Scorer
+    from webhook.documents.manifests import ManifestError, parse_manifests
+    from webhook.state.snapshot import SnapshotError, load_demo_snapshot, load_snapshot
+
+    settings = load_config(config)
+    text, source = _read(file)
+    try:
+        manifests = parse_manifests(text, source)
+        state = load_snapshot(snapshot, settings.names) if snapshot else load_demo_snapshot(settings.names)
+    except (ManifestError, SnapshotError) as exc:
+        raise InputFailure(str(exc)) from None
+    if node and state.get_node(node) is None:
+        raise InputFailure(f"--node {node}: no such node in the cluster state")
+    dry_run = DryRun(Engine(settings), Scorer(settings.names))
+    console = Console(width=max(Console().width, 140))
+    failed = False
+    for manifest in manifests:
+        if not manifest.kind:
+            raise InputFailure(f"{source}:{manifest.line}: object has no kind")
+        meta = manifest.obj.get("metadata")
+        namespace = str(meta.get("namespace") or "default") if isinstance(meta, dict) else "default"
+        try:
+            report = dry_run.report(manifest.kind, manifest.obj, state, namespace=namespace, node=node)
+        except ShapeError as exc:
+            raise InputFailure(f"{source}:{manifest.line_of(exc.path)}: {manifest.kind}: {exc}") from None
+        _render(console, report, manifest, top or None)
+        fits_somewhere = report.ranking is None or any(s.fits for s in report.ranking)
+        failed = failed or not report.verdict.allowed or not fits_somewhere
+    sys.exit(1 if failed else 0)

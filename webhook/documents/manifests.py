@@ -1,0 +1,99 @@
+"""Manifests from text: multi-document YAML, a JSON object, a ``List``, or an AdmissionReview.
+
+Every object keeps the file and line where its document starts and the line of each field,
+so a finding can point at the offending value. Reading is ``webhook.documents``: bounded depth,
+bounded alias expansion ("billion laughs" is refused, not expanded), strict JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from policies.resources import Path
+from policies.settings import InputSettings
+
+from .reader import DEFAULT_LIMITS, DocumentError, construct, looks_like_json, read_json, yaml_nodes
+
+# An unreadable input: names the source and line (one error type for every reader).
+ManifestError = DocumentError
+
+
+@dataclass
+class Manifest:
+    obj: dict[str, Any]
+    source: str
+    line: int
+    field_lines: dict[Path, int] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        kind = self.obj.get("kind")
+        return kind if isinstance(kind, str) else ""
+
+    def line_of(self, path: Path) -> int:
+        """The line of the deepest field of ``path`` the source shows; else the document's line."""
+        for end in range(len(path), 0, -1):
+            found = self.field_lines.get(tuple(path[:end]))
+            if found is not None:
+                return found
+        return self.line
+
+
+def _field_lines(node: yaml.Node) -> dict[Path, int]:
+    """The line of every field; aliases are walked where they are used (``check_yaml`` bounded
+    how much they add and how deep they go)."""
+    lines: dict[Path, int] = {}
+    stack: list[tuple[yaml.Node, Path]] = [(node, ())]
+    while stack:
+        current, path = stack.pop()
+        if isinstance(current, yaml.MappingNode):
+            for key_node, value_node in current.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+                child = (*path, key)
+                lines[child] = key_node.start_mark.line + 1
+                stack.append((value_node, child))
+        elif isinstance(current, yaml.SequenceNode):
+            for index, item in enumerate(current.value):
+                child = (*path, index)
+                lines[child] = item.start_mark.line + 1
+                stack.append((item, child))
+    return lines
+
+
+def _flatten(obj: Any, source: str, line: int, lines: dict[Path, int]) -> list[Manifest]:
+    """An object, or the items of a List / the object of an AdmissionReview, as manifests."""
+    if not isinstance(obj, dict):
+        raise ManifestError(source, line, f"expected a Kubernetes object (a mapping), got {type(obj).__name__}")
+    if obj.get("kind") == "AdmissionReview" and isinstance(obj.get("request"), dict):
+        inner = obj["request"].get("object")
+        if not isinstance(inner, dict):
+            raise ManifestError(source, line, "AdmissionReview has no request.object")
+        sub = {p[2:]: n for p, n in lines.items() if p[:2] == ("request", "object")}
+        return [Manifest(inner, source, line, sub)]
+    items = obj.get("items")
+    if isinstance(obj.get("kind"), str) and obj["kind"].endswith("List") and isinstance(items, list):
+        out: list[Manifest] = []
+        for index, item in enumerate(items):
+            sub = {p[2:]: n for p, n in lines.items() if p[:2] == ("items", index)}
+            out.extend(_flatten(item, source, lines.get(("items", index), line), sub))
+        return out
+    return [Manifest(obj, source, line, lines)]
+
+
+def parse_manifests(text: str, source: str = "<stdin>", limits: InputSettings = DEFAULT_LIMITS) -> list[Manifest]:
+    """Every Kubernetes object in ``text``; empty documents are skipped. ManifestError names the
+    line of anything unreadable or past ``limits`` (webhook.documents)."""
+    if looks_like_json(text):
+        return _flatten(read_json(text, source, limits), source, 1, {})
+    out: list[Manifest] = []
+    for node, loader in yaml_nodes(text, source, limits):
+        line = node.start_mark.line + 1
+        lines = _field_lines(node)
+        obj = construct(loader, node, text, source)
+        if obj is None:
+            continue
+        out.extend(_flatten(obj, source, line, lines))
+    return out

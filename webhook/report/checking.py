@@ -1,0 +1,243 @@
+"""``gpushare check`` without the command line: manifests -> the engine -> a Report.
+
+The engine is the one the webhook runs, so a manifest passes here exactly when the
+admission webhook would admit it (for the rules that need no cluster state, and with
+``--snapshot`` for the stateful ones too).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.cluster import ClusterState
+from policies.engine import Engine
+from policies.resources import ShapeError, render_path
+from policies.rules.base import Finding
+from policies.settings import Severity
+from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
+from webhook.documents.sources import STDIN, read_text
+
+CLUSTER_SCOPED = frozenset({"Node"})
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A finding with where it is: the file, the offending field's line, the document's line."""
+
+    finding: Finding
+    source: str
+    line: int
+    document_line: int
+    object_label: str
+    kind: str
+    name: str
+    namespace: str
+    exemption_reason: str = ""
+
+    @property
+    def rule(self) -> str:
+        return self.finding.rule
+
+    @property
+    def severity(self) -> Severity:
+        return self.finding.severity
+
+    @property
+    def message(self) -> str:
+        return self.finding.message
+
+    @property
+    def field_path(self) -> str:
+        """The offending field as kubectl explains it, e.g. spec.containers[0].resources.limits[...]."""
+        return render_path(self.finding.path)
+
+
+@dataclass(slots=True)
+class CheckedObject:
+    source: str
+    line: int
+    label: str
+    findings: list[Located]
+    exempted: list[Located]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Input that could not be judged: unreadable, invalid YAML, or the wrong shape."""
+
+    source: str
+    line: int | None
+    message: str
+
+    @classmethod
+    def of(cls, error: ManifestError) -> Problem:
+        return cls(error.source, error.line, error.reason)
+
+    @property
+    def text(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Report:
+    fail_on: Severity = "deny"
+    sources: list[str] = field(default_factory=list)
+    objects: list[CheckedObject] = field(default_factory=list)
+    skipped: int = 0  # objects of kinds no rule judges (Services, ConfigMaps, ...)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Located]:
+        return [f for o in self.objects for f in o.findings]
+
+    @property
+    def exempted(self) -> list[Located]:
+        return [f for o in self.objects for f in o.exempted]
+
+    def add(self, result: FileResult) -> None:
+        self.sources.append(result.source)
+        self.objects.extend(result.objects)
+        self.skipped += result.skipped
+        self.problems.extend(result.problems)
+
+    def fails(self, finding: Located) -> bool:
+        """Does this finding fail the run (denials always; warnings with --fail-on warn)?"""
+        return finding.severity == "deny" or self.fail_on == "warn"
+
+    @property
+    def exit_code(self) -> int:
+        if self.problems:
+            return 2
+        return 1 if any(self.fails(f) for f in self.findings) else 0
+
+    def counts(self) -> dict[str, int]:
+        findings = self.findings
+        return {
+            "files": len(self.sources),
+            "objects": len(self.objects),
+            "skipped": self.skipped,
+            "denials": sum(f.severity == "deny" for f in findings),
+            "warnings": sum(f.severity == "warn" for f in findings),
+            "exempted": len(self.exempted),
+            "errors": len(self.problems),
+        }
+
+
+@dataclass(slots=True)
+class FileResult:
+    """What one file yielded: judged objects, objects of kinds no rule checks, input problems."""
+
+    source: str
+    objects: list[CheckedObject] = field(default_factory=list)
+    skipped: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+
+class Checker:
+    """Judges manifests with one engine and, optionally, one cluster state."""
+
+    def __init__(self, engine: Engine, state: ClusterState | None = None,
+                 known_nodes: dict[str, dict[str, Any]] | None = None, namespace: str = "default") -> None:
+        self.engine = engine
+        self.state = state
+        # Raw Node objects of the snapshot: a Node manifest with one of these names is judged
+        # as an UPDATE of it, the way the webhook would see the change.
+        self.known_nodes = known_nodes or {}
+        self.namespace = namespace
+
+    def check_path(self, path: str, source: str) -> FileResult:
+        """Read, parse and judge one file (``-`` is stdin); unreadable input becomes a Problem."""
+        try:
+            text = read_text(path, source)
+        except ManifestError as exc:
+            return FileResult(source, problems=[Problem.of(exc)])
+        return self.check_text(text, source)
+
+    def check_text(self, text: str, source: str) -> FileResult:
+        result = FileResult(source)
+        try:
+            manifests = parse_manifests(text, source)
+        except ManifestError as exc:
+            result.problems.append(Problem.of(exc))
+            return result
+        for manifest in manifests:
+            if not self.engine.handles(manifest.kind):
+                result.skipped += 1
+                continue
+            try:
+                result.objects.append(self.check_manifest(manifest))
+            except ShapeError as exc:
+                result.problems.append(Problem(source, manifest.line_of(exc.path), f"{manifest.kind}: {exc}"))
+        return result
+
+    def check_manifest(self, manifest: Manifest) -> CheckedObject:
+        kind, obj = manifest.kind, manifest.obj
+        namespace = "" if kind in CLUSTER_SCOPED else self.namespace
+        old = self.known_nodes.get(_name(obj)) if kind == "Node" else None
+        subject = self.engine.subject(kind, obj, operation="UPDATE" if old is not None else "CREATE",
+                                      namespace=namespace, old=old, state=self.state)
+        verdict = self.engine.validate(subject)
+
+        def locate(finding: Finding, reason: str = "") -> Located:
+            return Located(finding, manifest.source, manifest.line_of(finding.path), manifest.line,
+                           subject.label, kind, subject.name, subject.ns, reason)
+
+        return CheckedObject(manifest.source, manifest.line, subject.label,
+                             [locate(f) for f in verdict.findings],
+                             [locate(f, verdict.exemption_reason) for f in verdict.exempted])
+
+    def check_paths(self, paths: list[tuple[str, str]]) -> Iterator[FileResult]:
+        """Judge (path, source name) pairs in order; large inputs fan out over the CPUs."""
+        workers = _worker_count(paths)
+        if workers < 2:
+            yield from (self.check_path(path, source) for path, source in paths)
+            return
+        import multiprocessing
+
+        global _pool_checker
+        _pool_checker = self  # inherited by the forked workers: the engine is built once
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                yield from pool.imap(_check_in_worker, paths, chunksize=max(1, len(paths) // (workers * 8)))
+        finally:
+            _pool_checker = None
+
+
+# Fan out only when there is enough to share: forking and collecting results costs ~50 ms.
+PARALLEL_MIN_FILES = 64
+PARALLEL_MIN_BYTES = 2 * 2**20
+_pool_checker: Checker | None = None
+
+
+def _check_in_worker(item: tuple[str, str]) -> FileResult:
+    assert _pool_checker is not None
+    return _pool_checker.check_path(*item)
+
+
+def _worker_count(paths: list[tuple[str, str]]) -> int:
+    """How many processes to use: one unless the input is large, stdin absent, and CPUs spare."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods() or any(path == STDIN for path, _ in paths):
+        return 1
+    if len(paths) < PARALLEL_MIN_FILES:
+        return 1
+    total = 0
+    for path, _ in paths:
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            continue
+    if total < PARALLEL_MIN_BYTES:
+        return 1
+    return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""

@@ -1,0 +1,44 @@
+"""From an AdmissionReview to an engine call and back; no policy is decided here."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from policies.assume import PlacementLedger
+from policies.cluster import ClusterState
+from policies.engine import Engine
+from policies.resources import ShapeError
+from policies.rules.base import UserInfo
+from webhook.routes.review import AdmissionReview, ReviewError, build_response
+
+Mode = Literal["mutate", "validate"]
+
+
+def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState | None,
+                  mode: Mode, ledger: PlacementLedger | None = None) -> dict[str, Any]:
+    """The AdmissionReview response for one request, mutating or validating.
+
+    With a ``ledger``, a validated request that is not a dry run records what it admitted
+    (placements, new pods) so that the next request sees it before the watch does.
+    """
+    request = review.request
+    kind = request.kind.kind
+    if request.operation not in ("CREATE", "UPDATE") or request.object is None or not engine.handles(kind):
+        return build_response(review, None, allowed=True)
+    if ledger is not None and state is not None:
+        state = ledger.view(state)  # what this process admitted counts before the watch shows it
+    subject = engine.subject(
+        kind, request.object, operation=request.operation, namespace=request.namespace,
+        old=request.old_object, user=UserInfo(request.user_info.username, tuple(request.user_info.groups)),
+        state=state,
+    )
+    try:
+        if mode == "mutate":
+            verdict = engine.mutate(subject)
+        elif ledger is not None and not request.dry_run:
+            verdict = engine.admit(subject, ledger)
+        else:
+            verdict = engine.validate(subject)
+    except ShapeError as exc:
+        raise ReviewError(f"request.object: {kind} {subject.label.split(' ', 1)[-1]}: {exc}") from None
+    return build_response(review, verdict)

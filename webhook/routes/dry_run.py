@@ -1,0 +1,96 @@
+"""``POST /dry-run``: manifests in (YAML or JSON), verdicts, patches and rankings out.
+
+The body is parsed by ``webhook.documents.manifests.parse_manifests`` (multi-document YAML, a JSON
+object, a ``List`` or an AdmissionReview); the policy work is ``policies.dryrun``. Nothing
+is written: not the state, not the binding assume-cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.cluster import ClusterState
+from policies.dryrun import DryRun, ObjectReport
+from policies.resources import ShapeError
+from policies.rules.base import Finding
+from policies.scoring import ranking_entry
+from policies.settings import InputSettings
+from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
+from webhook.server.body import BodyError, read_body
+
+BODY_SOURCE = "body"
+
+
+class DryRunInputError(ValueError):
+    """The body or the query cannot be judged (an HTTP 400)."""
+
+
+def read_text_body(max_bytes: int) -> str:
+    """The body as text; RequestEntityTooLarge (a 413) over ``max_bytes``, chunked or not."""
+    try:
+        raw = read_body(max_bytes)
+    except BodyError as exc:
+        raise DryRunInputError(str(exc)) from None
+    if not raw.strip():
+        raise DryRunInputError("empty body; send Kubernetes manifests as YAML or JSON")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DryRunInputError(f"body is not UTF-8 (byte {exc.start})") from None
+
+
+def _finding(finding: Finding, manifest: Manifest) -> dict[str, Any]:
+    return {"rule": finding.rule, "severity": finding.severity, "message": finding.message,
+            "path": finding.path_text, "line": manifest.line_of(finding.path)}
+
+
+def _render(report: ObjectReport, manifest: Manifest) -> dict[str, Any]:
+    verdict = report.verdict
+    out: dict[str, Any] = {
+        "kind": verdict.kind, "name": verdict.name, "namespace": verdict.namespace, "line": manifest.line,
+        "allowed": verdict.allowed,
+        "violations": [_finding(f, manifest) for f in verdict.violations],
+        "warnings": [_finding(f, manifest) for f in verdict.warnings],
+        "patch": verdict.patch,
+        "mutated": report.mutated,
+        "ranking": None,
+        "node": report.judged_node or None,
+    }
+    if report.ranking is not None and report.request is not None:
+        demand = report.request.demand
+        out["ranking"] = [ranking_entry(score, demand) for score in report.ranking]
+    return out
+
+
+def _check_node(node: str, state: ClusterState | None) -> None:
+    if not node:
+        return
+    if state is None or state.get_node(node) is None:
+        known = sorted(n.name for n in state.nodes())[:5] if state is not None else []
+        hint = f" (known: {', '.join(known)}{', ...' if known else ''})" if known else ""
+        raise DryRunInputError(f"?node={node}: no such node in the cluster state{hint}")
+
+
+def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: str,
+                 limits: InputSettings) -> list[dict[str, Any]]:
+    """One result per object in the body, in order; DryRunInputError for input that cannot be judged."""
+    _check_node(node, state)
+    try:
+        manifests = parse_manifests(text, BODY_SOURCE, limits)
+    except ManifestError as exc:
+        raise DryRunInputError(str(exc)) from None
+    if not manifests:
+        raise DryRunInputError("the body holds no Kubernetes object")
+    results = []
+    for manifest in manifests:
+        kind = manifest.kind
+        if not kind:
+            raise DryRunInputError(f"{BODY_SOURCE}:{manifest.line}: object has no kind")
+        namespace = str((manifest.obj.get("metadata") or {}).get("namespace") or "default") \
+            if isinstance(manifest.obj.get("metadata"), dict) else "default"
+        try:
+            report = dry_run.report(kind, manifest.obj, state, namespace=namespace, node=node)
+        except ShapeError as exc:
+            raise DryRunInputError(f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}") from None
+        results.append(_render(report, manifest))
+    return results

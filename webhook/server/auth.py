@@ -1,0 +1,159 @@
+"""Optional authentication (off by default): request guards installed by path.
+
+- Client certificates: TLS asks for one (CERT_OPTIONAL, so kubelet probes and scrapes
+  without one still connect) and verifies any presented against ``auth.client_ca_file``;
+  the guard then requires a verified certificate, optionally with an accepted name, on
+  ``auth.client_cert_paths`` (the admission endpoints).
+- Bearer token: ``auth.bearer_paths`` (``/dry-run``) require ``Authorization: Bearer`` with
+  the token in ``auth.bearer_token_file``, re-read when the file changes (Secret rotation).
+
+A guard is a function that returns None to let the request through or an error Response;
+``guarded`` applies one to a single view, ``install_auth`` applies the configured ones by path.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from flask import Flask, Response, request
+
+from policies.settings import AuthSettings
+from webhook.server.http_errors import error_response
+
+log = logging.getLogger("gpushare.auth")
+Guard = Callable[[], Response | None]
+View = TypeVar("View", bound=Callable[..., Any])
+
+
+class AuthConfigError(ValueError):
+    """A configured CA or token file cannot be used (refused at start)."""
+
+
+class BearerToken:
+    """The token in a file; re-read when the file's mtime or size changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._stamp: tuple[float, int] | None = None
+        self._token = b""
+        self._load()
+        if not self._token:
+            raise AuthConfigError(f"{path}: bearer token file is empty or unreadable")
+
+    def _load(self) -> None:
+        try:
+            stat = os.stat(self.path)
+            stamp = (stat.st_mtime, stat.st_size)
+            if stamp == self._stamp:
+                return
+            token = self.path.read_bytes().strip()
+        except OSError as exc:
+            if not self._token:
+                raise AuthConfigError(f"{self.path}: cannot read bearer token: {exc.strerror}") from None
+            log.warning("keeping the previous bearer token: cannot read %s: %s", self.path, exc.strerror)
+            return
+        if token:
+            self._token, self._stamp = token, stamp
+
+    def matches(self, presented: bytes) -> bool:
+        with self._lock:
+            self._load()
+            return bool(presented) and hmac.compare_digest(presented, self._token)
+
+
+def bearer_guard(token: BearerToken) -> Guard:
+    def guard() -> Response | None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, credentials = header.partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
+            return _unauthorized("this endpoint needs an Authorization: Bearer <token> header")
+        if not token.matches(credentials.strip().encode("utf-8", "replace")):
+            return _unauthorized("the bearer token is not valid")
+        return None
+
+    return guard
+
+
+def _unauthorized(reason: str) -> Response:
+    response = error_response(401, reason)
+    response.headers["WWW-Authenticate"] = 'Bearer realm="gpushare-webhook"'
+    return response
+
+
+def certificate_names(cert: dict[str, Any]) -> set[str]:
+    """Subject common names and DNS subject alternative names of a peer certificate."""
+    names = {value for rdn in cert.get("subject", ()) for key, value in rdn if key == "commonName"}
+    names |= {value for kind, value in cert.get("subjectAltName", ()) if kind == "DNS"}
+    return names
+
+
+def client_cert_guard(accepted_names: tuple[str, ...]) -> Guard:
+    accepted = frozenset(accepted_names)
+
+    def guard() -> Response | None:
+        sock = request.environ.get("gunicorn.socket")
+        cert = sock.getpeercert() if hasattr(sock, "getpeercert") else None
+        if not cert:
+            return error_response(401, "a client certificate signed by the configured CA is required "
+                                       "(auth.client_ca_file); none was presented")
+        if accepted:
+            names = certificate_names(cert)
+            if not names & accepted:
+                shown = ", ".join(sorted(names)) or "no name"
+                return error_response(403, f"client certificate names {shown}; accepted: "
+                                           f"{', '.join(sorted(accepted))} (auth.client_names)")
+        return None
+
+    return guard
+
+
+def guarded(guard: Guard) -> Callable[[View], View]:
+    """Decorate a view so that ``guard`` runs first."""
+
+    def decorate(view: View) -> View:
+        @functools.wraps(view)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            denial = guard()
+            return denial if denial is not None else view(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def configured_guards(auth: AuthSettings) -> list[tuple[frozenset[str], Guard]]:
+    """(paths, guard) for every configured mechanism; empty when authentication is off."""
+    guards: list[tuple[frozenset[str], Guard]] = []
+    if auth.client_ca_file is not None:
+        if not auth.client_ca_file.is_file():
+            raise AuthConfigError(f"{auth.client_ca_file}: client CA file not found (auth.client_ca_file)")
+        guards.append((frozenset(auth.client_cert_paths), client_cert_guard(auth.client_names)))
+    if auth.bearer_token_file is not None:
+        guards.append((frozenset(auth.bearer_paths), bearer_guard(BearerToken(auth.bearer_token_file))))
+    return guards
+
+
+def install_auth(app: Flask, auth: AuthSettings, on_denied: Callable[[int, str], None] | None = None) -> None:
+    """Run the configured guards before every request to their paths."""
+    guards = configured_guards(auth)
+    if not guards:
+        return
+
+    @app.before_request
+    def authenticate() -> Response | None:
+        for paths, guard in guards:
+            if request.path in paths:
+                denial = guard()
+                if denial is not None:
+                    if on_denied is not None:
+                        on_denied(denial.status_code, denial.get_json()["error"]["reason"])
+                    return denial
+        return None

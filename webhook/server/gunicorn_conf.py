@@ -1,0 +1,68 @@
+"""Gunicorn settings for the webhook, derived from the one Settings object.
+
+Worker model: one ``gthread`` process (``webhook.server.worker.WebhookWorker``, which adds client
+deadlines, load shedding and JSON protocol errors; see docs/operations.md).
+The API server keeps TLS connections alive and
+reuses them; gthread keeps idle keep-alive connections in a poller instead of pinning a
+thread to each (the sync worker cannot do keep-alive at all, and async workers would add
+a monkey-patching dependency). One process keeps the in-memory binding assume-cache exact;
+throughput scales with replicas.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+from policies.settings import Settings
+from webhook.server.logs import gunicorn_logconfig
+from webhook.server.tls_reload import reloading_ssl_context
+from webhook.server.worker import worker_class
+
+
+def bind_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[str, Any]:
+    server = settings.server
+    directory = cert_dir or server.cert_dir
+    return {
+        "bind": [bind_address(server.host, server.port)],
+        "worker_class": worker_class(settings.overload),
+        "workers": server.workers,
+        "threads": server.threads,
+        "worker_connections": settings.overload.max_connections,
+        "keepalive": server.keepalive_seconds,
+        "timeout": server.request_timeout_seconds,
+        "graceful_timeout": server.graceful_timeout_seconds,
+        "certfile": str(directory / "tls.crt"),
+        "keyfile": str(directory / "tls.key"),
+        # One cached TLS context, rebuilt when the certificate files change (rotation, no restart).
+        "ssl_context": reloading_ssl_context,
+        # Admission requests have short headers; bound them so a hostile client cannot hog memory.
+        "limit_request_line": 4094,
+        "limit_request_fields": 64,
+        "limit_request_field_size": 8190,
+        # Requests are logged by the app (webhook.routes.observe), one JSON line each; gunicorn's access log stays off.
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": "warning",
+        "logconfig_dict": gunicorn_logconfig(settings.logging),
+        "proc_name": "gpushare-webhook",
+        "control_socket_disable": True,
+        **_client_certificates(settings),
+    }
+
+
+def _client_certificates(settings: Settings) -> dict[str, Any]:
+    """Ask TLS clients for a certificate and verify it against the configured CA (webhook.server.auth).
+
+    CERT_OPTIONAL, not REQUIRED: kubelet probes and Prometheus scrapes come without one; the
+    guard in webhook.server.auth requires it on the admission paths.
+    """
+    ca_file = settings.auth.client_ca_file
+    if ca_file is None:
+        return {}
+    return {"cert_reqs": ssl.CERT_OPTIONAL, "ca_certs": str(ca_file)}

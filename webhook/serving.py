@@ -1,0 +1,96 @@
+"""The composition root of ``gpushare serve``: settings + state source + certificates + the Flask
+app (routes/) + gunicorn (server/) -> a running server. It is the one module that sees every room."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from pathlib import Path
+
+from flask import Flask
+
+from certs.issue import ensure_serving_certs
+from policies.assume import PlacementLedger
+from policies.engine import Engine
+from policies.settings import Settings
+from webhook.routes.app import create_app
+from webhook.routes.services import Services
+from webhook.server.auth import configured_guards
+from webhook.server.gunicorn import run_gunicorn
+from webhook.server.gunicorn_conf import gunicorn_options
+from webhook.state.snapshot import load_demo_snapshot, load_snapshot
+from webhook.state.status import StateStatus
+
+log = logging.getLogger("gpushare.serve")
+
+
+def new_ledger(settings: Settings) -> PlacementLedger:
+    s = settings.state
+    return PlacementLedger(s.assume_ttl_seconds, s.assume_max_entries, s.recent_pods_ttl_seconds,
+                           s.recent_pods_max_entries)
+
+
+def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path | None = None) -> Services:
+    """Engine and cluster state for one server process.
+
+    The source is, in order: ``snapshot``, else the cluster of ``kubeconfig``, else the
+    in-cluster service account, else the embedded demo snapshot. Watch threads do not
+    survive gunicorn's fork, so the live source is configured here (failing fast on a bad
+    kubeconfig) and started by ``Services.start`` in the worker.
+    """
+    from webhook.state.live import LiveClusterState, core_api, in_cluster
+
+    engine = Engine(settings)
+    ledger = new_ledger(settings)
+    if snapshot is None and (kubeconfig is not None or in_cluster()):
+        api, host = core_api(kubeconfig)
+        source = f"live:{kubeconfig}" if kubeconfig is not None else "live:in-cluster"
+        status = StateStatus(source)
+        live = LiveClusterState(api, settings.names, settings.state, status=status)
+        log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
+        return Services(settings=settings, engine=engine, state=live, ready=live.synced,
+                        state_source=source, state_status=status, ledger=ledger, start=live.start)
+    if snapshot is not None:
+        state = load_snapshot(snapshot, settings.names)
+        source = f"snapshot:{snapshot}"
+    else:
+        state = load_demo_snapshot(settings.names)
+        source = "demo-snapshot"
+    nodes, pods = state.counts()
+    log.warning("cluster state source: %s (%d nodes, %d GPU pods)", source, nodes, pods)
+    return Services(settings=settings, engine=engine, state=state, state_source=source,
+                    state_status=StateStatus.loaded_snapshot(source), ledger=ledger)
+
+
+def serving_names(settings: Settings) -> list[str]:
+    return ["localhost", "127.0.0.1", "::1", *settings.certs.service_dns_names(), *settings.certs.extra_sans]
+
+
+def prepare_certificates(settings: Settings, cert_dir: Path) -> bool:
+    generated = ensure_serving_certs(cert_dir, serving_names(settings), ca_days=settings.certs.ca_days,
+                                     cert_days=settings.certs.cert_days, key_type=settings.certs.key_type)
+    if generated:
+        log.warning("generated a self-signed CA and serving certificate in %s", cert_dir)
+    return generated
+
+
+def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig: Path | None = None) -> None:
+    """Generate certificates if missing, then run the webhook under gunicorn until signalled."""
+    prepare_certificates(settings, cert_dir)
+    # Fail fast on a bad snapshot or kubeconfig, before forking.
+    services = build_services(settings, snapshot, kubeconfig)
+    configured_guards(settings.auth)  # and on an unusable CA or token file
+    if settings.server.workers > 1:
+        log.warning("server.workers=%d: each process keeps its own /metrics registry and binding "
+                    "assume-cache; see docs/operations.md", settings.server.workers)
+
+    def factory() -> Flask:
+        services.start()
+        app = create_app(services)
+        # Everything built at start-up lives as long as the worker: move it out of the cyclic
+        # collector's reach so per-request collections scan only request garbage.
+        gc.collect()
+        gc.freeze()
+        return app
+
+    run_gunicorn(factory, gunicorn_options(settings, cert_dir))

@@ -1,0 +1,437 @@
+"""Live cluster state: list + watch of Nodes and Pods with the official ``kubernetes`` client.
+
+Each resource has a reflector thread: a paged list (``limit``/``continue``) fills the
+snapshot, then a watch from the list's resourceVersion keeps it current. Responses are read
+raw (``_preload_content=False``) and decoded by ``kube_schema`` into only the fields the
+rules read; pods without GPUs are kept by key only. A watch that ends is resumed from the
+last resourceVersion (bookmarks keep it fresh); ``410 Gone`` (an HTTP status or an ERROR
+event) means the history is compacted, so the reflector lists again and drops what
+vanished; a dropped connection or an API error is retried with jittered exponential
+backoff. The state is *synced* once both first lists completed, and *stale* while a watch
+has been disconnected for longer than ``state.stale_after_seconds``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import random
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from policies.cluster import (
+    USABLE,
+    Availability,
+    ClusterSnapshot,
+    NodeInfo,
+    PodInfo,
+    node_from_manifest,
+    pod_from_manifest,
+)
+from policies.resources import watched_resources
+from policies.settings import Names, StateSettings
+from webhook.state.kube_schema import NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
+from webhook.state.status import StateStatus
+
+log = logging.getLogger("gpushare.state")
+_SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+class StateSourceError(ValueError):
+    """The cluster cannot be reached with the given configuration (bad kubeconfig, no in-cluster config)."""
+
+
+class Gone(Exception):
+    """The resourceVersion (or continue token) is older than the server's history: list again."""
+
+
+class WatchError(Exception):
+    """The watch stream reported an error other than 410."""
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and _SERVICE_ACCOUNT_TOKEN.exists()
+
+
+def core_api(kubeconfig: Path | None) -> tuple[k8s.CoreV1Api, str]:
+    """A CoreV1Api from the kubeconfig file, else from the in-cluster service account; and its server URL."""
+    configuration = k8s.Configuration()
+    try:
+        if kubeconfig is not None:
+            k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+        else:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        where = str(kubeconfig) if kubeconfig is not None else "in-cluster config"
+        raise StateSourceError(f"{where}: cannot configure the Kubernetes client: {exc}") from None
+    return k8s.CoreV1Api(k8s.ApiClient(configuration)), configuration.host
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What differs between watching nodes and watching pods."""
+
+    name: str
+    call: Callable[..., Any]
+    decoders: Decoders
+    apply: Callable[[str, dict[str, Any]], None]
+    keys: Callable[[], set[str]]
+    key_of: Callable[[dict[str, Any]], str]
+    remove: Callable[[str], None]
+
+
+_gc_lock = threading.Lock()
+_gc_pausers = 0
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a list builds its records.
+
+    A list creates hundreds of thousands of long-lived objects; the collector would rescan
+    the growing heap over and over (about 40 % of a large list's CPU). Reference counting
+    still frees everything meanwhile; collection resumes when the last list ends.
+    """
+    global _gc_pausers
+    with _gc_lock:
+        _gc_pausers += 1
+        gc.disable()
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pausers -= 1
+            if _gc_pausers == 0:
+                gc.enable()
+
+
+class Reflector:
+    """Keeps one resource of the snapshot in step with the API server."""
+
+    def __init__(self, resource: Resource, settings: StateSettings, stop: threading.Event,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_change: Callable[[], None] = lambda: None) -> None:
+        self.resource = resource
+        self._on_change = on_change
+        self.settings = settings
+        self._stop = stop
+        self._clock = clock
+        self.synced = threading.Event()
+        self.resource_version = ""
+        self.connected = False
+        self.disconnected_since: float | None = clock()
+        self.last_error = "not connected yet"
+        self.lists = 0
+        self.watches = 0
+        self._failures = 0
+        self._response: Any = None  # the open watch stream, so stop() can cut it
+
+    def interrupt(self) -> None:
+        """Cut the open watch stream (on stop), instead of waiting for its timeout."""
+        response = self._response
+        if response is None:
+            return
+        # Shutting the socket down wakes a thread blocked reading it (TLS included); close() alone does not.
+        sock = getattr(getattr(response, "connection", None), "sock", None)
+        with contextlib.suppress(Exception):
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+            response.close()
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> None:
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    with _cyclic_gc_paused():
+                        self.resource_version = self._list()
+                    need_list = False
+                self._watch()
+            except Gone as exc:
+                log.warning("%s: %s; listing again", self.resource.name, exc)
+                need_list = True
+                self._disconnected(str(exc), backoff=False)
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.warning("%s: resourceVersion expired (410); listing again", self.resource.name)
+                    need_list = True
+                    self._disconnected("410 Gone", backoff=False)
+                else:
+                    self._disconnected(f"API error {exc.status}: {exc.reason}")
+            except (urllib3.exceptions.HTTPError, OSError, WatchError, DecodeError, ValueError) as exc:
+                self._disconnected(f"{type(exc).__name__}: {exc}")
+
+    def _connected(self) -> None:
+        # Backoff is reset only once data flows (a list page, a watch event), not on connect:
+        # a server that accepts and then fails at once must not be hammered.
+        self.connected = True
+        self.disconnected_since = None
+
+    def _disconnected(self, why: str, backoff: bool = True) -> None:
+        if self.connected or self.disconnected_since is None:
+            self.disconnected_since = self._clock()
+        self.connected = False
+        self.last_error = why
+        if not backoff:
+            return
+        self._failures += 1
+        ceiling = min(self.settings.backoff_max_seconds,
+                      self.settings.backoff_initial_seconds * 2 ** (self._failures - 1))
+        delay = ceiling * random.uniform(0.5, 1.0)
+        log.warning("%s: %s; retrying in %.1fs", self.resource.name, why, delay)
+        self._stop.wait(delay)
+
+    # -- list ------------------------------------------------------------------------------
+    def _list(self) -> str:
+        """A full paged list into the snapshot; objects that vanished are dropped. Returns its resourceVersion."""
+        seen: set[str] = set()
+        token: str | None = None
+        resource_version = ""
+        while True:
+            kwargs: dict[str, Any] = {"limit": self.settings.list_page_size}
+            if token:
+                kwargs["_continue"] = token
+            response = self.resource.call(**kwargs, _preload_content=False,
+                                          _request_timeout=(self.settings.connect_timeout_seconds, 60))
+            try:
+                page = self.resource.decoders.list.decode(response.data)
+            finally:
+                response.release_conn()
+            self._connected()
+            self._failures = 0
+            for obj in page.get("items") or ():
+                self.resource.apply("ADDED", obj)
+                seen.add(self.resource.key_of(obj))
+            meta = page.get("metadata") or {}
+            resource_version = meta.get("resourceVersion", "") or resource_version
+            token = meta.get("continue")
+            if not token or self._stop.is_set():
+                break
+        for key in self.resource.keys() - seen:
+            self.resource.remove(key)
+        self.lists += 1
+        self.synced.set()
+        self._on_change()
+        log.info("%s: listed, resourceVersion %s", self.resource.name, resource_version)
+        return resource_version
+
+    # -- watch -----------------------------------------------------------------------------
+    def _watch(self) -> None:
+        """Apply watch events until the server ends the stream, moving ``resource_version`` along
+        (so a dropped stream resumes where it stopped)."""
+        timeout = int(self.settings.watch_timeout_seconds * random.uniform(1.0, 2.0))
+        response = self.resource.call(
+            watch=True, resource_version=self.resource_version, allow_watch_bookmarks=True, timeout_seconds=timeout,
+            _preload_content=False, _request_timeout=(self.settings.connect_timeout_seconds, timeout + 30))
+        self.watches += 1
+        self._response = response
+        self._connected()
+        buffer = b""
+        try:
+            if self._stop.is_set():  # stopped while the request was on its way: interrupt() missed it
+                return
+            for chunk in response.stream(65536):
+                buffer += chunk
+                if b"\n" not in chunk:
+                    continue
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self.resource_version = self._event(line, self.resource_version)
+                if self._stop.is_set():
+                    break
+            if buffer.strip():
+                self.resource_version = self._event(buffer, self.resource_version)
+        finally:
+            self._response = None
+            response.release_conn()
+
+    def _event(self, line: bytes, resource_version: str) -> str:
+        try:
+            event = self.resource.decoders.event.decode(line)
+        except msgspec.ValidationError:
+            # An ERROR event's object is a Status, not the watched kind.
+            event = msgspec.json.decode(line)
+            if not isinstance(event, dict) or event.get("type") != "ERROR":
+                raise
+        kind = event.get("type", "")
+        obj: dict[str, Any] = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone(f"watch from resourceVersion {resource_version} expired: {obj.get('message', '')}")
+            raise WatchError(f"watch error {obj.get('code')}: {obj.get('reason', '')} {obj.get('message', '')}")
+        new_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self.resource.apply(kind, obj)
+            self._on_change()
+        self._failures = 0  # the stream delivers: whatever failed before has recovered
+        return new_version
+
+    # -- health ----------------------------------------------------------------------------
+    def stale_for(self) -> float:
+        """Seconds this watch has been disconnected (0 while connected)."""
+        since = self.disconnected_since
+        return 0.0 if since is None else self._clock() - since
+
+
+class LiveClusterState:
+    """A ClusterState kept current by list + watch; starts its threads on ``start()``."""
+
+    def __init__(self, api: k8s.CoreV1Api, names: Names, settings: StateSettings,
+                 clock: Callable[[], float] = time.monotonic, status: StateStatus | None = None) -> None:
+        self.snapshot = ClusterSnapshot()
+        self.status = status
+        self.names = names
+        self._watched = watched_resources(names)
+        self.settings = settings
+        self._clock = clock
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.nodes_reflector = Reflector(Resource(
+            "nodes", api.list_node, NODE_DECODERS, self._apply_node,
+            lambda: {n.name for n in self.snapshot.nodes()},
+            lambda obj: (obj.get("metadata") or {}).get("name", ""), self.snapshot.remove_node,
+        ), settings, self._stop, clock, self._changed)
+        self.pods_reflector = Reflector(Resource(
+            "pods", api.list_pod_for_all_namespaces, POD_DECODERS, self._apply_pod, self.snapshot.pod_keys,
+            _pod_key, lambda key: self.snapshot.remove_pod(*key.split("/", 1)),
+        ), settings, self._stop, clock, self._changed)
+
+    def _changed(self) -> None:
+        """A list completed or a watch event was applied: what /metrics reports."""
+        if self.status is not None:
+            self.status.event()
+            if not self.status.is_synced and self.synced():
+                self.status.synced()
+
+    @property
+    def reflectors(self) -> tuple[Reflector, Reflector]:
+        return self.nodes_reflector, self.pods_reflector
+
+    # -- applying objects ------------------------------------------------------------------
+    def _apply_node(self, kind: str, obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name", "")
+        if kind == "DELETED":
+            self.snapshot.remove_node(name)
+        else:
+            self.snapshot.upsert_node(node_from_manifest(obj, self.names))
+
+    def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "DELETED":
+            self.snapshot.remove_pod(meta.get("namespace") or "default", meta.get("name", ""))
+            return
+        spec = obj.get("spec") or {}
+        if not _mentions(spec, self._watched):
+            # Most pods ask for no GPU: known by key, without parsing a quantity.
+            self.snapshot.record_pod(PodInfo(meta.get("namespace") or "default", meta.get("name", ""), "", "", "",
+                                             (), _NO_ANNOTATIONS))
+            return
+        # Thousands of pods share a node name and a namespace: keep one copy of each string.
+        if spec.get("nodeName"):
+            spec["nodeName"] = sys.intern(spec["nodeName"])
+        if meta.get("namespace"):
+            meta["namespace"] = sys.intern(meta["namespace"])
+        self.snapshot.record_pod(pod_from_manifest(obj, self.names))
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        for reflector in self.reflectors:
+            thread = threading.Thread(target=reflector.run, name=f"watch-{reflector.resource.name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for reflector in self.reflectors:
+            reflector.interrupt()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def synced(self) -> bool:
+        return all(r.synced.is_set() for r in self.reflectors)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = self._clock() + timeout
+        return all(r.synced.wait(max(0.0, deadline - self._clock())) for r in self.reflectors)
+
+    # -- ClusterState ----------------------------------------------------------------------
+    def availability(self) -> Availability:
+        waiting = [r.resource.name for r in self.reflectors if not r.synced.is_set()]
+        if waiting:
+            return Availability(False, f"not synced yet: the first list of {' and '.join(waiting)} has not "
+                                       f"completed ({self.pods_reflector.last_error})")
+        bound = self.settings.stale_after_seconds
+        for reflector in self.reflectors:
+            stale = reflector.stale_for()
+            if stale > bound:
+                return Availability(False, f"stale: the {reflector.resource.name} watch has been disconnected "
+                                           f"for {stale:.0f}s (bound {bound:.0f}s): {reflector.last_error}")
+        return USABLE
+
+    def get_node(self, name: str) -> NodeInfo | None:
+        return self.snapshot.get_node(name)
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.snapshot.nodes()
+
+    def get_pod(self, namespace: str, name: str) -> PodInfo | None:
+        return self.snapshot.get_pod(namespace, name)
+
+    def has_pod(self, namespace: str, name: str) -> bool:
+        return self.snapshot.has_pod(namespace, name)
+
+    def pods_on_node(self, node: str) -> list[PodInfo]:
+        return self.snapshot.pods_on_node(node)
+
+    def pods(self) -> list[PodInfo]:
+        return self.snapshot.pods()
+
+    def counts(self) -> tuple[int, int]:
+        return self.snapshot.counts()
+
+    # The snapshot's change log, so the scorer refreshes only the nodes that changed.
+    @property
+    def generation(self) -> int:
+        return self.snapshot.generation
+
+    def changes_since(self, generation: int) -> list[str] | None:
+        return self.snapshot.changes_since(generation)
+
+    def node_generation(self, name: str) -> int:
+        return self.snapshot.node_generation(name)
+
+
+_NO_ANNOTATIONS: dict[str, str] = {}
+
+
+def _mentions(spec: dict[str, Any], watched: frozenset[str]) -> bool:
+    """Whether any container names a GPU resource in its limits or requests."""
+    for group in ("containers", "initContainers"):
+        for container in spec.get(group) or ():
+            resources = container.get("resources") or {}
+            for block in (resources.get("limits"), resources.get("requests")):
+                if block and not watched.isdisjoint(block):
+                    return True
+    return False
+
+
+def _pod_key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
