@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flask import Blueprint, request
+
 from policies.cluster import ClusterState
 from policies.dryrun import DryRun, ObjectReport
 from policies.resources import ShapeError
@@ -16,7 +18,10 @@ from policies.rules.base import Finding
 from policies.scoring import ranking_entry
 from policies.settings import InputSettings
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
+from webhook.routes.observe import Observer, Refusal, observed
+from webhook.routes.services import Services
 from webhook.server.body import BodyError, read_body
+from webhook.server.metrics import register_endpoint
 
 BODY_SOURCE = "body"
 
@@ -94,3 +99,22 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
             raise DryRunInputError(f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}") from None
         results.append(_render(report, manifest))
     return results
+
+
+def dry_run_routes(services: Services, observer: Observer, dry_run: DryRun) -> Blueprint:
+    """``POST /dry-run[?node=NAME]``: verdicts, patches and rankings, no side effects."""
+    routes = Blueprint("dry_run", __name__)
+
+    def answer() -> Any:
+        node = request.args.get("node", "")
+        try:
+            settings = services.settings
+            results = dry_run_body(read_text_body(settings.server.max_body_bytes), dry_run, services.state, node,
+                                   settings.input)
+        except DryRunInputError as exc:
+            raise Refusal(400, str(exc)) from None
+        return {"state": services.state_source, "results": results}
+
+    routes.add_url_rule("/dry-run", "dry_run", observed(observer, register_endpoint("/dry-run"), answer),
+                        methods=["POST"])
+    return routes

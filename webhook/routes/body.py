@@ -1,0 +1,31 @@
+"""Reading a request body: size limits before reading, strict JSON, large bodies through a gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.server.body import BodyError, read_body
+from webhook.server.jsonbody import JsonBodyError, LargeBodyGate, decode_json
+
+
+class BadRequest(ValueError):
+    """Input the server refuses with a 400 and a JSON reason."""
+
+
+def read_json_body(max_bytes: int, gate: LargeBodyGate | None = None) -> Any:
+    """The request body decoded as strict JSON, or BadRequest / RequestEntityTooLarge (or 503 from
+    ``gate`` when too many large bodies are being decoded already). Chunked bodies are bounded
+    too (``webhook.server.body.read_body``)."""
+    try:
+        raw = read_body(max_bytes)
+    except BodyError as exc:
+        raise BadRequest(str(exc)) from None
+    if not raw:
+        raise BadRequest("empty body; send an AdmissionReview as JSON")
+    try:
+        if gate is None or len(raw) <= gate.threshold:
+            return decode_json(raw)
+        with gate.admit(len(raw)):
+            return decode_json(raw)
+    except JsonBodyError as exc:
+        raise BadRequest(str(exc)) from None
