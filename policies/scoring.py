@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cards import CORE_PER_CARD
+from .cards import CORE_PER_CARD, MAX_CARD_GIB
 from .cluster import ClusterState, NodeInfo
 from .placement import NodeProfile, PodDemand, demand_from_containers, judge, node_profile, quick_card
 from .resources import ContainerRequest, container_requests, pod_spec
@@ -44,6 +44,34 @@ class PodRequest:
     demand: PodDemand
     selector: NodeSelector
     pinned_node: str = ""  # spec.nodeName: the pod skips the scheduler and goes there
+
+
+def unusable_values(containers: Sequence[ContainerRequest], names: Names) -> list[tuple[str, str]]:
+    """Why a pod's GPU values place it nowhere: unreadable, not a whole count, or larger than
+    any card. Ranking skips a value it cannot read, so a caller that must not treat such a pod
+    as asking for nothing (the scheduler extender) asks this first."""
+    r = names.resources
+    problems: list[tuple[str, str]] = []
+    rule_of = {r.gpu_mem: "GS003", r.gpu_core: "GS001"}
+    for c in containers:
+        for resource in (r.gpu_mem, r.gpu_core, r.gpu_exclusive, r.gpu_topology):
+            for value in (c.limits.get(resource), c.requests.get(resource)):
+                if value is None:
+                    continue
+                count = value.whole_count
+                if value.quantity is None:
+                    why = f"is not a quantity ({value.error})"
+                elif count is None and resource != r.gpu_core:
+                    why = "is not a whole number >= 1"
+                elif resource == r.gpu_mem and count is not None and count > MAX_CARD_GIB:
+                    why = f"is larger than any GPU card (at most {MAX_CARD_GIB} GiB)"
+                elif resource == r.gpu_core and not (0 < value.quantity <= CORE_PER_CARD):
+                    why = f"is not a percentage of one card (1..{CORE_PER_CARD})"
+                else:
+                    continue
+                problems.append((rule_of.get(resource, "NodeResourcesFit"),
+                                 f'container "{c.name}": {resource}={value.raw!r} {why}'))
+    return problems
 
 
 def pod_request(kind: str, obj: dict[str, Any], names: Names, *, key: str,

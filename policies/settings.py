@@ -275,6 +275,18 @@ class OverloadSettings(_Section):
     large_body_concurrency: int = Field(2, ge=1)
 
 
+class InputSettings(_Section):
+    """Bounds on manifests read from text: the ``/dry-run`` body, ``gpushare check`` files and
+    snapshots (docs/operations.md, "Hostile input", says why these values)."""
+
+    # Collections nested deeper than this (counted through aliases) are refused before the YAML
+    # composer, which recurses in C once per level, ever runs. Kubernetes objects nest < 20 deep.
+    max_depth: int = Field(100, ge=8, le=1000)
+    # Bytes that YAML aliases may add to what is written, over one input: a billion-laughs
+    # body is refused before it is expanded in memory or in an answer.
+    max_alias_bytes: int = Field(1024 * 1024, ge=0)
+
+
 class LogSettings(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     # json: one JSON object per line (for log collectors); text: the same fields as key=value.
@@ -344,6 +356,7 @@ class Settings(_Section):
     logging: LogSettings = LogSettings()
     auth: AuthSettings = AuthSettings()
     scoring: ScoringSettings = ScoringSettings()
+    input: InputSettings = InputSettings()
     state: StateSettings = StateSettings()
     nodes: NodePolicySettings = NodePolicySettings()
     catalog: CatalogSettings = CatalogSettings()

@@ -122,3 +122,35 @@ def check_answer(sent: Any, status: int, body: bytes) -> None:
         ops = json.loads(base64.b64decode(response["patch"]))
         # The patch must apply to the object that was sent, as the API server would apply it.
         jsonpatch.apply_patch(sent["request"]["object"], ops)
+
+
+def raw_exchange(server: Any, request: bytes, timeout: float = 15.0) -> tuple[int, bytes, bytes]:
+    """Send ``request`` as raw bytes over the server's TLS port and read to the close:
+    (status, head, body). For what an HTTP library will not send (malformed chunks)."""
+    import contextlib
+    import socket
+    import ssl
+
+    context = ssl.create_default_context(cafile=server.ca)
+    port = int(server.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw, \
+            context.wrap_socket(raw, server_hostname="localhost") as tls:
+        with contextlib.suppress(OSError):  # the server may answer and close before the whole body is sent
+            tls.sendall(request)
+        data = b""
+        try:
+            while chunk := tls.recv(65536):
+                data += chunk
+        except (ConnectionResetError, ssl.SSLError):
+            pass
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else 0
+    return status, head, body
+
+
+def chunked_post(path: str, chunks: list[bytes], content_type: str = "application/json") -> bytes:
+    """A complete chunked POST with ``Connection: close``."""
+    head = (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\n"
+            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode()
+    body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks if c) + b"0\r\n\r\n"
+    return head + body

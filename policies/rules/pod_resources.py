@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 
+from ..cards import MAX_CARD_GIB
 from ..near_miss import NearMiss, near_misses
 from ..resources import POD_SPEC_PATHS, ContainerRequest, Path, ResourceValue
 from ..settings import NearMissSettings
@@ -58,6 +59,8 @@ def core_suggestion(value: Decimal | None) -> str:
     """The nearest accepted compute percentages: "30 or 35", "5", "100"."""
     if value is None:
         return f"use an integer multiple of {CORE_STEP} from {CORE_MIN} to {CORE_MAX}, e.g. 30"
+    if value > CORE_MAX or value < CORE_MIN:  # no division: 1e29 // 5 is past Decimal's precision
+        return f"use {CORE_MAX if value > CORE_MAX else CORE_MIN}"
     lower = (value // CORE_STEP) * CORE_STEP
     candidates = sorted({min(max(int(c), CORE_MIN), CORE_MAX) for c in (lower, lower + CORE_STEP)})
     return "use " + " or ".join(str(c) for c in candidates)
@@ -110,19 +113,27 @@ def mem_suggestion(value: ResourceValue) -> str:
         return f"use {gib}"
     if quantity is None or quantity < 1:
         return "use a whole number of GiB, 1 or more"
+    if quantity > MAX_CARD_GIB:  # no division: Decimal's 28 digits cannot floor 1e29
+        return f"use a whole number of GiB up to {MAX_CARD_GIB}"
     low = int(quantity // 1)
     return f"use {low} or {low + 1}"
 
 
 @rule("GS003", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_memory,
       title="GPU memory is a positive whole number of GiB",
-      doc="aliyun.com/gpu-mem counts GiB as a whole number >= 1; a unit suffix such as 2Gi "
-          "is refused because the unit is already GiB.")
+      doc="aliyun.com/gpu-mem counts GiB as a whole number >= 1 and at most 1024 (no card is "
+          "larger); a unit suffix such as 2Gi is refused because the unit is already GiB.")
 def memory_whole_gib(subject: Subject) -> Found:
     mem = subject.names.resources.gpu_mem
     for container in subject.containers:
         for value in _written_values(container, mem):
-            if value.whole_count is not None:
+            count = value.whole_count
+            if count is not None and count <= MAX_CARD_GIB:
+                continue
+            if count is not None:
+                yield (f"{subject.where(container)}: {mem}={_raw(value)} is larger than any GPU card "
+                       f"(at most {MAX_CARD_GIB} GiB); ask for the GiB the container uses on one card",
+                       value.path)
                 continue
             why = ("carries a unit, but the resource already counts GiB" if value.has_unit
                    else "is not a whole number of GiB >= 1")

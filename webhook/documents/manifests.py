@@ -1,33 +1,24 @@
 """Manifests from text: multi-document YAML, a JSON object, a ``List``, or an AdmissionReview.
 
 Every object keeps the file and line where its document starts and the line of each field,
-so a finding can point at the offending value. The YAML node graph is walked with a budget,
-so a document that expands through aliases ("billion laughs") is refused, not expanded.
+so a finding can point at the offending value. Reading is ``webhook.documents``: bounded depth,
+bounded alias expansion ("billion laughs" is refused, not expanded), strict JSON.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from policies.resources import Path
+from policies.settings import InputSettings
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-# A node reached through aliases counts every time it is reached.
-MAX_NODES_PER_DOCUMENT = 200_000
-MAX_DEPTH = 100
+from .reader import DEFAULT_LIMITS, DocumentError, construct, looks_like_json, read_json, yaml_nodes
 
-
-class ManifestError(ValueError):
-    """Unreadable input: names the source and line."""
-
-    def __init__(self, source: str, line: int | None, message: str) -> None:
-        where = f"{source}:{line}" if line else source
-        super().__init__(f"{where}: {message}")
-        self.source, self.line, self.reason = source, line, message
+# An unreadable input: names the source and line (one error type for every reader).
+ManifestError = DocumentError
 
 
 @dataclass
@@ -51,19 +42,13 @@ class Manifest:
         return self.line
 
 
-def _field_lines(node: yaml.Node, source: str) -> dict[Path, int]:
+def _field_lines(node: yaml.Node) -> dict[Path, int]:
+    """The line of every field; aliases are walked where they are used (``check_yaml`` bounded
+    how much they add and how deep they go)."""
     lines: dict[Path, int] = {}
-    budget = MAX_NODES_PER_DOCUMENT
     stack: list[tuple[yaml.Node, Path]] = [(node, ())]
     while stack:
         current, path = stack.pop()
-        budget -= 1
-        if budget < 0:
-            raise ManifestError(source, node.start_mark.line + 1,
-                                f"document expands to more than {MAX_NODES_PER_DOCUMENT} nodes "
-                                f"(YAML aliases?); refused")
-        if len(path) > MAX_DEPTH:
-            raise ManifestError(source, current.start_mark.line + 1, f"nested deeper than {MAX_DEPTH} levels")
         if isinstance(current, yaml.MappingNode):
             for key_node, value_node in current.value:
                 key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
@@ -98,54 +83,17 @@ def _flatten(obj: Any, source: str, line: int, lines: dict[Path, int]) -> list[M
     return [Manifest(obj, source, line, lines)]
 
 
-def _parse_json(text: str, source: str) -> list[Manifest]:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ManifestError(source, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
-    except RecursionError:
-        raise ManifestError(source, 1, "JSON nested too deeply") from None
-    return _flatten(obj, source, 1, {})
-
-
-def parse_manifests(text: str, source: str = "<stdin>") -> list[Manifest]:
-    """Every Kubernetes object in ``text``; empty documents are skipped."""
-    if text.lstrip().startswith(("{", "[")):
-        return _parse_json(text, source)
-    loader = _Loader(text)
+def parse_manifests(text: str, source: str = "<stdin>", limits: InputSettings = DEFAULT_LIMITS) -> list[Manifest]:
+    """Every Kubernetes object in ``text``; empty documents are skipped. ManifestError names the
+    line of anything unreadable or past ``limits`` (webhook.documents)."""
+    if looks_like_json(text):
+        return _flatten(read_json(text, source, limits), source, 1, {})
     out: list[Manifest] = []
-    try:
-        while loader.check_node():
-            node = loader.get_node()
-            if node is None:
-                continue
-            line = node.start_mark.line + 1
-            lines = _field_lines(node, source)
-            obj = loader.construct_document(node)
-            if obj is None:
-                continue
-            out.extend(_flatten(obj, source, line, lines))
-    except yaml.YAMLError as exc:
-        raise _yaml_error(exc, text, source) from None
-    except RecursionError:
-        raise ManifestError(source, None, f"YAML nested too deeply (limit {MAX_DEPTH})") from None
-    finally:
-        loader.dispose()
+    for node, loader in yaml_nodes(text, source, limits):
+        line = node.start_mark.line + 1
+        lines = _field_lines(node)
+        obj = construct(loader, node, text, source)
+        if obj is None:
+            continue
+        out.extend(_flatten(obj, source, line, lines))
     return out
-
-
-def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> ManifestError:
-    """The parser's complaint at its line; a construct left open names the line it opened on."""
-    problem_mark = getattr(exc, "problem_mark", None)
-    context_mark = getattr(exc, "context_mark", None)
-    mark = problem_mark or context_mark
-    message = f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
-    if mark is None:
-        return ManifestError(source, None, message)
-    # At end of input the parser points past the last line; point at the last line instead.
-    last_line = text.count("\n") + (0 if text.endswith("\n") else 1)
-    line = max(1, min(mark.line + 1, last_line))
-    context = getattr(exc, "context", None)
-    if context and context_mark is not None and context_mark.line + 1 != line:
-        message += f" ({context} at line {context_mark.line + 1})"
-    return ManifestError(source, line, message)

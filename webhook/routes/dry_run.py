@@ -16,9 +16,11 @@ from policies.dryrun import DryRun, ObjectReport
 from policies.resources import ShapeError
 from policies.rules.base import Finding
 from policies.scoring import ranking_entry
+from policies.settings import InputSettings
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
+from webhook.server.body import BodyError, read_body
 from webhook.server.metrics import register_endpoint
 
 BODY_SOURCE = "body"
@@ -28,9 +30,12 @@ class DryRunInputError(ValueError):
     """The body or the query cannot be judged (an HTTP 400)."""
 
 
-def read_text_body() -> str:
-    """The body as text; Flask's MAX_CONTENT_LENGTH turns an oversized body into a 413."""
-    raw = request.get_data(cache=False)
+def read_text_body(max_bytes: int) -> str:
+    """The body as text; RequestEntityTooLarge (a 413) over ``max_bytes``, chunked or not."""
+    try:
+        raw = read_body(max_bytes)
+    except BodyError as exc:
+        raise DryRunInputError(str(exc)) from None
     if not raw.strip():
         raise DryRunInputError("empty body; send Kubernetes manifests as YAML or JSON")
     try:
@@ -76,11 +81,12 @@ def _check_node(node: str, state: ClusterState | None) -> None:
         raise DryRunInputError(f"?node={node}: no such node in the cluster state{hint}")
 
 
-def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: str) -> list[dict[str, Any]]:
+def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: str,
+                 limits: InputSettings) -> list[dict[str, Any]]:
     """One result per object in the body, in order; DryRunInputError for input that cannot be judged."""
     _check_node(node, state)
     try:
-        manifests = parse_manifests(text, BODY_SOURCE)
+        manifests = parse_manifests(text, BODY_SOURCE, limits)
     except ManifestError as exc:
         raise DryRunInputError(str(exc)) from None
     if not manifests:
@@ -107,7 +113,9 @@ def dry_run_routes(services: Services, observer: Observer, dry_run: DryRun) -> B
     def answer() -> Any:
         node = request.args.get("node", "")
         try:
-            results = dry_run_body(read_text_body(), dry_run, services.state, node)
+            settings = services.settings
+            results = dry_run_body(read_text_body(settings.server.max_body_bytes), dry_run, services.state, node,
+                                   settings.input)
         except DryRunInputError as exc:
             raise Refusal(400, str(exc)) from None
         return {"state": services.state_source, "results": results}

@@ -18,8 +18,8 @@ from typing import Any
 from flask import Blueprint
 
 from policies.cluster import ClusterState, node_from_manifest
-from policies.resources import ShapeError
-from policies.scoring import NodeScore, Scorer, pod_request
+from policies.resources import ShapeError, container_requests, pod_spec
+from policies.scoring import NodeScore, Scorer, pod_request, unusable_values
 from policies.settings import Settings
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
@@ -79,12 +79,25 @@ class Extender:
         meta = args.pod.get("metadata") if isinstance(args.pod.get("metadata"), dict) else {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or meta.get('generateName') or ''}"
         try:
-            request = pod_request("Pod", args.pod, self.names, key=key)
+            spec, base = pod_spec(args.pod, "Pod")
+            containers = container_requests(spec, base, self.names)
+            request = pod_request("Pod", args.pod, self.names, key=key, containers=containers)
         except ShapeError as exc:
             raise ExtenderInputError(f"ExtenderArgs.Pod: {exc}") from None
+        problems = unusable_values(containers, self.names)
+        if problems:
+            # Fits nowhere, and no preemption would change that: every candidate fails, with why.
+            return [NodeScore(name, False, problems=problems, unresolvable=True) for name in self._candidates(args)]
         if args.node_names is not None:
             return self.scorer.rank(request, state, node_names=args.node_names)
         return self.scorer.rank(request, state, nodes=(node_from_manifest(n, self.names) for n in args.nodes()))
+
+    @staticmethod
+    def _candidates(args: ExtenderArgs) -> list[str]:
+        if args.node_names is not None:
+            return list(args.node_names)
+        metas = (n.get("metadata") for n in args.nodes())
+        return [str(m.get("name") or "") if isinstance(m, dict) else "" for m in metas]
 
     def filter(self, args: ExtenderArgs, state: ClusterState) -> dict[str, Any]:
         """ExtenderFilterResult: the nodes that fit, and why each other node does not."""

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
 from policies.settings import Names
+from webhook.documents.reader import DocumentError, looks_like_json, read_json, read_yaml
 
 DEMO_SNAPSHOT = "demo-snapshot.yaml"
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class SnapshotError(ValueError):
@@ -21,18 +18,13 @@ class SnapshotError(ValueError):
 
 
 def _documents(text: str, source: str) -> list[Any]:
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
-        try:
-            return [json.loads(text)]
-        except json.JSONDecodeError as exc:
-            raise SnapshotError(f"{source}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    # The same bounded reader as manifests (webhook.documents): a snapshot file is input too.
     try:
-        return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise SnapshotError(f"{source}{line}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        if looks_like_json(text):
+            return [read_json(text, source)]
+        return read_yaml(text, source)
+    except DocumentError as exc:
+        raise SnapshotError(str(exc)) from None
 
 
 def _flatten(docs: list[Any]) -> list[dict[str, Any]]:
