@@ -16,11 +16,13 @@ from webhook.routes.review import AdmissionReview, ReviewError, parse_review
 from webhook.routes.scoring import register_scoring_routes
 from webhook.routes.services import Services
 from webhook.server.auth import install_auth
+from webhook.server.cert_metrics import CertificateCollector
 from webhook.server.http_errors import error_response
 from webhook.server.http_errors import json_response as _json
 from webhook.server.jsonbody import JsonBodyError, LargeBodyGate, decode_json
 from webhook.server.logs import RequestLog
 from webhook.server.metrics import Metrics, endpoint_label
+from webhook.server.state_health import StateHealthCollector
 from webhook.server.telemetry import Telemetry
 
 log = logging.getLogger("gpushare.webhook")
@@ -87,6 +89,10 @@ def create_app(services: Services) -> Flask:
                          settings.overload.queue_budget_seconds)
     install_auth(app, settings.auth, lambda status, reason: observer.refused(endpoint_label(request.path),
                                                                              status, reason))
+    metrics.registry.register(CertificateCollector(settings.server.cert_dir))
+    metrics.registry.register(StateHealthCollector(lambda: services.state))
+    if services.allocation is not None:
+        metrics.add_rendered(services.allocation.exposition)
     register_ops_routes(app, metrics)
 
     def review_route(mode: Mode) -> Response:

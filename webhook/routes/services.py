@@ -9,6 +9,7 @@ from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
 from policies.engine import Engine
 from policies.settings import Settings
+from webhook.server.allocation_metrics import AllocationExporter
 from webhook.state.status import StateStatus
 
 
@@ -27,3 +28,5 @@ class Services:
     ledger: PlacementLedger | None = None
     # Run in the serving process before it answers (threads do not survive gunicorn's fork).
     start: Callable[[], None] = field(default=lambda: None)
+    # The GPU allocation series, when this replica exports them (metrics.export_allocation).
+    allocation: AllocationExporter | None = None
