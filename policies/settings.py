@@ -295,6 +295,21 @@ class LogSettings(_Section):
     requests: bool = True
 
 
+class MetricsSettings(_Section):
+    """The GPU allocation series on /metrics (docs/metrics.md has the list and the series count)."""
+
+    # Whether this replica exports the GPU allocation series. There is no leader election yet:
+    # with several replicas each exports the same numbers, and the shipped dashboard and alerts
+    # fold the copies with max(); turn it off to save the series (docs/metrics.md).
+    export_allocation: bool = True
+    # Per-card series besides the per-node ones: none, only cards holding a pod, or every card
+    # (5,000 nodes x 8 cards x 4 series = 160,000 series).
+    per_card: Literal["none", "in_use", "all"] = "none"
+    # Seconds between two refreshes of the allocation cache from the watch's change log; a
+    # scrape only copies the rendered text.
+    refresh_seconds: float = Field(5.0, gt=0, le=300)
+
+
 class AuthSettings(_Section):
     """Optional authentication, off by default (see docs/operations.md)."""
 
@@ -354,6 +369,7 @@ class Settings(_Section):
     check: CheckSettings = CheckSettings()
     overload: OverloadSettings = OverloadSettings()
     logging: LogSettings = LogSettings()
+    metrics: MetricsSettings = MetricsSettings()
     auth: AuthSettings = AuthSettings()
     scoring: ScoringSettings = ScoringSettings()
     input: InputSettings = InputSettings()

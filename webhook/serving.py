@@ -11,10 +11,12 @@ from flask import Flask
 
 from certs.issue import ensure_serving_certs
 from policies.assume import PlacementLedger
+from policies.cluster import ClusterState
 from policies.engine import Engine
 from policies.settings import Settings
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
+from webhook.server.allocation_metrics import AllocationExporter
 from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options
@@ -58,7 +60,8 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
                 audit.start()
 
         return Services(settings=settings, engine=engine, state=live, ready=live.synced,
-                        state_source=source, state_status=status, ledger=ledger, start=start, audit=audit)
+                        state_source=source, state_status=status, ledger=ledger, start=start, audit=audit,
+                        allocation=allocation_exporter(settings, live))
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"
@@ -68,7 +71,15 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
     nodes, pods = state.counts()
     log.warning("cluster state source: %s (%d nodes, %d GPU pods)", source, nodes, pods)
     return Services(settings=settings, engine=engine, state=state, state_source=source,
-                    state_status=StateStatus.loaded_snapshot(source), ledger=ledger)
+                    state_status=StateStatus.loaded_snapshot(source), ledger=ledger,
+                    allocation=allocation_exporter(settings, state))
+
+
+def allocation_exporter(settings: Settings, state: ClusterState) -> AllocationExporter | None:
+    """The GPU allocation series' cache, when this replica exports them (metrics.export_allocation)."""
+    if not settings.metrics.export_allocation:
+        return None
+    return AllocationExporter(state, settings.names, settings.metrics)
 
 
 def serving_names(settings: Settings) -> list[str]:
@@ -105,6 +116,8 @@ def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeco
 
     def factory() -> Flask:
         services.start()
+        if services.allocation is not None:
+            services.allocation.start()  # its refresh thread, like the watch, lives in the worker
         app = create_app(services)
         # Everything built at start-up lives as long as the worker: move it out of the cyclic
         # collector's reach so per-request collections scan only request garbage.

@@ -4,6 +4,7 @@ import their heavy modules lazily so that ``gpushare check`` starts fast."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -29,8 +30,10 @@ for command in (serve, check, rules, score, certs, inspect, audit, explain, dash
 
 
 def inspect_plugin_main() -> None:
-    """Entry point for the kubectl plugin ``kubectl inspect gpushare``."""
-    main(["inspect", *sys.argv[1:]])
+    """Entry point for the kubectl plugins ``kubectl inspect gpushare`` and ``kubectl inspect cgpu``
+    (the command the ACK documents name): both are ``gpushare inspect``."""
+    plugin = Path(sys.argv[0]).name.removeprefix("kubectl-").replace("-", " ")
+    inspect.main(sys.argv[1:], prog_name=f"kubectl {plugin}")
 
 
 if __name__ == "__main__":

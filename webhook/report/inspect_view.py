@@ -67,27 +67,62 @@ def summary_table(usage: ClusterUsage) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _node_detail(node: NodeUsage) -> list[str]:
-    lines = tabulate([["NAME:", node.name], ["IPADDRESS:", node.ip or ABSENT],
-                      ["MODE:", f"{node.mode or 'unlabelled'} ({node.placement})"]])
-    rows = [["NAME", "NAMESPACE", *(f"GPU{c.index}(Allocated)" for c in node.cards)]]
-    for pod in node.pods:
-        rows.append([pod.name, pod.namespace, *(str(pod.mem_by_card.get(c.index, 0)) for c in node.cards)])
+def go_tabwriter(rows: list[list[str]], padding: int = PADDING) -> list[str]:
+    """Lay out rows as Go's ``text/tabwriter`` (minwidth 0, padding 2, spaces) lays out lines of
+    tab-terminated cells: every cell but a row's last belongs to a column, and a column's width
+    holds only over the run of adjacent rows that have a cell in it (a row with fewer cells ends
+    the run). Trailing blanks are dropped."""
+    widths: list[list[int]] = [[0] * max(len(row) - 1, 0) for row in rows]
+    for column in range(max((len(row) for row in rows), default=1) - 1):
+        start = 0
+        while start < len(rows):
+            if len(rows[start]) - 1 <= column:
+                start += 1
+                continue
+            end = start
+            while end < len(rows) and len(rows[end]) - 1 > column:
+                end += 1
+            width = max(len(rows[r][column]) for r in range(start, end)) + padding
+            for r in range(start, end):
+                widths[r][column] = width
+            start = end
+    return [("".join(cell.ljust(widths[r][c]) for c, cell in enumerate(row[:-1])) + (row[-1] if row else "")).rstrip()
+            for r, row in enumerate(rows)]
+
+
+def _pod_rows(node: NodeUsage) -> list[list[str]]:
+    """One row per pod, by the first card it holds: its GiB on each card."""
+    pods = sorted(node.pods, key=lambda p: (min(p.mem_by_card, default=0), p.namespace, p.name))
+    return [[pod.name, pod.namespace, *(str(pod.mem_by_card.get(c.index, 0)) for c in node.cards), ""]
+            for pod in pods]
+
+
+def _node_detail(node: NodeUsage) -> list[list[str]]:
     percent = node.used_mem * 100 // node.total_mem if node.total_mem else 0
-    lines += ["", *tabulate(rows)]
-    lines += tabulate([["Allocated:", f"{node.used_mem} ({percent}%)"], ["Total:", str(node.total_mem)]])
-    return lines
+    return [[""], ["NAME:", node.name], ["IPADDRESS:", node.ip or "unknown"], [""],
+            ["NAME", "NAMESPACE", *(f"GPU{c.index}(Allocated)" for c in node.cards), ""],
+            *_pod_rows(node),
+            ["Allocated :", f"{node.used_mem} ({percent}%)", ""], ["Total :", f"{node.total_mem} ", ""]]
 
 
 def detail_table(usage: ClusterUsage) -> str:
-    """Per node: its pods and the GiB each holds on each card, then the cluster total."""
-    blocks = [_node_detail(node) for node in usage.nodes]
-    width = max((len(line) for block in blocks for line in block), default=40)
-    lines: list[str] = []
-    for block in blocks:
-        lines += [*block, "-" * width]
-    lines += ["Allocated/Total GPU Memory In Cluster:", f"{usage.used_mem}/{usage.total_mem} ({usage.percent}%)"]
-    return "\n".join(lines) + "\n"
+    """``-d``: per node its pods and the GiB each holds on each card, laid out as the open-source
+    ``kubectl inspect gpushare -d`` lays it out (AliyunContainerService/gpushare-device-plugin,
+    cmd/inspect/display.go, displayDetails): a NAME:/IPADDRESS: block, the pod table, the node's
+    Allocated/Total, a dashed line as long as the first node's pod rows (tab-separated, before
+    alignment) plus 10, and the cluster total after two blank lines. No ACK page shows this view.
+    Pods the scheduler recorded on no card are charged to a card (policies/cards.py), so the
+    plugin's Pending column never appears."""
+    rows: list[list[str]] = []
+    dashes = 0
+    for node in usage.nodes:
+        pod_rows = _pod_rows(node)
+        if not dashes:
+            dashes = sum(len("\t".join(row).encode()) + 1 for row in pod_rows) + 10
+        rows += [*_node_detail(node), ["-" * dashes]]
+    rows += [[""], [""], ["Allocated/Total GPU Memory In Cluster:",
+                          f"{usage.used_mem}/{usage.total_mem} ({usage.percent}%)", ""]]
+    return "\n".join(go_tabwriter(rows)) + "\n"
 
 
 def as_json(usage: ClusterUsage) -> dict[str, Any]:

@@ -20,10 +20,12 @@ from webhook.routes.observe import Observer, admission_kinds
 from webhook.routes.ops import ops_routes
 from webhook.routes.services import Services
 from webhook.server.auth import install_auth
+from webhook.server.cert_metrics import CertificateCollector
 from webhook.server.http_errors import error_response
 from webhook.server.jsonbody import LargeBodyGate
 from webhook.server.logs import RequestLog
 from webhook.server.metrics import Metrics, endpoint_label
+from webhook.server.state_health import StateHealthCollector
 from webhook.server.telemetry import Telemetry
 
 log = logging.getLogger("gpushare.webhook")
@@ -48,6 +50,10 @@ def create_app(services: Services) -> Flask:
                          settings.overload.queue_budget_seconds)
     install_auth(app, settings.auth, lambda status, reason: observer.refused(endpoint_label(request.path),
                                                                              status, reason))
+    metrics.registry.register(CertificateCollector(settings.server.cert_dir))
+    metrics.registry.register(StateHealthCollector(lambda: services.state))
+    if services.allocation is not None:
+        metrics.add_rendered(services.allocation.exposition)
     read_json = partial(read_json_body, max_bytes, gate)
     scorer = Scorer(settings.names)  # one per process: its per-node cache serves /dry-run and the extender
     if services.state is not None:

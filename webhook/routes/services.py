@@ -9,6 +9,7 @@ from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
 from policies.engine import Engine
 from policies.settings import Settings
+from webhook.server.allocation_metrics import AllocationExporter
 from webhook.state.audit_loop import AuditLoop
 from webhook.state.status import StateStatus
 
@@ -30,3 +31,5 @@ class Services:
     start: Callable[[], None] = field(default=lambda: None)
     # The periodic audit of a live state (None for snapshots); /metrics reads its last run.
     audit: AuditLoop | None = None
+    # The GPU allocation series, when this replica exports them (metrics.export_allocation).
+    allocation: AllocationExporter | None = None

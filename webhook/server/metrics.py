@@ -148,10 +148,16 @@ class Metrics:
                                       registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}  # labels() validates on every call; look up once
         self._before_scrape: list[Callable[[], None]] = []
+        self._rendered: list[Callable[[], bytes]] = []
 
     def before_scrape(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` before every exposition (the telemetry flush: a scrape sees every request before it)."""
         self._before_scrape.append(fn)
+
+    def add_rendered(self, fn: Callable[[], bytes]) -> None:
+        """Append ``fn()``, exposition text rendered elsewhere ahead of time (the GPU allocation
+        cache), to every scrape: the registry never formats those series itself."""
+        self._rendered.append(fn)
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
@@ -181,7 +187,7 @@ class Metrics:
     def exposition(self) -> bytes:
         for fn in self._before_scrape:
             fn()
-        return generate_latest(self.registry)
+        return b"".join([generate_latest(self.registry), *(fn() for fn in self._rendered)])
 
 
 def _version() -> str:
