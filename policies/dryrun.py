@@ -15,12 +15,11 @@ import jsonpatch
 from .cluster import ClusterState
 from .engine import Engine, Verdict
 from .resources import POD_SPEC_PATHS, WORKLOAD_KINDS
-from .rules.base import REGISTRY, Finding
+from .rules.base import REGISTRY, Finding, rule_ids
 from .scoring import NO_STATE, NodeScore, PodRequest, Scorer, pod_request
 from .settings import Settings, Severity
 
 FITTING_NODES_SHOWN = 3
-PLACEMENT_RULES = frozenset({"GB001", "GB002", "GB003", "GB004", "GB005"})
 
 
 @dataclass
@@ -124,7 +123,7 @@ class DryRun:
             if state.get_node(report.judged_node) is None:
                 # The GB rules could only say "not checked: node not in the state"; the dry run's
                 # own warning says so and names the nodes that fit.
-                verdict.findings = [f for f in verdict.findings if f.rule not in PLACEMENT_RULES]
+                verdict.findings = [f for f in verdict.findings if f.rule not in rule_ids("placement")]
             reported = {f.rule for f in verdict.findings}
             verdict.findings += [f for f in self._placement_findings(report, subject.label) if f.rule not in reported]
         return report

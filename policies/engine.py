@@ -152,11 +152,10 @@ class Engine:
                     continue
                 exempt = active.id in set_aside
                 try:
-                    for message, path, *advisory in active.check(subject):
-                        # A check may mark a finding advisory ("warn"); it never hardens a warn rule.
-                        severity = "warn" if advisory and advisory[0] == "warn" else active.severity
+                    for found in active.check(subject):
+                        severity = "warn" if found.advisory else active.severity
                         (verdict.exempted if exempt else verdict.findings).append(
-                            Finding(active.id, severity, f"{active.id}: {message}", path))
+                            Finding(active.id, severity, f"{active.id}: {found.message}", found.path))
                 except StateUnavailable as exc:
                     if not stateless and not exempt:
                         unavailable.setdefault((exc.switch, exc.what, exc.reason), (exc, []))[1].append(active.id)

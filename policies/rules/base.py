@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..exemptions import Exemption, read_exemption
@@ -143,15 +144,26 @@ class Subject:
         return f'{self.label} {noun} "{container.name}"'
 
 
-Check = Callable[[Subject], Iterable[tuple[str, Path]]]
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a check finds at one place of the subject: the message (without the rule id, which
+    the engine prefixes), where it is, and whether it is advisory (a warning even under a deny
+    rule; an advisory finding never hardens a warn rule either)."""
+
+    message: str
+    path: Path = ()
+    advisory: bool = False
+
+
+Check = Callable[[Subject], Iterable[Found]]
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     """A rule: an id, a default severity, the seed it comes from, and its check.
 
-    A check yields (message without the id prefix, path); the engine prefixes the id and
-    applies the configured severity.
+    A check yields ``Found`` records; the engine prefixes the id and applies the configured
+    severity (a warning where the record is advisory).
     """
 
     id: str
@@ -166,9 +178,29 @@ class Rule:
     # A cheap test shared by a family of rules (e.g. "is this a placement?"): when it fails the
     # check would find nothing, and the engine skips it; evaluated once per subject.
     applies: Callable[[Subject], bool] | None = None
+    # The family the rule belongs to where others need to know it (e.g. "placement": the GB
+    # rules, which /dry-run leaves to the ranking and the scoring engine reports per node).
+    family: str = ""
+    # A placement failure that no eviction can cure (kube-scheduler's FailedAndUnresolvable).
+    unresolvable: bool = False
 
 
 REGISTRY: dict[str, Rule] = {}
+
+
+@cache
+def rule_ids(family: str) -> frozenset[str]:
+    """The ids of every registered rule of ``family``: lists of rules are derived, never typed out."""
+    from policies import rules as _registered  # noqa: F401  (importing the package registers every rule)
+
+    return frozenset(r.id for r in REGISTRY.values() if r.family == family)
+
+
+@cache
+def unresolvable_rule_ids() -> frozenset[str]:
+    from policies import rules as _registered  # noqa: F401
+
+    return frozenset(r.id for r in REGISTRY.values() if r.unresolvable)
 
 
 def rule(
@@ -182,6 +214,8 @@ def rule(
     operations: Iterable[str] = ("CREATE", "UPDATE"),
     stateful: bool = False,
     applies: Callable[[Subject], bool] | None = None,
+    family: str = "",
+    unresolvable: bool = False,
 ) -> Callable[[Check], Check]:
     """Register a check function as a rule."""
 
@@ -189,7 +223,7 @@ def rule(
         if id in REGISTRY:
             raise ValueError(f"rule {id} registered twice")
         REGISTRY[id] = Rule(id, severity, title, doc, seed, frozenset(kinds), check,
-                            frozenset(operations), stateful, applies)
+                            frozenset(operations), stateful, applies, family, unresolvable)
         return check
 
     return register

@@ -8,7 +8,7 @@ from ..capacity import judge_capacity
 from ..placement import demand_from_containers
 from ..resources import POD_SPEC_PATHS, Path
 from ..selectors import node_selector_from_spec
-from .base import Subject, rule
+from .base import Found, Subject, rule
 from .placement_rules import placement_of
 
 POD_KINDS = tuple(POD_SPEC_PATHS)
@@ -40,7 +40,7 @@ def some_node_can_hold_it(subject: Subject) -> Iterator[tuple[str, Path] | tuple
                              subject.names)
     path = base
     if verdict.never:
-        yield (f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: a request "
-               f"that fits such a card, or add nodes with bigger cards first", path)
+        yield Found(f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: a request "
+                    f"that fits such a card, or add nodes with bigger cards first", path)
     elif verdict.not_now:
-        yield f"{subject.label} cannot be scheduled now: {verdict.not_now}", path, "warn"
+        yield Found(f"{subject.label} cannot be scheduled now: {verdict.not_now}", path, advisory=True)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ..exemptions import annotations_path
 from ..resources import POD_SPEC_PATHS, Path, render_path
-from .base import REGISTRY, Subject, rule
+from .base import REGISTRY, Found, Subject, rule
 
 EXEMPTABLE_KINDS = (*POD_SPEC_PATHS, "Node", "Binding")
 
@@ -30,17 +30,17 @@ def exemption_is_usable(subject: Subject) -> Iterator[tuple[str, Path]]:
     listed = ",".join(exemption.ids) or "(nothing)"
     if exemption.misplaced:
         wanted = render_path((*annotations_path(subject.kind), names.exempt_annotation))
-        yield (f"{subject.label}: {names.exempt_annotation}={listed} is on the {subject.kind}'s own metadata, "
-               f"which its pods do not inherit, so it is not applied; put it and "
-               f"{names.exempt_reason_annotation} under {wanted}", exemption.path)
+        yield Found(f"{subject.label}: {names.exempt_annotation}={listed} is on the {subject.kind}'s own metadata, "
+                    f"which its pods do not inherit, so it is not applied; put it and "
+                    f"{names.exempt_reason_annotation} under {wanted}", exemption.path)
     elif not exemption.reason:
-        yield (f"{subject.label}: {names.exempt_annotation}={listed} has no {names.exempt_reason_annotation}, "
-               f"so it is not applied; add {names.exempt_reason_annotation} saying why the rules do not "
-               f"apply here", exemption.path)
+        yield Found(f"{subject.label}: {names.exempt_annotation}={listed} has no {names.exempt_reason_annotation}, "
+                    f"so it is not applied; add {names.exempt_reason_annotation} saying why the rules do not "
+                    f"apply here", exemption.path)
     if not exemption.ids:
-        yield (f"{subject.label}: {names.exempt_annotation} names no rule; list rule ids such as GS003,GN002 "
-               f"(see `gpushare rules`)", exemption.path)
+        yield Found(f"{subject.label}: {names.exempt_annotation} names no rule; list rule ids such as GS003,GN002 "
+                    f"(see `gpushare rules`)", exemption.path)
     unknown = [rule_id for rule_id in exemption.ids if rule_id not in _known_ids()]
     if unknown:
-        yield (f"{subject.label}: {names.exempt_annotation} names unknown rule id(s) {', '.join(unknown)}; "
-               f"use ids listed by `gpushare rules`", exemption.path)
+        yield Found(f"{subject.label}: {names.exempt_annotation} names unknown rule id(s) {', '.join(unknown)}; "
+                    f"use ids listed by `gpushare rules`", exemption.path)
