@@ -122,7 +122,7 @@ class Engine:
     def subject(self, kind: str, obj: dict[str, Any], *, operation: str = "CREATE", namespace: str = "",
                 old: dict[str, Any] | None = None, user: UserInfo | None = None,
                 state: ClusterState | None = None) -> Subject:
-        return Subject(kind=kind, obj=obj, names=self.names, operation=operation, namespace=namespace,
+        return Subject(kind=kind, obj=obj, names=self.names, operation=operation, request_namespace=namespace,
                        old=old, user=user or UserInfo(), state=state, settings=self.settings,
                        catalog=self.catalog)
 
@@ -132,7 +132,7 @@ class Engine:
         Stateful rules are skipped without cluster state (``gpushare check`` without
         ``--snapshot``). Findings of rules the object is exempted from are kept apart.
         """
-        verdict = Verdict(subject.kind, subject.name, subject.ns)
+        verdict = Verdict(subject.kind, subject.name, subject.namespace)
         exemption = subject.exemption
         # Not honoured: GE001 says why, and the rules judge the object as if it asked for nothing.
         set_aside = exemption.set_aside if exemption is not None else frozenset()
@@ -187,20 +187,20 @@ class Engine:
             if verdict.allowed and subject.kind == "Pod" and subject.operation == "CREATE" \
                     and subject.metadata.get("name"):
                 pod = pod_from_manifest(subject.obj, self.names, subject.containers)
-                ledger.remember_created(pod if pod.namespace == subject.ns or not subject.ns
-                                        else replace(pod, namespace=subject.ns))
+                ledger.remember_created(pod if pod.namespace == subject.namespace or not subject.namespace
+                                        else replace(pod, namespace=subject.namespace))
             return verdict
         with ledger.node_lock(where.node):
             verdict = self.validate(subject)
             if verdict.allowed:
-                pod = placed_pod(subject)
-                if pod is not None:
-                    ledger.assume(pod)
+                placed = placed_pod(subject)
+                if placed is not None:
+                    ledger.assume(placed)
         return verdict
 
     def mutate(self, subject: Subject) -> Verdict:
         """Plan the JSON patch for the subject (no rules run)."""
-        verdict = Verdict(subject.kind, subject.name, subject.ns)
+        verdict = Verdict(subject.kind, subject.name, subject.namespace)
         exemption = subject.exemption
         enabled = self._mutations - exemption.set_aside if exemption is not None else self._mutations
         for mutation_id, op in plan_patch(subject, enabled.__contains__):

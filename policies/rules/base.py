@@ -77,18 +77,20 @@ class Subject:
     obj: dict[str, Any]
     names: Names
     operation: str = "CREATE"
-    namespace: str = ""
+    # The namespace the request names (an AdmissionReview's request.namespace; "" offline).
+    request_namespace: str = ""
     old: dict[str, Any] | None = None
     user: UserInfo = field(default_factory=UserInfo)
     state: ClusterState | None = None
     settings: Settings | None = None
     catalog: Catalog | None = None
     # Results several rules share (e.g. one placement check feeds GB001-GB005).
-    memo: dict[str, Any] = field(default_factory=dict)
+    memo: dict[str, object] = field(default_factory=dict)
     # Every verdict names its object, so these are worked out at once (see __post_init__).
     metadata: dict[str, Any] = field(init=False, repr=False)
     name: str = field(init=False)
-    ns: str = field(init=False)
+    # Where the object lives: its metadata.namespace, else the request's namespace.
+    namespace: str = field(init=False)
 
     def __post_init__(self) -> None:
         meta = self.obj.get("metadata")
@@ -99,7 +101,7 @@ class Subject:
             name = f"{generate}*" if isinstance(generate, str) and generate else "<unnamed>"
         self.name = name
         ns = meta.get("namespace")
-        self.ns = ns if isinstance(ns, str) and ns else self.namespace
+        self.namespace = ns if isinstance(ns, str) and ns else self.request_namespace
 
     def usable_state(self, switch: str, what: str) -> ClusterState:
         """The cluster state, or StateUnavailable naming what could not be checked and why."""
@@ -113,7 +115,7 @@ class Subject:
     @computed_once
     def label(self) -> str:
         """How a message names the object: "Job default/cuda-33", "Node gpu-1"."""
-        return f"{self.kind} {self.ns}/{self.name}" if self.ns else f"{self.kind} {self.name}"
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
 
     @computed_once
     def pod_spec(self) -> tuple[dict[str, Any] | None, Path]:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ..capacity import judge_capacity
 from ..placement import demand_from_containers
-from ..resources import POD_SPEC_PATHS, Path
+from ..resources import POD_SPEC_PATHS
 from ..selectors import node_selector_from_spec
 from .base import Found, Subject, rule
 from .placement_rules import placement_of
@@ -28,7 +28,7 @@ def asks_gpu_memory(subject: Subject) -> bool:
           "hold gets this rule's severity (warn by default: a node pool that scales from zero may bring "
           "bigger cards; set deny to refuse it); one that fits no card now gets a warning naming the "
           "closest card.")
-def some_node_can_hold_it(subject: Subject) -> Iterator[tuple[str, Path] | tuple[str, Path, str]]:
+def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     if placement_of(subject) is not None:
         return  # a pod pinned by spec.nodeName skips the scheduler: GB004 judges its node
     spec, base = subject.pod_spec

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..exemptions import annotations_path
-from ..resources import POD_SPEC_PATHS, Path, render_path
+from ..resources import POD_SPEC_PATHS, render_path
 from .base import REGISTRY, Found, Subject, rule
 
 EXEMPTABLE_KINDS = (*POD_SPEC_PATHS, "Node", "Binding")
@@ -22,7 +22,7 @@ def _known_ids() -> set[str]:
       doc="gpushare.io/exempt lists rule ids to skip for this object and needs a non-empty "
           "gpushare.io/exempt-reason; without one, or on a workload's own metadata instead of its "
           "pod template, the exemption is not applied and the rules it names still judge the object.")
-def exemption_is_usable(subject: Subject) -> Iterator[tuple[str, Path]]:
+def exemption_is_usable(subject: Subject) -> Iterator[Found]:
     names = subject.names
     exemption = subject.exemption
     if exemption is None:

@@ -8,6 +8,7 @@ it, an operator adding a label), which would otherwise be denied forever.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
+from typing import cast
 
 from ..cards import CGPU_MODES
 from ..catalog import Catalog, default_catalog
@@ -28,7 +29,7 @@ ECS_ONLY_MODES = CGPU_MODES
 def _node(subject: Subject) -> NodeInfo:
     if "node" not in subject.memo:
         subject.memo["node"] = node_from_manifest(subject.obj, subject.names)
-    return subject.memo["node"]
+    return cast(NodeInfo, subject.memo["node"])
 
 
 def _old_node(subject: Subject) -> NodeInfo | None:
@@ -36,7 +37,7 @@ def _old_node(subject: Subject) -> NodeInfo | None:
         return None
     if "old_node" not in subject.memo:
         subject.memo["old_node"] = node_from_manifest(subject.old, subject.names)
-    return subject.memo["old_node"]
+    return cast("NodeInfo | None", subject.memo["old_node"])
 
 
 def _changed(subject: Subject, fact: Callable[[NodeInfo], Hashable]) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from ..cluster import PodInfo, pod_from_manifest
 from ..placement import PodDemand, demand_from_containers, placement_problems
@@ -39,7 +39,7 @@ def placement_of(subject: Subject) -> Placement | None:
     (worked out once per subject: the engine, the rule family test and the check all ask)."""
     if "placement_of" not in subject.memo:
         subject.memo["placement_of"] = _find_placement(subject)
-    return subject.memo["placement_of"]
+    return cast("Placement | None", subject.memo["placement_of"])
 
 
 def _find_placement(subject: Subject) -> Placement | None:
@@ -58,7 +58,7 @@ def _find_placement(subject: Subject) -> Placement | None:
     name = subject.metadata.get("name")
     if not isinstance(node, str) or not node or not isinstance(name, str) or not name:
         return None
-    return Placement(subject.ns or "default", name, node, path)
+    return Placement(subject.namespace or "default", name, node, path)
 
 
 def is_placement(subject: Subject) -> bool:
@@ -100,7 +100,7 @@ class Checked:
 def _problems(subject: Subject) -> Checked | None:
     """The placement check, computed once per subject; None when there is nothing to check."""
     if "placement" in subject.memo:
-        return subject.memo["placement"]
+        return cast("Checked | None", subject.memo["placement"])
     found = None
     where = placement_of(subject)
     if where is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
+from typing import cast
 
 from ..cards import MAX_CARD_GIB
 from ..near_miss import NearMiss, near_misses
@@ -213,7 +214,7 @@ def _near_misses(subject: Subject) -> list[NearMiss]:
         spec, base = subject.pod_spec
         settings = subject.settings.near_miss if subject.settings is not None else NearMissSettings()
         subject.memo["near_misses"] = near_misses(spec, base, subject.names, settings)
-    return subject.memo["near_misses"]
+    return cast("list[NearMiss]", subject.memo["near_misses"])
 
 
 def names_a_near_miss(subject: Subject) -> bool:

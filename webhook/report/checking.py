@@ -188,7 +188,7 @@ class Checker:
 
         def locate(finding: Finding, reason: str = "") -> Located:
             return Located(finding, manifest.source, manifest.line_of(finding.path), manifest.line,
-                           subject.label, kind, subject.name, subject.ns, reason)
+                           subject.label, kind, subject.name, subject.namespace, reason)
 
         return CheckedObject(manifest.source, manifest.line, subject.label,
                              [locate(f) for f in verdict.findings],
