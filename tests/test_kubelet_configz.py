@@ -188,3 +188,44 @@ def test_the_refresh_interval_reads_again(api, tmp_path):
         # A kubelet switched to static is found by the refresh alone (no restart was visible).
         api.set_kubelet_configz(NONE, CONFIGZ["static"])
         wait_until(lambda: configz_nodes(server, session)["static"] == 2, what="the refresh finding static")
+
+
+# --- the reader on its own: parsing, and a missing permission said once --------------------------
+
+def test_the_policy_is_read_from_the_documented_shape():
+    from webhook.state.kubelet_config import ConfigzError, policy_from_configz
+
+    assert policy_from_configz(CONFIGZ["static"]) == "static"
+    assert policy_from_configz(CONFIGZ["none"]) == "none"
+    assert policy_from_configz(b'{"kubeletconfig": {"port": 10250}}') == "none"  # the kubelet's default
+    for body in (b"<html>", b'{"port": 10250}', b'{"kubeletconfig": {"cpuManagerPolicy": 1}}', b"[]"):
+        with pytest.raises(ConfigzError):
+            policy_from_configz(body)
+
+
+def test_a_missing_nodes_proxy_grant_is_said_once_for_all_nodes(caplog):
+    from policies.cluster import node_from_manifest
+    from policies.settings import KubeletConfigzSettings, Names
+    from webhook.state.kubelet_config import ConfigzError, KubeletConfigReader, kubelet_signature
+    from webhook.state.status import ConfigzStatus
+
+    def forbidden(name: str) -> bytes:
+        raise ConfigzError(f'API error 403: nodes "{name}" is forbidden: User "system:serviceaccount:gpushare-system:'
+                           f'gpushare-webhook" cannot get resource "nodes/proxy"', 403)
+
+    names, status, seen = Names(), ConfigzStatus(), []
+    reader = KubeletConfigReader(forbidden, names, KubeletConfigzSettings(enabled=True, concurrency=2),
+                                 lambda name, policy: seen.append((name, policy)), status)
+    reader.start()
+    try:
+        for n in range(5):
+            obj = stock_node(f"gpu-{n}")
+            reader.observe(node_from_manifest(obj, names), kubelet_signature(obj))
+        wait_until(lambda: status.reads_failed == 5, what="five failed reads")
+        wait_until(lambda: len(seen) == 5, what="five answers")
+    finally:
+        reader.stop()
+    assert sorted(seen) == [(f"gpu-{n}", "") for n in range(5)]
+    assert status.by_outcome() == {"static": 0, "none": 0, "other": 0, "unread": 5}
+    said = [r.getMessage() for r in caplog.records if "nodes/proxy" in r.getMessage() and r.levelname == "ERROR"]
+    assert len(said) == 1 and "grant it (docs/install.md) or turn state.kubelet_configz.enabled off" in said[0]
