@@ -57,6 +57,22 @@ class CardAnnotationNames(_Section):
     node_topology: str = "gpushare.io/gpu-topology"
 
 
+class AssignmentAnnotationNames(_Section):
+    """Pod annotations the GPU-sharing scheduler and device plugin use to say whether a bound pod
+    got its card yet (read, never written). The scheduler writes assigned="false" and the assume
+    time (Unix nanoseconds) at binding; the device plugin flips assigned to "true" when the
+    container starts. Sources: the open-source gpushare-scheduler-extender (pkg/utils/const.go,
+    pkg/utils/pod.go: EnvAssignedFlag, EnvResourceAssumeTime) and gpushare-device-plugin
+    (pkg/gpu/nvidia/podutils.go); ACK's v2 names as Koordinator's ACK compatibility constants
+    spell them (AnnotationACKGPUShareAssigned, AnnotationACKGPUShareAssumeTime)."""
+
+    # (assigned flag, assume time) pairs, tried in order; the first pair present on a pod wins.
+    pairs: tuple[tuple[str, str], ...] = (
+        ("scheduler.framework.gpushare.assigned", "scheduler.framework.gpushare.assume-time"),
+        ("ALIYUN_COM_GPU_MEM_ASSIGNED", "ALIYUN_COM_GPU_MEM_ASSUME_TIME"),
+    )
+
+
 class Names(_Section):
     resources: ResourceNames = ResourceNames()
     labels: LabelNames = LabelNames()
@@ -79,6 +95,7 @@ class Names(_Section):
     card_index_annotation: str = "ALIYUN_COM_GPU_MEM_IDX"
     exempt_annotation: str = "gpushare.io/exempt"
     exempt_reason_annotation: str = "gpushare.io/exempt-reason"
+    assignment: AssignmentAnnotationNames = AssignmentAnnotationNames()
 
     @property
     def injected_scheduler(self) -> str | None:
@@ -292,7 +309,31 @@ class AuthSettings(_Section):
     client_cert_paths: tuple[str, ...] = ("/mutate", "/validate")
     # File holding the bearer token that ``bearer_paths`` require (re-read when it changes).
     bearer_token_file: Path | None = None
-    bearer_paths: tuple[str, ...] = ("/dry-run",)
+    bearer_paths: tuple[str, ...] = ("/dry-run", "/explain")
+
+
+ReportKind = Literal["none", "auto", "openreports", "policyreport"]
+
+
+class AuditSettings(_Section):
+    """``gpushare audit`` and the server's periodic audit of the live state (docs/audit.md)."""
+
+    # Seconds between audits in the server on a live state; 0 turns it off. Never on snapshots
+    # (a snapshot does not change, `gpushare audit --snapshot` judges it once).
+    interval_seconds: float = Field(300.0, ge=0)
+    # A bound pod still marked not assigned (see names.assignment) this long after its assume
+    # time is reported (GA006): the device plugin never picked it up.
+    unassigned_after_seconds: float = Field(600.0, gt=0)
+    # GA007: GPU pods must be scheduled by this scheduler; empty turns the check off (a cluster
+    # running the open-source extender schedules with default-scheduler).
+    expected_scheduler: str = ""
+    # Report objects for report UIs: none, auto (whichever CRD the cluster serves, OpenReports
+    # first), openreports (openreports.io/v1alpha1 Report) or policyreport (wgpolicyk8s.io/v1alpha2).
+    reports: ReportKind = "none"
+    # One report per namespace holds at most this many results; the rest are counted in its summary.
+    max_results_per_report: int = Field(200, ge=1, le=5000)
+    # Report objects written at most for this many namespaces (those with the most findings).
+    max_reports: int = Field(100, ge=1, le=5000)
 
 
 class ScoringSettings(_Section):
@@ -323,6 +364,7 @@ class Settings(_Section):
     nodes: NodePolicySettings = NodePolicySettings()
     catalog: CatalogSettings = CatalogSettings()
     near_miss: NearMissSettings = NearMissSettings()
+    audit: AuditSettings = AuditSettings()
 
 
 class ConfigFileError(ValueError):

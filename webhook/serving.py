@@ -18,6 +18,7 @@ from webhook.routes.services import Services
 from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options
+from webhook.state.audit_loop import AuditLoop
 from webhook.state.snapshot import load_demo_snapshot, load_snapshot
 from webhook.state.status import StateStatus
 
@@ -54,8 +55,15 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
             configz = api_fetcher(api, settings.state.kubelet_configz, settings.state.connect_timeout_seconds)
         live = LiveClusterState(api, settings.names, settings.state, status=status, configz=configz)
         log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
+        audit = AuditLoop(live, settings, live.synced) if settings.audit.interval_seconds > 0 else None
+
+        def start() -> None:
+            live.start()
+            if audit is not None:
+                audit.start()
+
         return Services(settings=settings, engine=engine, state=live, ready=live.synced,
-                        state_source=source, state_status=status, ledger=ledger, start=live.start)
+                        state_source=source, state_status=status, ledger=ledger, start=start, audit=audit)
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401  (each import registers a family)
     capacity_rules,
+    cluster_invariants,
     exemptions,
     node_rules,
     placement_rules,
