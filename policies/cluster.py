@@ -32,6 +32,9 @@ class NodeInfo:
     kubelet_version: str = ""
     container_runtime: str = ""
     os_image: str = ""
+    # The CPU manager policy the node's kubelet reported (its /configz, read by the opt-in live
+    # source); empty when not read. The node's label or annotation wins (placement.cpu_manager_policy).
+    kubelet_cpu_manager_policy: str = ""
 
     def gpu_mem_per_card(self, names: Names) -> int | None:
         """GiB per card: allocatable gpu-mem / gpu-count, when both are known and divide evenly."""
@@ -150,6 +153,15 @@ def _str_map(value: Any) -> dict[str, str]:
 def node_resource_names(names: Names) -> tuple[str, ...]:
     r = names.resources
     return (r.gpu_mem, r.gpu_core, r.gpu_count, r.gpu_topology, r.gpu_exclusive)
+
+
+def is_gpu_node(node: NodeInfo, names: Names) -> bool:
+    """A node the GPU rules care about: it shows GPUs (capacity of a GPU resource, a card label)
+    or carries the GPU scheduling label."""
+    labels = names.labels
+    if any(key in node.labels for key in (labels.schedule, labels.card_name, labels.card_count)):
+        return True
+    return any(node.capacity.get(r) or node.allocatable.get(r) for r in node_resource_names(names))
 
 
 def _mapping(value: Any) -> dict[str, Any]:

@@ -41,7 +41,8 @@ class LabelNames(_Section):
     card_mem: str = "aliyun.accelerator/nvidia_mem"
     card_count: str = "aliyun.accelerator/nvidia_count"
     region: str = "topology.kubernetes.io/region"
-    # Where the kubelet's CPU manager policy is published (label or annotation); see DESIGN.md.
+    # Where the kubelet's CPU manager policy is published (label or annotation; it wins over the
+    # opt-in state.kubelet_configz source); see docs/state.md, "CPU manager policy".
     cpu_manager_policy: str = "gpushare.io/cpu-manager-policy"
 
 
@@ -195,6 +196,20 @@ class WhenStateUnavailable(_Section):
     capacity: FailMode = "open"
 
 
+class KubeletConfigzSettings(_Section):
+    """Opt-in second source of a node's CPU manager policy (GN002, GB005): its kubelet's /configz,
+    read through the API server's node proxy. Off by default: it needs RBAC ``get`` on
+    ``nodes/proxy``, which reaches the whole kubelet API (docs/state.md, "CPU manager policy")."""
+
+    enabled: bool = False
+    # Every GPU node is read again this often (0: only when it appears or its kubelet restarts).
+    refresh_seconds: float = Field(600.0, ge=0)
+    # One read's connect and read timeout, through the API server to the kubelet.
+    timeout_seconds: float = Field(5.0, gt=0, le=60)
+    # Reads in flight at once (a cluster coming up lists every GPU node at the same moment).
+    concurrency: int = Field(4, ge=1, le=32)
+
+
 class StateSettings(_Section):
     """The cluster state the stateful rules read, and the record of admitted placements."""
 
@@ -213,6 +228,7 @@ class StateSettings(_Section):
     connect_timeout_seconds: float = Field(10.0, gt=0)
     backoff_initial_seconds: float = Field(0.5, gt=0)
     backoff_max_seconds: float = Field(30.0, gt=0)
+    kubelet_configz: KubeletConfigzSettings = KubeletConfigzSettings()
 
 
 class NodePolicySettings(_Section):

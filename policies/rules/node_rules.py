@@ -15,7 +15,7 @@ from ..catalog import Catalog, default_catalog
 from ..cluster import NodeInfo, node_from_manifest
 from ..compatibility import node_mismatches
 from ..ecs import ecs_instance
-from ..placement import ALL_MODES, SHARED_MODES, cpu_manager_policy
+from ..placement import ALL_MODES, SHARED_MODES
 from ..resources import Path
 from ..settings import NodePolicySettings
 from .base import Found, Subject, rule
@@ -96,30 +96,54 @@ def known_mode_values(subject: Subject) -> Iterator[Found]:
                     _label_path(labels.placement), advisory=True)
 
 
+def _cpu_policy(node: NodeInfo, subject: Subject) -> tuple[str, str]:
+    """The node's CPU manager policy and where it was read ("labels", "annotations", "kubelet").
+
+    The label or annotation on the object under review wins; else what the node's kubelet
+    reported through /configz, which the live state holds (opt-in, state.kubelet_configz).
+    """
+    key = subject.names.labels.cpu_manager_policy
+    for where, values in (("labels", node.labels), ("annotations", node.annotations)):
+        if values.get(key):
+            return values[key], where
+    known = subject.state.get_node(node.name) if subject.state is not None else None
+    if known is not None and known.kubelet_cpu_manager_policy:
+        return known.kubelet_cpu_manager_policy, "kubelet"
+    return "", ""
+
+
 @rule("GN002", severity="deny", seed="001, 002", kinds=NODE,
       title="No shared GPU mode on a node with the static CPU manager policy",
-      doc="Shared GPU scheduling does not support the kubelet's static CPU manager policy.")
+      doc="Shared GPU scheduling does not support the kubelet's static CPU manager policy. The policy is "
+          "read from the node's label or annotation, else (opt-in) from its kubelet's /configz.")
 def no_shared_mode_with_static_cpu(subject: Subject) -> Iterator[Found]:
     node = _node(subject)
     mode = _mode(node, subject)
-    key = subject.names.labels.cpu_manager_policy
+    names = subject.names
+    key = names.labels.cpu_manager_policy
     if mode not in SHARED_MODES:
         return
-    if not cpu_manager_policy(node, subject.names):
+    policy, where = _cpu_policy(node, subject)
+    schedule_path = _label_path(names.labels.schedule)
+    if not policy:
         if _changed(subject, lambda n: _mode(n, subject)):
-            yield Found(f"Node {node.name}: {subject.names.labels.schedule}={mode}: the node's CPU manager policy is "
-                        f"unknown (no {key} label or annotation), so whether it is static, which shared GPU "
+            configz = subject.settings is not None and subject.settings.state.kubelet_configz.enabled
+            how = ("and its kubelet's /configz has not been read or could not be (see the gpushare_kubelet_"
+                   "configz metrics and the log)" if configz else
+                   "and reading it from the kubelet's /configz is off (state.kubelet_configz.enabled)")
+            yield Found(f"Node {node.name}: {names.labels.schedule}={mode}: the node's CPU manager policy is "
+                        f"unknown (no {key} label or annotation, {how}), so whether it is static, which shared GPU "
                         f"scheduling does not support, cannot be checked; publish it as {key} "
-                        f"(docs/state.md, \"CPU manager policy\")", _label_path(subject.names.labels.schedule),
-                        advisory=True)
+                        f"(docs/state.md, \"CPU manager policy\")", schedule_path, advisory=True)
         return
-    if cpu_manager_policy(node, subject.names) != "static":
+    if policy != "static":
         return
-    if _changed(subject, lambda n: (_mode(n, subject), cpu_manager_policy(n, subject.names))):
-        where = "labels" if node.labels.get(key) else "annotations"
-        yield Found(f"Node {node.name}: {subject.names.labels.schedule}={mode} on a node whose CPU manager policy is "
-                    f"static ({key}=static); shared GPU scheduling needs policy none, or use "
-                    f"{subject.names.labels.schedule}=default", ("metadata", where, key))
+    if _changed(subject, lambda n: (_mode(n, subject), _cpu_policy(n, subject))):
+        shown = f"{key}=static" if where != "kubelet" else "its kubelet's /configz says cpuManagerPolicy: static"
+        path = ("metadata", where, key) if where != "kubelet" else schedule_path
+        yield Found(f"Node {node.name}: {names.labels.schedule}={mode} on a node whose CPU manager policy is "
+                    f"static ({shown}); shared GPU scheduling needs policy none, or use "
+                    f"{names.labels.schedule}=default", path)
 
 
 @rule("GN003", severity="deny", seed="000, 002", kinds=NODE,

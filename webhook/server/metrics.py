@@ -80,6 +80,19 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily("gpushare_state_last_event_age_seconds",
                                     "Seconds since the last watch event (snapshot: since load).",
                                     value=status.age_seconds() or 0.0)
+        configz = status.configz
+        if configz is not None:  # the opt-in kubelet /configz reader (state.kubelet_configz)
+            reads = CounterMetricFamily("gpushare_kubelet_configz_reads", "Reads of kubelets' /configz through the "
+                                        "API server's node proxy, by result.", labels=["result"])
+            reads.add_metric(["ok"], configz.reads_ok)
+            reads.add_metric(["failed"], configz.reads_failed)
+            yield reads
+            nodes = GaugeMetricFamily("gpushare_kubelet_configz_nodes", "GPU nodes without the CPU manager policy "
+                                      "label, by the policy their kubelet reported (unread: not read, or the "
+                                      "read failed, so the policy is unknown).", labels=["policy"])
+            for policy, count in configz.by_outcome().items():
+                nodes.add_metric([policy], count)
+            yield nodes
 
     def describe(self) -> Iterable[Metric]:
         return []

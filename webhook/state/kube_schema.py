@@ -86,10 +86,19 @@ class NodeSystemInfo(TypedDict, total=False):
     kubeletVersion: str
     containerRuntimeVersion: str
     osImage: str
+    bootID: str
+
+
+class NodeCondition(TypedDict, total=False):
+    type: str
+    status: str
+    lastTransitionTime: str
 
 
 class NodeStatus(TypedDict, total=False):
     addresses: list[NodeAddress]
+    # Signs of a kubelet restart (boot ID, Ready transitions) for the opt-in /configz reader.
+    conditions: list[NodeCondition]
     allocatable: dict[str, Any]
     capacity: dict[str, Any]
     nodeInfo: NodeSystemInfo
