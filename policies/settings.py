@@ -11,10 +11,11 @@ variable is set: it costs a third of ``gpushare check``'s start-up otherwise.
 from __future__ import annotations
 
 import os
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Severity = Literal["deny", "warn"]
 
@@ -237,6 +238,64 @@ class AuthSettings(_Section):
     bearer_paths: tuple[str, ...] = ("/dry-run",)
 
 
+class LabelSelectorRequirement(_Section):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[str, ...] = ()
+
+
+class LabelSelector(_Section):
+    """A Kubernetes label selector (matchLabels and matchExpressions, ANDed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: tuple[LabelSelectorRequirement, ...] = Field((), alias="matchExpressions")
+
+
+class ExemptionGrant(_Section):
+    """An exemption an admin grants in the config: objects in ``namespace`` whose name matches
+    ``names`` (a glob: ``*`` and ``?``) and whose pod labels match ``selector`` skip ``rules``
+    until the end of ``expires`` (UTC). A grant needs ``names`` or ``selector``."""
+
+    name: str = Field(min_length=1)
+    namespace: str = Field(min_length=1)
+    names: str | None = None
+    selector: LabelSelector | None = None
+    rules: tuple[str, ...] = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    expires: date
+
+    @model_validator(mode="after")
+    def _targets_something(self) -> ExemptionGrant:
+        if self.names is None and self.selector is None:
+            raise ValueError(f"exemption grant {self.name!r} needs names (a glob) or selector")
+        if not self.reason.strip():
+            raise ValueError(f"exemption grant {self.name!r} needs a non-empty reason")
+        return self
+
+
+class ExemptionSettings(_Section):
+    """Who may exempt what (docs/operations.md, "Exemptions"). Secure by default: the
+    ``gpushare.io/exempt`` annotation is honoured nowhere until an admin allows a namespace."""
+
+    # A Namespace carrying this label with this value lets its objects exempt themselves.
+    namespace_label: str = "gpushare.io/exemptions"
+    namespace_label_value: str = "allowed"
+    # Namespaces whose objects may exempt themselves, whatever their labels.
+    annotation_namespaces: tuple[str, ...] = ()
+    # Nodes are cluster-scoped (no namespace to allow): their annotation exemptions need this.
+    allow_on_nodes: bool = False
+    grants: tuple[ExemptionGrant, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_grant_names(self) -> ExemptionSettings:
+        seen = [g.name for g in self.grants]
+        twice = sorted({n for n in seen if seen.count(n) > 1})
+        if twice:
+            raise ValueError(f"exemption grant names must be unique: {', '.join(twice)}")
+        return self
+
+
 class ScoringSettings(_Section):
     """Node ranking for ``/dry-run``, ``gpushare score`` and the scheduler extender."""
 
@@ -264,6 +323,7 @@ class Settings(_Section):
     state: StateSettings = StateSettings()
     nodes: NodePolicySettings = NodePolicySettings()
     catalog: CatalogSettings = CatalogSettings()
+    exemptions: ExemptionSettings = ExemptionSettings()
 
 
 class ConfigFileError(ValueError):
