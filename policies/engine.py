@@ -93,6 +93,11 @@ class Engine:
         self._known_ids = frozenset(REGISTRY) | frozenset(MUTATIONS)
         self._handled = frozenset(k for a in self._active for k in a.rule.kinds) | {"Pod", "DaemonSet"}
 
+    @property
+    def known_ids(self) -> frozenset[str]:
+        """Every rule and mutation id."""
+        return self._known_ids
+
     def rules_for(self, kind: str, operation: str) -> list[ActiveRule]:
         key = (kind, operation)
         found = self._by_kind.get(key)

@@ -296,6 +296,18 @@ class ExemptionSettings(_Section):
         return self
 
 
+class BackstopSettings(_Section):
+    """The ValidatingAdmissionPolicy ``gpushare policy export`` prints (policies/backstop.py)."""
+
+    policy_name: str = "gpushare-backstop"
+    # Off by default: a GPU pod must name names.scheduler_name. It keeps GPU pods off the default
+    # scheduler while the mutating webhook is down, at the price of blocking those that do not
+    # name it during the outage (docs/operations.md, "When the webhook is down").
+    scheduler_rule: bool = False
+    # Left out like the webhooks leave them out (deploy/kustomize/webhooks.yaml).
+    excluded_namespaces: tuple[str, ...] = ("kube-system", "gpushare-system")
+
+
 class ScoringSettings(_Section):
     """Node ranking for ``/dry-run``, ``gpushare score`` and the scheduler extender."""
 
@@ -324,6 +336,7 @@ class Settings(_Section):
     nodes: NodePolicySettings = NodePolicySettings()
     catalog: CatalogSettings = CatalogSettings()
     exemptions: ExemptionSettings = ExemptionSettings()
+    backstop: BackstopSettings = BackstopSettings()
 
 
 class ConfigFileError(ValueError):

@@ -10,6 +10,7 @@ import click
 from webhook.cli.certs import certs
 from webhook.cli.check import check
 from webhook.cli.inspect import inspect
+from webhook.cli.policy import policy
 from webhook.cli.rules import rules
 from webhook.cli.score import score
 from webhook.cli.serve import serve
@@ -21,7 +22,7 @@ def main() -> None:
     """Admission webhook, policy checks and node scoring for shared-GPU Kubernetes clusters."""
 
 
-for command in (serve, check, rules, score, certs, inspect):
+for command in (serve, check, rules, score, certs, inspect, policy):
     main.add_command(command)
 
 
