@@ -5,7 +5,8 @@ stores and sends (``5``, ``30500m``, ``1k``, ``2Gi``...), exemption annotations,
 labels and config grants; the policy printed by ``gpushare policy export`` is evaluated with
 cel-python (variables in order, as the API server binds ``variables.*``) and compared rule by
 rule with the engine: a validation fails exactly when the engine denies with that rule, and its
-message starts with the rule id. Examples per run: ``GPUSHARE_EQUIVALENCE_EXAMPLES`` (default 50; the figure in docs/operations.md is from a larger run).
+message starts with the rule id. Examples per run: ``GPUSHARE_EQUIVALENCE_EXAMPLES`` (default 50;
+the figure in docs/operations.md is from a larger run).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.backstop import BACKSTOP_RULES, SCHEDULER_RULE, backstop_policy
+from policies.backstop import BACKSTOP_RULES, SCHEDULER_RULE
 from policies.engine import Engine
 from policies.grants import StaticNamespaces
 from policies.settings import Settings
@@ -58,7 +59,8 @@ class Backstop:
     def __init__(self, policy: dict[str, Any]) -> None:
         env = celpy.Environment()
         self.variables = [(v["name"], env.program(env.compile(v["expression"]))) for v in policy["spec"]["variables"]]
-        self.validations = [(env.program(env.compile(v["expression"])), env.program(env.compile(v["messageExpression"])))
+        self.validations = [(env.program(env.compile(v["expression"])),
+                             env.program(env.compile(v["messageExpression"])))
                             for v in policy["spec"]["validations"]]
 
     def failures(self, obj: dict[str, Any], namespace: str, labels: dict[str, str]) -> list[str]:
