@@ -38,7 +38,8 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
     survive gunicorn's fork, so the live source is configured here (failing fast on a bad
     kubeconfig) and started by ``Services.start`` in the worker.
     """
-    from webhook.state.live import LiveClusterState, core_api, in_cluster
+    from webhook.state.kube_client import in_cluster
+    from webhook.state.live import LiveClusterState, core_api
 
     engine = Engine(settings)
     ledger = new_ledger(settings)
