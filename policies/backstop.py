@@ -177,7 +177,9 @@ def _gs006_message(s: Settings) -> str:
 
 
 # The covered rules. Extension point: a new stateless rule the API server does not enforce
-# itself (e.g. a near-miss resource names rule) is one more BackstopRule here.
+# itself is one more BackstopRule here. GS007 (near-miss resource names) is not among them: it
+# compares names by edit distance, which standard CEL cannot compute without extension
+# functions, and an approximation would deny what the webhook admits (docs/operations.md).
 BACKSTOP_RULES: tuple[BackstopRule, ...] = (
     BackstopRule("GS001", _gs001, _gs001_message, "GS001: gpu-core.percentage must be a multiple of 5 in 5..100"),
     BackstopRule("GS002", _gs002, _gs002_message, "GS002: gpu-core.percentage needs gpu-mem in the same container"),
@@ -279,7 +281,8 @@ def _variables(settings: Settings, rule_ids: list[str], known: frozenset[str]) -
 
 def _scheduler_validation(settings: Settings) -> dict[str, str]:
     mem = Res(settings.names.resources.gpu_mem)
-    wanted = settings.names.scheduler_name
+    wanted = settings.names.injected_scheduler
+    assert wanted is not None
     return {
         "expression": f"variables.exempt{SCHEDULER_RULE} || object.kind != 'Pod' || "
                       f"!{CONTAINERS}.exists(c, {mem.named()}) || "
@@ -297,11 +300,13 @@ def backstop_policy(settings: Settings, known_ids: frozenset[str]) -> list[dict[
     """The ValidatingAdmissionPolicy and its binding, as plain objects ready for YAML."""
     backstop = settings.backstop
     rules = covered_rules(settings)
-    ids = [r.id for r in rules] + ([SCHEDULER_RULE] if backstop.scheduler_rule else [])
+    # The scheduler rule stands in for GM001: with names.scheduler_name "none" there is no scheduler to require.
+    scheduler_rule = backstop.scheduler_rule and settings.names.injected_scheduler is not None
+    ids = [r.id for r in rules] + ([SCHEDULER_RULE] if scheduler_rule else [])
     validations = [{"expression": f"variables.exempt{r.id} || !{r.bad(settings)}",
                     "messageExpression": r.message(settings), "message": r.static, "reason": "Forbidden"}
                    for r in rules]
-    if backstop.scheduler_rule:
+    if scheduler_rule:
         validations.append(_scheduler_validation(settings))
     labels = {"app.kubernetes.io/name": "gpushare-webhook", "app.kubernetes.io/component": "backstop"}
     resource_rules = [{"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
