@@ -289,6 +289,8 @@ class ClusterSnapshot:
         self._log_generations: list[int] = []
         self._log_nodes: list[str] = []
         self._log_floor = 0  # changes after this generation are all in the log
+        # Namespace labels (who allows annotation exemptions); None until Namespaces were seen.
+        self._namespaces: dict[str, dict[str, str]] | None = None
 
     def _touch(self, node: str) -> None:
         self._generation += 1
@@ -376,6 +378,32 @@ class ClusterSnapshot:
                 on_node.pop(key, None)
                 if not on_node:
                     del self._by_node[old.node_name]
+
+    def upsert_namespace(self, name: str, labels: dict[str, str]) -> None:
+        with self._lock:
+            if self._namespaces is None:
+                self._namespaces = {}
+            self._namespaces[name] = labels
+
+    def remove_namespace(self, name: str) -> None:
+        with self._lock:
+            if self._namespaces is not None:
+                self._namespaces.pop(name, None)
+
+    def namespaces_seen(self) -> None:
+        """A complete Namespace list was applied (possibly empty): unknown names now have no labels."""
+        with self._lock:
+            if self._namespaces is None:
+                self._namespaces = {}
+
+    def namespace_names(self) -> set[str]:
+        with self._lock:
+            return set(self._namespaces or ())
+
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """The namespace's labels; None when no Namespaces were given or this one does not exist."""
+        namespaces = self._namespaces
+        return None if namespaces is None else namespaces.get(namespace)
 
     def get_node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)

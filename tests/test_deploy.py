@@ -242,9 +242,9 @@ def _bindings_to(objects: list[Obj], service_account: str) -> list[Obj]:
 
 
 def test_rbac_is_least_privilege(rendered):
-    # The webhook: get/list/watch on nodes and pods, nothing else, through one binding.
+    # The webhook: get/list/watch on namespaces, nodes and pods, nothing else cluster-wide, through one binding.
     assert _rules_of(rendered, "ClusterRole", "gpushare-webhook") == [
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
+        {"apiGroups": [""], "resources": ["namespaces", "nodes", "pods"], "verbs": ["get", "list", "watch"]}]
     (binding,) = _bindings_to(rendered, "gpushare-webhook")
     assert binding["roleRef"]["name"] == "gpushare-webhook"
     # The certificate job: its own identity and roles, its Secrets and the two configurations by name.

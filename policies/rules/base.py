@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..exemptions import Exemption, read_exemption
+from ..exemptions import Exemption, annotations_path, read_exemption
+from ..grants import GrantOutcome, NamespaceLabels, annotation_permission, matching_grants
 from ..resources import ContainerRequest, Path, container_requests, pod_spec, render_path
-from ..settings import Names, Severity
+from ..settings import ExemptionSettings, Names, Severity
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
@@ -84,6 +86,12 @@ class Subject:
     state: ClusterState | None = None
     settings: Settings | None = None
     catalog: Catalog | None = None
+    # Namespace labels (who allows annotation exemptions); None: not known, nothing allowed by label.
+    namespaces: NamespaceLabels | None = None
+    # The day grant expiry is judged against (UTC today when not given).
+    today: date | None = None
+    # Every rule and mutation id (the engine knows both; rules cannot import mutations).
+    known_ids: frozenset[str] | None = None
     # Results several rules share (e.g. one placement check feeds GB001-GB005).
     memo: dict[str, object] = field(default_factory=dict)
     # Every verdict names its object, so these are worked out at once (see __post_init__).
@@ -138,8 +146,56 @@ class Subject:
 
     @computed_once
     def exemption(self) -> Exemption | None:
-        """What the object's gpushare.io/exempt annotations ask for (the engine and GE001 both read it)."""
-        return read_exemption(self.obj, self.kind, self.names)
+        """What the object's gpushare.io/exempt annotations ask for, and whether an admin allows
+        annotation exemptions in its namespace (the engine and GE001 both read it)."""
+        found = read_exemption(self.obj, self.kind, self.names)
+        if found is None:
+            return None
+        permission = annotation_permission(self.namespace, self._exemption_settings, self.namespaces)
+        return replace(found, allowed=permission.allowed, permission=permission.why)
+
+    @property
+    def _exemption_settings(self) -> ExemptionSettings:
+        return self.settings.exemptions if self.settings is not None else ExemptionSettings()
+
+    @computed_once
+    def pod_labels(self) -> dict[str, str]:
+        """The labels a grant's selector matches: the pod's own, or a workload's pod template's."""
+        path = (*annotations_path(self.kind)[:-1], "labels")
+        obj: Any = self.obj
+        for part in path:
+            obj = obj.get(part) if isinstance(obj, dict) else None
+        return {k: v for k, v in obj.items() if isinstance(v, str)} if isinstance(obj, dict) else {}
+
+    @computed_once
+    def grants(self) -> list[GrantOutcome]:
+        """Config grants covering this object (honoured or not: GE001 says why not)."""
+        exemptions = self._exemption_settings
+        if not exemptions.grants or not self.namespace:
+            return []
+        known = self.known_ids if self.known_ids is not None else frozenset(REGISTRY)
+        today = self.today or datetime.now(UTC).date()
+        return matching_grants(exemptions, self.namespace, self.metadata, self.pod_labels, known, today)
+
+    @computed_once
+    def set_aside(self) -> frozenset[str]:
+        """Every rule and mutation id an honoured exemption (annotation or grant) sets aside."""
+        ids = self.exemption.set_aside if self.exemption is not None else frozenset()
+        for outcome in self.grants:
+            ids = ids | outcome.ids
+        return ids
+
+    def exempted_by(self, rule_ids: set[str]) -> list[tuple[str, str]]:
+        """(source, reason) of every honoured exemption covering one of ``rule_ids``: source is
+        "annotation" or "grant:NAME"."""
+        found = []
+        exemption = self.exemption
+        if exemption is not None and exemption.honoured and rule_ids & exemption.set_aside:
+            found.append(("annotation", exemption.reason))
+        for outcome in self.grants:
+            if rule_ids & outcome.ids:
+                found.append((f"grant:{outcome.grant.name}", outcome.grant.reason))
+        return found
 
     def where(self, container: ContainerRequest) -> str:
         noun = "init container" if container.group == "initContainers" else "container"

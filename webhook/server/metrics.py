@@ -149,6 +149,10 @@ class Metrics:
                                 registry=r)
         self.patches = Counter("gpushare_patches", "Answers carrying a JSON patch, by mutation id.", ["mutation"],
                                registry=r)
+        # Namespace is a label here: exemptions are honoured only in namespaces an admin allowed or
+        # named in a grant, so the set stays as small as the admins keep it.
+        self.exemptions = Counter("gpushare_exemptions", "Answers in which an honoured exemption set a rule "
+                                  "aside, by rule id and namespace.", ["rule", "namespace"], registry=r)
         self.in_flight = Gauge("gpushare_in_flight_requests", "Requests being handled by a worker thread.",
                                registry=r)
         self.waiting = Gauge("gpushare_waiting_requests", "Connections with a request waiting for a worker thread.",
@@ -196,6 +200,10 @@ class Metrics:
             self._child(self.warnings, rule_id).inc()
         for mutation_id in patched:
             self._child(self.patches, mutation_id).inc()
+
+    def count_exemptions(self, rule_ids: Iterable[str], namespace: str) -> None:
+        for rule_id in rule_ids:
+            self._child(self.exemptions, rule_id, namespace).inc()
 
     def exposition(self) -> bytes:
         for fn in self._before_scrape:

@@ -113,6 +113,19 @@ class Node(TypedDict, total=False):
     message: str
 
 
+class NamespaceMeta(TypedDict, total=False):
+    name: str
+    resourceVersion: str
+    labels: dict[str, str]
+
+
+class Namespace(TypedDict, total=False):
+    metadata: NamespaceMeta
+    code: int
+    reason: str
+    message: str
+
+
 T = TypeVar("T")
 
 
@@ -136,4 +149,5 @@ class Decoders:
 
 NODE_DECODERS = Decoders(Node)
 POD_DECODERS = Decoders(Pod)
+NAMESPACE_DECODERS = Decoders(Namespace)
 DecodeError = msgspec.DecodeError

@@ -43,7 +43,7 @@ from policies.cluster import (
 from policies.resources import watched_resources
 from policies.settings import Names, StateSettings
 from webhook.state.kube_client import KubeConfigError, api_client
-from webhook.state.kube_schema import NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
+from webhook.state.kube_schema import NAMESPACE_DECODERS, NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
 from webhook.state.kubelet_config import Fetch, KubeletConfigReader, kubelet_signature
 from webhook.state.paging import list_pages
 from webhook.state.status import ConfigzStatus, StateStatus
@@ -300,6 +300,12 @@ class LiveClusterState:
             "pods", api.list_pod_for_all_namespaces, POD_DECODERS, self._apply_pod, self.snapshot.pod_keys,
             _pod_key, lambda key: self.snapshot.remove_pod(*key.split("/", 1)),
         ), settings, self._stop, clock, self._changed)
+        # Namespace labels say where annotation exemptions are allowed (policies/grants.py).
+        self.namespaces_reflector = Reflector(Resource(
+            "namespaces", api.list_namespace, NAMESPACE_DECODERS, self._apply_namespace,
+            self.snapshot.namespace_names, lambda obj: (obj.get("metadata") or {}).get("name", ""),
+            self.snapshot.remove_namespace,
+        ), settings, self._stop, clock, self._changed)
 
     def _changed(self) -> None:
         """A list completed or a watch event was applied: what /metrics reports."""
@@ -309,7 +315,12 @@ class LiveClusterState:
                 self.status.synced()
 
     @property
-    def reflectors(self) -> tuple[Reflector, Reflector]:
+    def reflectors(self) -> tuple[Reflector, Reflector, Reflector]:
+        return self.nodes_reflector, self.pods_reflector, self.namespaces_reflector
+
+    @property
+    def placement_reflectors(self) -> tuple[Reflector, Reflector]:
+        """What the stateful rules read (availability); Namespaces only gate exemptions."""
         return self.nodes_reflector, self.pods_reflector
 
     # -- applying objects ------------------------------------------------------------------
@@ -335,6 +346,13 @@ class LiveClusterState:
             node = self.snapshot.get_node(name)
             if node is not None and node.kubelet_cpu_manager_policy != policy:
                 self.snapshot.upsert_node(replace(node, kubelet_cpu_manager_policy=policy))
+
+    def _apply_namespace(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "DELETED":
+            self.snapshot.remove_namespace(meta.get("name", ""))
+        else:
+            self.snapshot.upsert_namespace(meta.get("name", ""), dict(meta.get("labels") or {}))
 
     def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -380,13 +398,19 @@ class LiveClusterState:
         return all(r.synced.wait(max(0.0, deadline - self._clock())) for r in self.reflectors)
 
     # -- ClusterState ----------------------------------------------------------------------
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """Labels of a listed namespace; None before the first Namespace list (nothing allowed yet)."""
+        if not self.namespaces_reflector.synced.is_set():
+            return None
+        return self.snapshot.namespace_labels(namespace)
+
     def availability(self) -> Availability:
-        waiting = [r.resource.name for r in self.reflectors if not r.synced.is_set()]
+        waiting = [r.resource.name for r in self.placement_reflectors if not r.synced.is_set()]
         if waiting:
             return Availability(False, f"not synced yet: the first list of {' and '.join(waiting)} has not "
                                        f"completed ({self.pods_reflector.last_error})")
         bound = self.settings.stale_after_seconds
-        for reflector in self.reflectors:
+        for reflector in self.placement_reflectors:
             stale = reflector.stale_for()
             if stale > bound:
                 return Availability(False, f"stale: the {reflector.resource.name} watch has been disconnected "
