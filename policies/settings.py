@@ -195,9 +195,16 @@ class CheckSettings(_Section):
 class OverloadSettings(_Section):
     """Limits that keep the webhook answering when clients are too many, slow or hostile."""
 
-    # A review that waited longer than this for a worker thread is refused at once with a 503
-    # (the API server then applies the webhook's failurePolicy) instead of being answered late.
-    queue_budget_seconds: float = Field(0.25, gt=0, le=30)
+    # Reviews are refused (a fast 503; the API server applies the webhook's failurePolicy) only
+    # when they could not be answered before the API server's deadline for the call, its
+    # ``?timeout=`` (webhook.deadline). Without it: this, the deployed webhooks' timeoutSeconds.
+    default_timeout_seconds: float = Field(5.0, gt=0, le=30)
+    # Kept free before that deadline for the network and writing the answer.
+    answer_margin_seconds: float = Field(0.25, ge=0, le=5)
+    # Reviews held waiting for evaluation at most. Each holds a connection: past
+    # max_connections callers wait in the kernel's listen backlog, unseen by the deadline check,
+    # so sustained overload is refused here, long before the deadline (docs/operations.md).
+    max_waiting_requests: int = Field(500, ge=1)
     # Requests evaluated at once per process. Threads past this wait on a semaphore, not the
     # GIL: with the GIL more would only contend with each other and with the poller that reads,
     # refuses and dispatches requests (at 16, overload starved the poller and answers took 10 s).

@@ -7,6 +7,7 @@ import signal
 import socket
 import ssl
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
 import pytest
@@ -135,53 +136,102 @@ def test_pre_dialled_connection_is_served_after_the_client_timeout(slow_server):
     assert status == 200 and json.loads(body)["response"]["allowed"] is True
 
 
-def test_overload_is_refused_fast_with_a_clear_503(tmp_path):
-    """One thread, a 50 ms queue budget: a review queued behind a request that holds the thread
-    is refused with a 503 instead of being answered late; the holder is still answered."""
-    env = {"GPUSHARE_SERVER__THREADS": "1", "GPUSHARE_OVERLOAD__QUEUE_BUDGET_SECONDS": "0.05"}
-    with gpushare_server(tmp_path, env=env) as server, ExitStack() as stack:
+def test_a_burst_of_100_concurrent_reviews_is_answered_in_full(tmp_path):
+    """A Job starting 100 GPU pods at once: 100 reviews arrive together on 100 connections, each
+    with the deadline the API server sends; every one is answered with its verdict, none refused."""
+    review = admission_review(load_json("pod-realistic.json"))
+    with gpushare_server(tmp_path) as server:
+        sessions = [server.session() for _ in range(100)]
+        for session in sessions:  # connections open before the burst, as the API server keeps them
+            assert session.get(server.url + "/healthz", timeout=15).status_code == 200
+        start = threading.Barrier(len(sessions))
+
+        def one(session) -> tuple[int, str]:
+            start.wait(timeout=30)
+            reply = server.post_json("/validate?timeout=5s", review, session=session)
+            return reply.status_code, reply.text
+
+        with ThreadPoolExecutor(len(sessions)) as pool:
+            answers = list(pool.map(one, sessions))
+    refused = [text for status, text in answers if status != 200]
+    assert not refused, f"{len(refused)} of 100 refused, e.g. {refused[0]}"
+    assert all(json.loads(text)["response"]["uid"] == review["request"]["uid"] for _, text in answers)
+
+
+def test_a_review_that_would_miss_its_deadline_is_refused_at_once_from_the_thread(tmp_path):
+    """One thread, held by a slow request: a review queued behind it with the shortest deadline
+    the API server sends (timeout=1s) is refused with a 503 naming that deadline once its turn
+    comes too late, instead of being answered after the API server gave up; the holder is still
+    answered, and the refused connection serves normally afterwards."""
+    with gpushare_server(tmp_path, env={"GPUSHARE_SERVER__THREADS": "1"}) as server, ExitStack() as stack:
         body = _review_bytes()
         holder, queued = _tls(server, stack), _tls(server, stack)
         _hold_the_thread(holder, body)
-        queued.sendall(_request(body))
-        # The budget is a duration: letting it pass (x10) is the stimulus here, not synchronisation.
+        queued.sendall(_request(body, path="/validate?timeout=1s"))
+        # Letting the deadline pass is the stimulus here (not synchronisation): 1 s less the
+        # rounding and the answer margin leaves 0.25 s.
         threading.Event().wait(0.5)
         holder.sendall(body)
         assert _read_response(holder)[0] == 200
         status, headers, reply = _read_response(queued)
         assert status == 503 and headers["connection"] == "keep-alive"
         reason = json.loads(reply)["error"]["reason"]
-        assert "overloaded" in reason and "failurePolicy" in reason and "queue_budget_seconds=0.05" in reason
-        # The refused connection stays usable once the load is gone.
-        queued.sendall(_request(body))
+        assert "overloaded" in reason and "failurePolicy" in reason
+        assert "after its deadline (the API server's timeout=1s" in reason and "leaves 0.25 s" in reason
+        queued.sendall(_request(body, path="/validate?timeout=1s"))
         assert _read_response(queued)[0] == 200
         metrics = server.session().get(server.url + "/metrics", timeout=10).text
         assert 'outcome="overloaded"' in metrics
 
 
-def test_a_kept_alive_connection_is_refused_at_the_door_while_the_queue_is_over_budget(tmp_path):
-    """While a request has waited for the only thread longer than half the budget, the poller
-    answers the next request of a kept-alive connection itself: a 503 naming the budget, the
-    connection kept alive, and the connection serves normally once the queue has drained."""
-    env = {"GPUSHARE_SERVER__THREADS": "1", "GPUSHARE_OVERLOAD__QUEUE_BUDGET_SECONDS": "0.05"}
-    with gpushare_server(tmp_path, env=env) as server, ExitStack() as stack:
+def test_a_review_that_cannot_meet_its_deadline_is_refused_at_the_door_and_one_that_can_waits(tmp_path):
+    """While a review has waited for the only thread longer than a 1 s deadline allows, the poller
+    answers a kept-alive connection's review with timeout=1s itself, at once (a 503 naming the
+    deadline, connection kept alive), while a review with timeout=10s on another connection is
+    queued and answered once the thread is free."""
+    with gpushare_server(tmp_path, env={"GPUSHARE_SERVER__THREADS": "1"}) as server, ExitStack() as stack:
         body = _review_bytes()
-        holder, queued, kept = _tls(server, stack), _tls(server, stack), _tls(server, stack)
-        kept.sendall(_request(body))
-        assert _read_response(kept)[0] == 200  # now a kept-alive connection, parked in the poller
+        holder, queued, short, patient = (_tls(server, stack) for _ in range(4))
+        for kept in (short, patient):
+            kept.sendall(_request(body))
+            assert _read_response(kept)[0] == 200  # now kept-alive connections, parked in the poller
         _hold_the_thread(holder, body)
-        queued.sendall(_request(body))
-        threading.Event().wait(0.2)  # the queued request's wait passes the budget: the stimulus
-        kept.sendall(_request(body))
-        status, headers, reply = _read_response(kept)
+        queued.sendall(_request(body, path="/validate?timeout=10s"))
+        threading.Event().wait(0.5)  # the queued review's wait passes what timeout=1s allows: the stimulus
+        short.sendall(_request(body, path="/validate?timeout=1s"))
+        status, headers, reply = _read_response(short)  # while the holder still holds the thread
         assert status == 503 and headers["connection"] == "keep-alive"
         reason = json.loads(reply)["error"]["reason"]
-        assert "would wait over half of overload.queue_budget_seconds=0.05" in reason and "failurePolicy" in reason
+        assert "would be answered after its deadline (the API server's timeout=1s" in reason
+        assert "failurePolicy" in reason
+        patient.sendall(_request(body, path="/validate?timeout=10s"))
         holder.sendall(body)
         assert _read_response(holder)[0] == 200
-        assert _read_response(queued)[0] == 503  # waited past the whole budget in the thread queue
+        assert _read_response(queued)[0] == 200
+        assert _read_response(patient)[0] == 200
+        short.sendall(_request(body, path="/validate?timeout=1s"))
+        assert _read_response(short)[0] == 200
+
+
+def test_reviews_past_the_waiting_limit_are_refused_at_the_door(tmp_path):
+    """Sustained overload: with overload.max_waiting_requests=1 and that one review waiting, the
+    next review on a kept-alive connection is refused at the door although its deadline is far."""
+    env = {"GPUSHARE_SERVER__THREADS": "1", "GPUSHARE_OVERLOAD__MAX_WAITING_REQUESTS": "1"}
+    with gpushare_server(tmp_path, env=env) as server, ExitStack() as stack:
+        body = _review_bytes()
+        holder, queued, kept = (_tls(server, stack) for _ in range(3))
         kept.sendall(_request(body))
         assert _read_response(kept)[0] == 200
+        _hold_the_thread(holder, body)
+        queued.sendall(_request(body, path="/validate?timeout=30s"))
+        kept.sendall(_request(body, path="/validate?timeout=30s"))
+        status, _, reply = _read_response(kept)
+        assert status == 503
+        assert "1 reviews are already waiting to be evaluated (overload.max_waiting_requests)" in \
+            json.loads(reply)["error"]["reason"]
+        holder.sendall(body)
+        assert _read_response(holder)[0] == 200
+        assert _read_response(queued)[0] == 200
 
 
 def test_sigterm_drains_a_request_in_flight(tmp_path):

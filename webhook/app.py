@@ -18,6 +18,7 @@ from policies.settings import Settings
 
 from .admission import Mode, answer_review
 from .auth import install_auth
+from .deadline import budget_seconds
 from .http_errors import error_response
 from .http_errors import json_response as _json
 from .jsonbody import JsonBodyError, LargeBodyGate, decode_json
@@ -108,7 +109,7 @@ def create_app(services: Services) -> Flask:
     app.extensions["gpushare.telemetry"] = telemetry
     observer = Observer(metrics, RequestLog(settings.logging) if settings.logging.requests else None, telemetry)
     gate = LargeBodyGate(settings.overload.large_body_bytes, settings.overload.large_body_concurrency,
-                         settings.overload.queue_budget_seconds)
+                         budget_seconds(None, settings.overload))
     install_auth(app, settings.auth, lambda status, reason: observer.refused(endpoint_label(request.path),
                                                                              status, reason))
     register_ops_routes(app, metrics)

@@ -15,6 +15,8 @@ import socket
 import ssl
 from dataclasses import dataclass
 
+from .deadline import timeout_parameter
+
 MAX_HEAD_BYTES = 16 * 1024  # an admission request's head is a few hundred bytes
 
 
@@ -23,6 +25,7 @@ class RequestHead:
     method: str
     path: str
     close: bool  # the client asked to close the connection after this request
+    timeout: str | None  # the API server's ?timeout= (webhook.deadline), if any
 
 
 def read_request(sock: socket.socket, limit: int) -> tuple[bytes, RequestHead | None, bool]:
@@ -75,10 +78,10 @@ def one_complete_request(data: bytes) -> RequestHead | None:
     if end + 4 + (length or 0) != len(data):
         return None  # the body is not all here yet, or another request follows it
     try:
-        path = target.decode("ascii").split("?", 1)[0]
+        path, _, query = target.decode("ascii").partition("?")
     except UnicodeDecodeError:
         return None
-    return RequestHead(method.decode("ascii", "replace"), path, close)
+    return RequestHead(method.decode("ascii", "replace"), path, close, timeout_parameter(query) if query else None)
 
 
 def send_now(sock: socket.socket, data: bytes) -> bool:

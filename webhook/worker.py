@@ -9,14 +9,16 @@ What it adds to gunicorn's threaded worker:
 - **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; a
   Content-Length body is read before a thread takes a slot, so slow senders cannot hold one.
   With the GIL, more evaluating threads only contend, and starve the poller.
-- **Refusal at the door** (``webhook.door``). While a new request would wait over half the
-  queue budget, the poller reads a kept-alive connection's request itself and answers a
-  complete POST with a prepared JSON 503: no thread, no HTTP parser, no WSGI request.
-- **Load shedding.** A POST that waited longer than ``overload.queue_budget_seconds`` for a
-  thread and a slot is answered at once with a JSON 503 without running the app: under
-  overload every request still gets an answer well inside the webhook timeout, and the API
-  server applies the webhook's failurePolicy. No Retry-After header: client-go would retry
-  inside the timeout and multiply the load.
+- **Refusal by deadline** (``webhook.deadline``). A review is refused with a JSON 503 (the API
+  server then applies the webhook's failurePolicy) only when it could not be answered before
+  the deadline the API server gave the call (``?timeout=``, less the rounding and a margin),
+  or when ``overload.max_waiting_requests`` reviews are already waiting (sustained overload:
+  each waiting review holds a connection). A burst that can be answered in time is answered.
+  No Retry-After header: client-go would retry inside the timeout and multiply the load.
+- **Refusal at the door** (``webhook.door``). While refusals are possible at all, the poller
+  reads a kept-alive connection's request itself and answers a complete POST that cannot be
+  answered in time with a prepared 503: no thread, no HTTP parser, no WSGI request. A thread
+  re-checks the deadline after its wait for a thread and for a slot.
 - **JSON protocol errors.** A malformed request line or header gets the same JSON error shape
   as the app's errors instead of gunicorn's HTML page.
 - Metrics: queue wait, in-flight and waiting requests, open connections, client timeouts.
@@ -53,7 +55,7 @@ from werkzeug.exceptions import RequestTimeout
 
 from policies.settings import OverloadSettings
 
-from . import door
+from . import deadline, door
 from .http_errors import error_body
 from .metrics import Metrics, endpoint_label
 from .telemetry import Telemetry
@@ -217,7 +219,9 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         self._waiting: deque[float] = deque()
         self._busy: list[None] = []
         self._handling: list[None] = []
-        self._door_answers: dict[bool, bytes] = {}
+        self._door_answers: dict[tuple[str, str | None, bool], bytes] = {}
+        self._budgets: dict[str | None, float] = {}
+        self._shortest_budget = self._budget("1s")  # the API server never sends less than 1s
         self._seconds_per_request = 0.0
         # Evaluation slots as tokens in a C queue: taking one blocks without the GIL, and costs a
         # fraction of threading.Semaphore's Python-level condition variable.
@@ -335,38 +339,54 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         for an evaluation slot)."""
         return len(self._waiting) + max(0, len(self._handling) - len(self._busy))
 
-    def _over_budget(self) -> bool:
-        """Whether a request arriving now would likely wait over half the queue budget before
-        it is evaluated: the requests ahead of it times the recent time per evaluation, divided
-        by the slots; or the oldest request waiting for a thread has waited that long. Half, so
-        that refusals happen here, cheaply, and seldom in a thread after the full wait."""
-        waiting = self._waiting
-        ahead = self._requests_waiting()
-        if not ahead:
-            return False
-        limit = self.limits.queue_budget_seconds / 2
-        if ahead * self._seconds_per_request / self.limits.app_concurrency > limit:
-            return True
+    def _budget(self, timeout: str | None) -> float:
+        """Seconds after its arrival by which a review must be answerable (webhook.deadline)."""
         try:
-            return time.monotonic() - waiting[0] > limit
+            return self._budgets[timeout]
+        except KeyError:
+            value = deadline.budget_seconds(timeout, self.limits)
+            if len(self._budgets) < 256:  # the API server sends at most a few dozen distinct values
+                self._budgets[timeout] = value
+            return value
+
+    def _expected_wait(self, ahead: int) -> float:
+        """When a review arriving now would be answered: the requests ahead of it times the recent
+        time per evaluation, divided by the slots, plus its own evaluation; and at least as late as
+        the oldest waiting request has waited already (a stalled queue shows there first)."""
+        estimate = (ahead / self.limits.app_concurrency + 1) * self._seconds_per_request
+        try:
+            return max(estimate, time.monotonic() - self._waiting[0])
         except IndexError:
-            return False
+            return estimate
 
     def on_client_socket_readable(self, conn: DeadlineConn, client: socket.socket) -> None:
-        if not self._over_budget():
+        # The common case costs two length reads: the door only reads requests itself while the
+        # queue is full or a review with the shortest deadline the API server sends would be late.
+        ahead = self._requests_waiting()
+        if ahead and (ahead >= self.limits.max_waiting_requests
+                      or self._expected_wait(ahead) > self._shortest_budget):
+            self._door(conn, ahead)
+        else:
             super().on_client_socket_readable(conn, client)
-            return
-        self._door(conn)
 
-    def _door(self, conn: DeadlineConn) -> None:
-        """Answer a POST with 503 from here if it is all here and plain; else queue it as usual.
-        A refused connection stays registered in the poller: two fewer system calls per refusal."""
+    def _door_refusal(self, ahead: int, head: door.RequestHead) -> str | None:
+        """Why the door refuses this request, or None to queue it."""
+        if head.method != "POST":
+            return None  # health checks and scrapes are never refused
+        if ahead >= self.limits.max_waiting_requests:
+            return "full"
+        return "late" if self._expected_wait(ahead) > self._budget(head.timeout) else None
+
+    def _door(self, conn: DeadlineConn, ahead: int) -> None:
+        """Answer a POST with 503 from here if it is all here, plain, and cannot be answered in
+        time; else queue it as usual. A refused connection stays registered in the poller: two
+        fewer system calls per refusal."""
         try:
             data, head, closed = door.read_request(conn.sock, door.MAX_HEAD_BYTES + self.limits.buffer_body_bytes)
         except OSError:
             data, head, closed = b"", None, True
-        refusable = head is not None and head.method == "POST"
-        refused = refusable and door.send_now(conn.sock, self._door_answer(head.close))
+        why = self._door_refusal(ahead, head) if head is not None else None
+        refused = why is not None and door.send_now(conn.sock, self._door_answer(why, head))
         if refused:
             if self._metrics is not None:
                 self._count(self._metrics.count_request, endpoint_label(head.path), "", "", "overloaded", None)
@@ -381,7 +401,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         if refused:  # the client asked to close after this answer
             self.nr_conns -= 1
             conn.close(graceful=True)
-        elif closed or refusable:  # the peer went away, or the answer could not be written at once
+        elif closed or why is not None:  # the peer went away, or the answer could not be written at once
             self.nr_conns -= 1
             conn.close()
         else:
@@ -389,15 +409,23 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
                 conn.parser.unreader.unread(data)
             self.enqueue_req(conn)
 
-    def _door_answer(self, close: bool) -> bytes:
-        answers = self._door_answers
-        if close not in answers:
-            reason = ("gpushare-webhook is overloaded: a new request would wait over half of "
-                      f"overload.queue_budget_seconds={self.limits.queue_budget_seconds:g} to be evaluated, "
-                      "so this one was refused without evaluation; the API server applies the webhook's "
-                      "failurePolicy")
-            answers[close] = http_json(503, error_body(503, reason), close=close)
-        return answers[close]
+    def _door_answer(self, why: str, head: door.RequestHead) -> bytes:
+        """The prepared 503 for a door refusal; one per reason, deadline and Connection header."""
+        key = (why, head.timeout, head.close)
+        answer = self._door_answers.get(key)
+        if answer is None:
+            if why == "full":
+                reason = (f"gpushare-webhook is overloaded: {self.limits.max_waiting_requests} reviews are "
+                          "already waiting to be evaluated (overload.max_waiting_requests), so this one was "
+                          "refused without evaluation; the API server applies the webhook's failurePolicy")
+            else:
+                reason = ("gpushare-webhook is overloaded: this review would be answered after its deadline ("
+                          f"{deadline.describe(head.timeout, self.limits)}), so it was refused without "
+                          "evaluation; the API server applies the webhook's failurePolicy")
+            answer = http_json(503, error_body(503, reason), close=head.close)
+            if len(self._door_answers) < 512:
+                self._door_answers[key] = answer
+        return answer
 
     # -- requests
 
@@ -405,13 +433,16 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         conn.stage = "body"
         if self._metrics is not None:
             self._count(self._metrics.queue_wait.observe, conn.waited)
-        if req.method == "POST" and conn.waited > self.limits.queue_budget_seconds:
-            return self._shed(req, conn)
+        budget = 0.0
+        if req.method == "POST":
+            budget = self._budget(deadline.timeout_parameter(req.query) if req.query else None)
+            if conn.waited + self._seconds_per_request > budget:
+                return self._shed(req, conn, budget)
         self._buffer_body(req)
         self._app_slots.get()
-        if req.method == "POST" and time.monotonic() - conn.queued_at > self.limits.queue_budget_seconds:
+        if req.method == "POST" and time.monotonic() - conn.queued_at + self._seconds_per_request > budget:
             self._app_slots.put(None)  # the wait for a slot used up the budget: refuse, don't answer late
-            return self._shed(req, conn)
+            return self._shed(req, conn, budget)
         self._busy.append(None)
         started = time.monotonic()
         try:
@@ -420,7 +451,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
             self._busy.pop()
             self._app_slots.put(None)
             # A moving average of the time a request holds a slot: it turns the number of
-            # requests ahead into the wait a new one can expect (see _over_budget).
+            # requests ahead into the wait a new one can expect (see _expected_wait).
             self._seconds_per_request += (time.monotonic() - started - self._seconds_per_request) / 64
 
     def _buffer_body(self, req: Any) -> None:
@@ -432,11 +463,12 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
                 and not any(name == "EXPECT" for name, _ in req.headers):
             req.body = io.BytesIO(req.body.read(reader.length))
 
-    def _shed(self, req: Any, conn: DeadlineConn) -> bool:
+    def _shed(self, req: Any, conn: DeadlineConn, budget: float) -> bool:
         waited = time.monotonic() - conn.queued_at
-        reason = (f"gpushare-webhook is overloaded: this request waited {waited:.2f} s to be evaluated "
-                  f"(overload.queue_budget_seconds={self.limits.queue_budget_seconds:g}) and was refused "
-                  "without evaluation; the API server applies the webhook's failurePolicy")
+        timeout = deadline.timeout_parameter(req.query) if req.query else None
+        reason = (f"gpushare-webhook is overloaded: this review waited {waited:.2f} s to be evaluated and "
+                  f"would be answered after its deadline ({deadline.describe(timeout, self.limits)}), so it "
+                  "was refused without evaluation; the API server applies the webhook's failurePolicy")
         keep_alive = not req.should_close()
         conn.sock.sendall(http_json(503, error_body(503, reason), close=not keep_alive))
         if self._metrics is not None:
@@ -449,8 +481,8 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         self._shed_since_log += 1
         now = time.monotonic()
         if now - self._shed_logged_at >= 5.0:
-            log.warning("overloaded: refused %d requests that waited over %g s for a worker thread",
-                        self._shed_since_log, self.limits.queue_budget_seconds)
+            log.warning("overloaded: refused %d reviews that could not be answered before their deadline "
+                        "or found %d already waiting", self._shed_since_log, self.limits.max_waiting_requests)
             self._shed_since_log, self._shed_logged_at = 0, now
 
     def _keepalive_after(self, conn: DeadlineConn, keepalive: bool) -> bool:
