@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.cli import main
+from webhook.cli.commands import main
 
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-200, 200), st.text(max_size=6),
                     st.sampled_from(["2Gi", "33", "1e3", "500m", "GS001,GS003", "-5", ""]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies.engine import Engine
-from webhook.review import build_response, parse_review
+from webhook.routes.review import build_response, parse_review
 
 from .helpers import admission_review
 from .manifests import ALL_KINDS, CORE, MEM, container, pod_spec, workload

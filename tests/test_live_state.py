@@ -11,8 +11,8 @@ from certs.issue import ensure_serving_certs
 from policies.assume import PlacementLedger
 from policies.engine import Engine
 from policies.settings import Settings
-from webhook.live_state import LiveClusterState, StateSourceError, core_api
-from webhook.state import load_snapshot
+from webhook.state.live import LiveClusterState, StateSourceError, core_api
+from webhook.state.snapshot import load_snapshot
 
 from .cluster_objects import binding, gpu_pod, node, plain_pod, with_mode
 from .fake_apiserver import FakeApiServer, running
@@ -275,7 +275,7 @@ def test_in_cluster_config_when_running_in_a_pod(tmp_path, monkeypatch):
     """The service-account path: KUBERNETES_SERVICE_HOST/PORT, the mounted token and CA."""
     from kubernetes.config import incluster_config
 
-    from webhook import live_state
+    from webhook.state import live as live_state
 
     certs = tmp_path / "api-certs"
     ensure_serving_certs(certs, ["localhost", "127.0.0.1"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .metrics import Metrics
+from webhook.server.metrics import Metrics
 
 
 def register_ops_routes(app: Flask, metrics: Metrics) -> None:

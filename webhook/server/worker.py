@@ -9,13 +9,13 @@ What it adds to gunicorn's threaded worker:
 - **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; a
   Content-Length body is read before a thread takes a slot, so slow senders cannot hold one.
   With the GIL, more evaluating threads only contend, and starve the poller.
-- **Refusal by deadline** (``webhook.deadline``). A review is refused with a JSON 503 (the API
+- **Refusal by deadline** (``webhook.server.deadline``). A review is refused with a JSON 503 (the API
   server then applies the webhook's failurePolicy) only when it could not be answered before
   the deadline the API server gave the call (``?timeout=``, less the rounding and a margin),
   or when ``overload.max_waiting_requests`` reviews are already waiting (sustained overload:
   each waiting review holds a connection). A burst that can be answered in time is answered.
   No Retry-After header: client-go would retry inside the timeout and multiply the load.
-- **Refusal at the door** (``webhook.door``). While refusals are possible at all, the poller
+- **Refusal at the door** (``webhook.server.door``). While refusals are possible at all, the poller
   reads a kept-alive connection's request itself and answers a complete POST that cannot be
   answered in time with a prepared 503: no thread, no HTTP parser, no WSGI request. A thread
   re-checks the deadline after its wait for a thread and for a slot.
@@ -54,11 +54,10 @@ from gunicorn.workers.gthread import TConn, ThreadWorker
 from werkzeug.exceptions import RequestTimeout
 
 from policies.settings import OverloadSettings
-
-from . import deadline, door
-from .http_errors import error_body
-from .metrics import Metrics, endpoint_label
-from .telemetry import Telemetry
+from webhook.server import deadline, door
+from webhook.server.http_errors import error_body
+from webhook.server.metrics import Metrics, endpoint_label
+from webhook.server.telemetry import Telemetry
 
 log = logging.getLogger("gpushare.worker")
 LINGER_SECONDS = 2.0
@@ -243,7 +242,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
             self._metrics.in_flight.set_function(lambda: len(self._busy))
 
     def _count(self, fn: Callable[..., None], *args: Any) -> None:
-        """Metrics are updated in the telemetry thread, off the request path (webhook.telemetry)."""
+        """Metrics are updated in the telemetry thread, off the request path (webhook.server.telemetry)."""
         if self._telemetry is not None:
             self._telemetry.call(fn, *args)
 
@@ -332,7 +331,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         while self._lingering and (self._lingering[0][0] <= now or self._lingering[0][1].fileno() < 0):
             self._unlinger(self._lingering.popleft()[1])
 
-    # -- refusing at the door (webhook.door): kept-alive connections, read by the poller
+    # -- refusing at the door (webhook.server.door): kept-alive connections, read by the poller
 
     def _requests_waiting(self) -> int:
         """Requests not yet evaluating: queued for a thread, or in one (being read, or waiting
@@ -340,7 +339,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         return len(self._waiting) + max(0, len(self._handling) - len(self._busy))
 
     def _budget(self, timeout: str | None) -> float:
-        """Seconds after its arrival by which a review must be answerable (webhook.deadline)."""
+        """Seconds after its arrival by which a review must be answerable (webhook.server.deadline)."""
         try:
             return self._budgets[timeout]
         except KeyError:

@@ -24,7 +24,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from .state_status import StateStatus
+from webhook.state.status import StateStatus
 
 # The *_created series double the exposition and no dashboard here uses them.
 disable_created_metrics()

@@ -45,9 +45,8 @@ from policies.cluster import (
 )
 from policies.resources import watched_resources
 from policies.settings import Names, StateSettings
-
-from .kube_schema import NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
-from .state_status import StateStatus
+from webhook.state.kube_schema import NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
+from webhook.state.status import StateStatus
 
 log = logging.getLogger("gpushare.state")
 _SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")

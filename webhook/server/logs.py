@@ -1,7 +1,7 @@
 """Logging set-up: one JSON object per line on stderr (python-json-logger), or key=value text.
 
 The same formatter serves our loggers (``gpushare.*``) and gunicorn's error log, so a log
-collector sees one format. Request lines are built in ``webhook.observe``.
+collector sees one format. Request lines are built in ``webhook.routes.observe``.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def gunicorn_logconfig(settings: LogSettings) -> dict[str, Any]:
 class RequestLog:
     """One line per admission review, in the configured format, built and written off the hot path.
 
-    ``write`` is called by the telemetry thread (webhook.telemetry), never by a request thread;
+    ``write`` is called by the telemetry thread (webhook.server.telemetry), never by a request thread;
     ``emit`` runs after each telemetry flush and writes the lines that flush produced in one
     call, under the stream handler's own lock so they never interleave with other log output.
     Lines have the same fields, order and format as the formatter would give them.

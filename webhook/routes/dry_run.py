@@ -1,6 +1,6 @@
 """``POST /dry-run``: manifests in (YAML or JSON), verdicts, patches and rankings out.
 
-The body is parsed by ``webhook.manifests.parse_manifests`` (multi-document YAML, a JSON
+The body is parsed by ``webhook.documents.manifests.parse_manifests`` (multi-document YAML, a JSON
 object, a ``List`` or an AdmissionReview); the policy work is ``policies.dryrun``. Nothing
 is written: not the state, not the binding assume-cache.
 """
@@ -16,8 +16,7 @@ from policies.dryrun import DryRun, ObjectReport
 from policies.resources import ShapeError
 from policies.rules.base import Finding
 from policies.scoring import ranking_entry
-
-from .manifests import Manifest, ManifestError, parse_manifests
+from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
 
 BODY_SOURCE = "body"
 

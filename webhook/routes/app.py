@@ -4,55 +4,31 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from policies.assume import PlacementLedger
-from policies.cluster import ClusterState
-from policies.engine import Engine
-from policies.settings import Settings
-
-from .admission import Mode, answer_review
-from .auth import install_auth
-from .deadline import budget_seconds
-from .http_errors import error_response
-from .http_errors import json_response as _json
-from .jsonbody import JsonBodyError, LargeBodyGate, decode_json
-from .logs import RequestLog
-from .metrics import Metrics, endpoint_label
-from .observe import Observer, admission_kinds
-from .ops_routes import register_ops_routes
-from .review import AdmissionReview, ReviewError, parse_review
-from .scoring_routes import register_scoring_routes
-from .state_status import StateStatus
-from .telemetry import Telemetry
+from webhook.routes.admission import Mode, answer_review
+from webhook.routes.observe import Observer, admission_kinds
+from webhook.routes.ops import register_ops_routes
+from webhook.routes.review import AdmissionReview, ReviewError, parse_review
+from webhook.routes.scoring import register_scoring_routes
+from webhook.routes.services import Services
+from webhook.server.auth import install_auth
+from webhook.server.deadline import budget_seconds
+from webhook.server.http_errors import error_response
+from webhook.server.http_errors import json_response as _json
+from webhook.server.jsonbody import JsonBodyError, LargeBodyGate, decode_json
+from webhook.server.logs import RequestLog
+from webhook.server.metrics import Metrics, endpoint_label
+from webhook.server.telemetry import Telemetry
 
 log = logging.getLogger("gpushare.webhook")
 
 
 class BadRequest(ValueError):
     """Input the server refuses with a 400 and a JSON reason."""
-
-
-@dataclass
-class Services:
-    """What the routes need, built once per process."""
-
-    settings: Settings
-    engine: Engine
-    state: ClusterState | None
-    ready: Callable[[], bool] = field(default=lambda: True)
-    state_source: str = "none"
-    # Filled by the state source (snapshot: once at load; live: per watch event); read by /metrics.
-    state_status: StateStatus | None = None
-    # Admission side effects (the assume-cache); None where nothing may be recorded.
-    ledger: PlacementLedger | None = None
-    # Run in the serving process before it answers (threads do not survive gunicorn's fork).
-    start: Callable[[], None] = field(default=lambda: None)
 
 
 def _drain(limit: int) -> None:
@@ -104,7 +80,7 @@ def create_app(services: Services) -> Flask:
     metrics = Metrics(admission_kinds(), lambda: services.state_status)
     telemetry = Telemetry()
     metrics.before_scrape(telemetry.flush)
-    # The worker counts what it refuses before the app runs through these too (webhook.worker).
+    # The worker counts what it refuses before the app runs through these too (webhook.server.worker).
     app.extensions["gpushare.metrics"] = metrics
     app.extensions["gpushare.telemetry"] = telemetry
     observer = Observer(metrics, RequestLog(settings.logging) if settings.logging.requests else None, telemetry)

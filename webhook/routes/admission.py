@@ -9,8 +9,7 @@ from policies.cluster import ClusterState
 from policies.engine import Engine
 from policies.resources import ShapeError
 from policies.rules.base import UserInfo
-
-from .review import AdmissionReview, ReviewError, build_response
+from webhook.routes.review import AdmissionReview, ReviewError, build_response
 
 Mode = Literal["mutate", "validate"]
 

@@ -15,7 +15,7 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from .deadline import timeout_parameter
+from webhook.server.deadline import timeout_parameter
 
 MAX_HEAD_BYTES = 16 * 1024  # an admission request's head is a few hundred bytes
 
@@ -25,7 +25,7 @@ class RequestHead:
     method: str
     path: str
     close: bool  # the client asked to close the connection after this request
-    timeout: str | None  # the API server's ?timeout= (webhook.deadline), if any
+    timeout: str | None  # the API server's ?timeout= (webhook.server.deadline), if any
 
 
 def read_request(sock: socket.socket, limit: int) -> tuple[bytes, RequestHead | None, bool]:

@@ -2,7 +2,7 @@
 
 Rule ids come from the response's auditAnnotations, so audit, metrics and logs cannot
 disagree. Object bodies are never logged. A request thread only picks out the few fields
-it needs; counting and formatting run in the telemetry thread (webhook.telemetry).
+it needs; counting and formatting run in the telemetry thread (webhook.server.telemetry).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .logs import RequestLog
-from .metrics import Metrics, outcome_for_status
-from .review import AdmissionReview
-from .telemetry import Telemetry
+from webhook.routes.review import AdmissionReview
+from webhook.server.logs import RequestLog
+from webhook.server.metrics import Metrics, outcome_for_status
+from webhook.server.telemetry import Telemetry
 
 MAX_REASON = 300
 

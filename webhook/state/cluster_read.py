@@ -12,8 +12,7 @@ from typing import Any
 
 from policies.cluster import ClusterSnapshot
 from policies.settings import Names
-
-from .state import snapshot_from_objects
+from webhook.state.snapshot import snapshot_from_objects
 
 PAGE_SIZE = 500
 

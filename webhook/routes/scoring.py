@@ -11,15 +11,14 @@ from flask import Flask, Response, request
 from policies.cluster import ClusterState
 from policies.dryrun import DryRun
 from policies.scoring import Scorer
-
-from .dry_run import DryRunInputError, dry_run_body, read_text_body
-from .extender import Extender, ExtenderArgs, parse_extender_args
-from .http_errors import error_response as _refuse
-from .http_errors import json_response as _answer
+from webhook.routes.dry_run import DryRunInputError, dry_run_body, read_text_body
+from webhook.routes.extender import Extender, ExtenderArgs, parse_extender_args
+from webhook.server.http_errors import error_response as _refuse
+from webhook.server.http_errors import json_response as _answer
 
 if TYPE_CHECKING:
-    from .app import Services
-    from .observe import Observer
+    from webhook.routes.observe import Observer
+    from webhook.routes.services import Services
 
 
 def register_scoring_routes(app: Flask, services: Services, read_json: Callable[[], Any],
