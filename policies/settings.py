@@ -213,10 +213,19 @@ class OverloadSettings(_Section):
     # so a slow sender holds a thread but never a slot; the poller refuses requests this size
     # at the door when the queue is over budget (docs/operations.md).
     buffer_body_bytes: int = Field(1024 * 1024, ge=0)
-    # TLS handshake, request headers and body must arrive within this many seconds (slowloris).
+    # On a kept-alive connection, a request's headers and body must arrive within this many seconds
+    # of its first byte (slowloris); the first request of a new connection: new_connection_seconds.
     client_timeout_seconds: float = Field(5.0, gt=0, le=60)
-    # Open connections per worker process; past it new connections wait in the listen backlog.
+    # Open connections per worker process. A new connection past it closes the oldest idle one
+    # (kept-alive, else not yet requested); only when every connection is busy is it refused.
     max_connections: int = Field(1000, ge=1)
+    # A new connection must finish its TLS handshake and send its first complete request within
+    # this (a client that connects sends at once; an idle or trickling one is closed).
+    new_connection_seconds: float = Field(3.0, gt=0, le=60)
+    # Connections that have not yet sent a complete request (handshaking, or part of a request):
+    # past this many, the oldest of them is closed, so idle or slow clients cannot fill
+    # max_connections and lock out the API server.
+    max_unrequested_connections: int = Field(256, ge=1)
     # Bodies larger than this are JSON-decoded at most ``large_body_concurrency`` at a time, so a
     # burst of huge reviews cannot multiply the decoded size by the thread count.
     large_body_bytes: int = Field(256 * 1024, ge=1024)

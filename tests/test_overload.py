@@ -80,11 +80,26 @@ def slow_server(tmp_path_factory):
 
 
 def test_slow_headers_get_a_408(slow_server):
+    """A new connection's first request must arrive within overload.new_connection_seconds (3 s)."""
     with _tls(slow_server) as sock:
         sock.sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")  # and never the rest
         status, headers, body = _read_response(sock)
     assert status == 408 and headers["connection"] == "close"
-    assert "request headers did not arrive within 1 s" in json.loads(body)["error"]["reason"]
+    assert "request headers did not arrive within 3 s (overload.new_connection_seconds)" in \
+        json.loads(body)["error"]["reason"]
+
+
+def test_slow_headers_on_a_kept_alive_connection_get_a_408(slow_server):
+    """On a kept-alive connection the clock starts at the request's first byte:
+    overload.client_timeout_seconds (1 s here)."""
+    with _tls(slow_server) as sock:
+        sock.sendall(_request(_review_bytes()))
+        assert _read_response(sock)[0] == 200
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")  # and never the rest
+        status, headers, body = _read_response(sock)
+    assert status == 408 and headers["connection"] == "close"
+    assert "request headers did not arrive within 1 s (overload.client_timeout_seconds)" in \
+        json.loads(body)["error"]["reason"]
 
 
 def test_slow_body_gets_a_408(slow_server):
@@ -126,7 +141,8 @@ def test_slowloris_never_hangs_real_clients(slow_server):
 
 def test_pre_dialled_connection_is_served_after_the_client_timeout(slow_server):
     """A connection that handshakes and sends its request later (as HTTP clients pre-dial) is not a
-    slow client: it waits in the poller, not against the deadline."""
+    slow client as long as it sends within overload.new_connection_seconds (3 s): it waits in the
+    poller, not against the request deadline (1 s here)."""
     with _tls(slow_server) as sock:
         sock.do_handshake()
         # Let the deadline of a slow client pass; the connection must still be usable.

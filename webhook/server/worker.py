@@ -78,9 +78,9 @@ _REASONS = {400: "Bad Request", 408: "Request Timeout", 414: "URI Too Long", 417
 class ClientTimeout(RequestTimeout):
     """The client did not send its request in time (HTTP 408)."""
 
-    def __init__(self, stage: str, seconds: float) -> None:
+    def __init__(self, stage: str, seconds: float, setting: str = "client_timeout_seconds") -> None:
         super().__init__(f"the {STAGES.get(stage, stage)} did not arrive within {seconds:g} s "
-                         "(overload.client_timeout_seconds); send the whole request at once")
+                         f"(overload.{setting}); send the whole request at once")
         self.stage = stage
 
 
@@ -128,6 +128,8 @@ class DeadlineConn(TConn):  # type: ignore[misc]
         self.queued_at = time.monotonic()
         self.waited = 0.0
         self.linger: Callable[[socket.socket], None] | None = None
+        self.buf = bytearray()  # what the poller has read of the next request
+        self.fresh = True  # no request yet on this connection (its deadline: new_connection_seconds)
 
     def close(self, graceful: bool = False) -> None:
         # gunicorn lingers on a graceful close in the main thread for up to 2 s, which a client
@@ -147,6 +149,12 @@ class DeadlineConn(TConn):  # type: ignore[misc]
 
     def timed_out(self) -> ClientTimeout:
         return ClientTimeout(self.stage, self.client_timeout)
+
+    def prepare(self) -> None:
+        """The HTTP/1.1 parser, once the poller has done the TLS handshake and read a request."""
+        self.initialized = True
+        self.parser = http.get_parser(self.cfg, self.sock, self.client)
+        self.parser.unreader.sock = _DeadlineSocket(self.sock, self)
 
     def init(self) -> None:
         """TLS handshake and HTTP/1.1 parser, both under the deadline (gunicorn's own init would
@@ -230,6 +238,10 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         self._shed_since_log = 0
         self._shed_logged_at = 0.0
         self._lingering: deque[tuple[float, socket.socket]] = deque()
+        self._evictions = 0
+        # gthread stops accepting at worker_connections; this worker keeps accepting and makes
+        # room by closing idle connections instead (_make_room).
+        self.worker_connections = self.limits.max_connections + 1
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -246,7 +258,8 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         if self._telemetry is not None:
             self._telemetry.call(fn, *args)
 
-    # -- connections: new ones wait in the poller (not in a thread) for their first bytes
+    # -- connections: the poller does the TLS handshake and reads each request in full; a thread
+    #    gets a connection only with a complete request in its buffer
 
     def accept(self, listener: socket.socket) -> None:
         try:
@@ -255,14 +268,143 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
             if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
                 raise
             return
+        client_sock.setblocking(False)
+        sock: socket.socket = client_sock
+        if self.cfg.is_ssl:
+            try:  # the context from the ssl_context server hook (webhook.server.tls_reload)
+                sock = gsock.ssl_context(self.cfg).wrap_socket(
+                    client_sock, server_side=True, do_handshake_on_connect=False,
+                    suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
+            except (OSError, ValueError):
+                _close_quietly(client_sock)
+                return
         self.nr_conns += 1
-        conn = DeadlineConn(self.cfg, client_sock, client_addr, listener.getsockname())
+        conn = DeadlineConn(self.cfg, sock, client_addr, listener.getsockname())
         conn.client_timeout = self.limits.client_timeout_seconds
         conn.linger = self._linger
-        # All pending connections share this timeout, so the deque stays ordered for murder_pending.
+        conn.stage = "handshake" if self.cfg.is_ssl else "headers"
+        conn.timeout = time.monotonic() + self.limits.new_connection_seconds
+        self.pending_conns.append(conn)
+        self.poller.register(sock, selectors.EVENT_READ, partial(self._on_reading, conn))
+        self._make_room(conn)
+
+    def _make_room(self, newest: DeadlineConn) -> None:
+        """Under pressure close the oldest idle connections, never the new one: first beyond the
+        budget for connections without a complete request, then beyond max_connections (kept-alive
+        ones first). Only when every other connection is busy in a thread is the new one closed."""
+        while len(self.pending_conns) > self.limits.max_unrequested_connections:
+            self._evict(self.pending_conns.popleft(), "unrequested")
+        while self.nr_conns > self.limits.max_connections:
+            if self.keepalived_conns:
+                self._evict(self.keepalived_conns.popleft(), "idle")
+            elif len(self.pending_conns) > 1 or (self.pending_conns and self.pending_conns[0] is not newest):
+                oldest = self.pending_conns.popleft()
+                if oldest is newest:  # keep the newest; close the next oldest
+                    oldest = self.pending_conns.popleft()
+                    self.pending_conns.append(newest)  # it was the oldest: order is kept
+                self._evict(oldest, "unrequested")
+            else:
+                self.pending_conns.remove(newest)
+                self._evict(newest, "busy")
+                return
+
+    def _evict(self, conn: DeadlineConn, why: str) -> None:
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+        self.nr_conns -= 1
+        self._evictions += 1
+        if self._metrics is not None:
+            self._count(self._metrics.client_timeouts.labels("evicted-" + why).inc)
+        conn.close()
+
+    def on_client_socket_readable(self, conn: DeadlineConn, client: socket.socket) -> None:
+        """A kept-alive connection's next request begins: read it here, with its own deadline."""
+        self.keepalived_conns.remove(conn)
+        conn.stage = "headers"
         conn.timeout = time.monotonic() + self.limits.client_timeout_seconds
         self.pending_conns.append(conn)
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn))
+        self.poller.modify(client, selectors.EVENT_READ, partial(self._on_reading, conn))
+        self._on_reading(conn, client)
+
+    def _on_reading(self, conn: DeadlineConn, _fileobj: Any) -> None:
+        """The TLS handshake, then the request's bytes, without blocking; a complete request goes
+        to the door and then to a thread."""
+        sock = conn.sock
+        if conn.stage == "handshake":
+            try:
+                sock.do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return  # more of the handshake is due; the new-connection deadline bounds it
+            except (OSError, ValueError) as exc:  # not TLS, or the client went away
+                log.debug("TLS handshake with %s failed: %s", _peer(conn.client), exc)
+                self._drop(conn)
+                return
+            conn.stage = "headers"
+        limit = door.MAX_HEAD_BYTES + self.limits.buffer_body_bytes
+        state = "incomplete"
+        while state == "incomplete" and len(conn.buf) <= limit:
+            try:
+                chunk = sock.recv(65536)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                break
+            except OSError:
+                self._drop(conn)
+                return
+            if not chunk:
+                self._drop(conn)  # the peer closed (or never sent a request)
+                return
+            conn.buf += chunk
+            state = door.request_state(conn.buf, self.limits.buffer_body_bytes)
+        if state == "incomplete" and len(conn.buf) <= limit:
+            if conn.stage == "headers" and conn.buf.find(b"\r\n\r\n") >= 0:
+                conn.stage = "body"
+            return
+        self._dispatch(conn)
+
+    def _drop(self, conn: DeadlineConn) -> None:
+        self.pending_conns.remove(conn)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)
+        self.nr_conns -= 1
+        conn.close()
+
+    def _dispatch(self, conn: DeadlineConn) -> None:
+        """A request is all here (or is one for gunicorn's parser): refuse it at the door if it
+        cannot be answered in time, else give it to a thread."""
+        self.pending_conns.remove(conn)
+        self.poller.unregister(conn.sock)
+        data = bytes(conn.buf)
+        conn.buf.clear()
+        conn.fresh = False
+        ahead = self._requests_waiting()
+        if ahead and (ahead >= self.limits.max_waiting_requests
+                      or self._expected_wait(ahead) > self._shortest_budget):
+            head = door.one_complete_request(data)
+            why = self._door_refusal(ahead, head) if head is not None else None
+            if why is not None:
+                self._refuse_at_door(conn, why, head)
+                return
+        if not conn.initialized:
+            conn.prepare()
+        conn.parser.unreader.unread(data)
+        conn.sock.settimeout(self.limits.client_timeout_seconds)  # bounds the thread's writes
+        self.enqueue_req(conn)
+
+    def _refuse_at_door(self, conn: DeadlineConn, why: str, head: door.RequestHead) -> None:
+        if not door.send_now(conn.sock, self._door_answer(why, head)):
+            self.nr_conns -= 1  # the answer could not be written at once: the client is not reading
+            conn.close()
+            return
+        if self._metrics is not None:
+            self._count(self._metrics.count_request, endpoint_label(head.path), "", "", "overloaded", None)
+        self._log_shed()
+        if head.close:
+            self.nr_conns -= 1
+            conn.close(graceful=True)
+            return
+        conn.set_timeout()  # back to kept-alive, at the end of the queue
+        self.keepalived_conns.append(conn)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn))
 
     def enqueue_req(self, conn: DeadlineConn) -> None:
         conn.queued_at = time.monotonic()
@@ -282,19 +424,15 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
             self._handling.pop()
 
     def _handle(self, conn: DeadlineConn) -> Any:
-        if not conn.initialized:
+        if not conn.initialized:  # not read by the poller (never, since it reads every request)
             try:
                 conn.init()
             except ClientTimeout as exc:
                 self.handle_error(None, conn.sock, conn.client, exc)
                 return False
-            except OSError as exc:  # includes ssl.SSLError: not TLS, or the client went away
+            except OSError as exc:
                 log.debug("TLS handshake with %s failed: %s", _peer(conn.client), exc)
                 return False
-            if not conn.has_data():
-                # Handshake done but no request yet (a pre-dialled connection): wait in the
-                # poller like a kept-alive connection instead of holding this thread.
-                return True
         conn.stage = "headers"
         return super().handle(conn)
 
@@ -326,8 +464,23 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         _close_quietly(sock)
 
     def murder_pending(self) -> None:
-        super().murder_pending()
+        """Close connections whose request did not arrive in time: a 408 to one that sent part of
+        it; a stalled handshake or a new connection that sent nothing is just closed."""
         now = time.monotonic()
+        for conn in [c for c in self.pending_conns if c.timeout <= now]:
+            self.pending_conns.remove(conn)
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self.poller.unregister(conn.sock)
+            self.nr_conns -= 1
+            setting, seconds = (("new_connection_seconds", self.limits.new_connection_seconds) if conn.fresh
+                                else ("client_timeout_seconds", self.limits.client_timeout_seconds))
+            exc = ClientTimeout(conn.stage, seconds, setting)
+            if self._metrics is not None:
+                self._count(self._metrics.client_timeouts.labels(conn.stage).inc)
+            if conn.buf:
+                log.info("closing a slow client connection from %s: %s", _peer(conn.client), exc.description)
+                door.send_now(conn.sock, http_json(408, error_body(408, exc.description or ""), close=True))
+            conn.close()
         while self._lingering and (self._lingering[0][0] <= now or self._lingering[0][1].fileno() < 0):
             self._unlinger(self._lingering.popleft()[1])
 
@@ -358,16 +511,6 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         except IndexError:
             return estimate
 
-    def on_client_socket_readable(self, conn: DeadlineConn, client: socket.socket) -> None:
-        # The common case costs two length reads: the door only reads requests itself while the
-        # queue is full or a review with the shortest deadline the API server sends would be late.
-        ahead = self._requests_waiting()
-        if ahead and (ahead >= self.limits.max_waiting_requests
-                      or self._expected_wait(ahead) > self._shortest_budget):
-            self._door(conn, ahead)
-        else:
-            super().on_client_socket_readable(conn, client)
-
     def _door_refusal(self, ahead: int, head: door.RequestHead) -> str | None:
         """Why the door refuses this request, or None to queue it."""
         if head.method != "POST":
@@ -375,38 +518,6 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         if ahead >= self.limits.max_waiting_requests:
             return "full"
         return "late" if self._expected_wait(ahead) > self._budget(head.timeout) else None
-
-    def _door(self, conn: DeadlineConn, ahead: int) -> None:
-        """Answer a POST with 503 from here if it is all here, plain, and cannot be answered in
-        time; else queue it as usual. A refused connection stays registered in the poller: two
-        fewer system calls per refusal."""
-        try:
-            data, head, closed = door.read_request(conn.sock, door.MAX_HEAD_BYTES + self.limits.buffer_body_bytes)
-        except OSError:
-            data, head, closed = b"", None, True
-        why = self._door_refusal(ahead, head) if head is not None else None
-        refused = why is not None and door.send_now(conn.sock, self._door_answer(why, head))
-        if refused:
-            if self._metrics is not None:
-                self._count(self._metrics.count_request, endpoint_label(head.path), "", "", "overloaded", None)
-            self._log_shed()
-            if not head.close:
-                self.keepalived_conns.remove(conn)  # and back at the end, with a fresh timeout
-                conn.set_timeout()
-                self.keepalived_conns.append(conn)
-                return
-        self.poller.unregister(conn.sock)
-        self.keepalived_conns.remove(conn)
-        if refused:  # the client asked to close after this answer
-            self.nr_conns -= 1
-            conn.close(graceful=True)
-        elif closed or why is not None:  # the peer went away, or the answer could not be written at once
-            self.nr_conns -= 1
-            conn.close()
-        else:
-            if data:
-                conn.parser.unreader.unread(data)
-            self.enqueue_req(conn)
 
     def _door_answer(self, why: str, head: door.RequestHead) -> bytes:
         """The prepared 503 for a door refusal; one per reason, deadline and Connection header."""
