@@ -272,3 +272,65 @@ def test_sigterm_drains_a_request_in_flight(tmp_path):
         status, _, reply = _read_response(in_flight)
         assert status == 200 and json.loads(reply)["response"]["allowed"] is True
         assert server.process.wait(timeout=30) == 0
+
+
+def _metric(server, name: str) -> float:
+    text = server.session().get(server.url + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_a_thousand_idle_tls_connections_cannot_lock_out_the_api_server(tmp_path):
+    """1,000 connections that finish the TLS handshake and send nothing: the server keeps at most
+    overload.max_unrequested_connections of them (the oldest are closed), so its connection count
+    stays bounded, a kept-alive client and a client on a new connection are both still served."""
+    review = admission_review(load_json("pod-realistic.json"))
+    with gpushare_server(tmp_path) as server, ExitStack() as stack:
+        kept = server.session()
+        assert server.post_json("/validate?timeout=5s", review, session=kept).status_code == 200
+        context = ssl.create_default_context(cafile=server.ca)
+        port = int(server.url.rsplit(":", 1)[1])
+        opened = 0
+        for _ in range(1000):
+            try:
+                sock = context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=15),
+                                           server_hostname="localhost")
+            except (OSError, ssl.SSLError):
+                continue  # closed by the server while being opened: room was made for a newer one
+            stack.enter_context(sock)
+            opened += 1
+        assert opened >= 900
+        reply = server.post_json("/validate?timeout=5s", review, session=kept)
+        assert reply.status_code == 200 and reply.json()["response"]["uid"] == review["request"]["uid"]
+        assert server.post_json("/validate?timeout=5s", review).status_code == 200  # a new connection
+        assert _metric(server, "gpushare_open_connections") <= 256 + 8
+        assert _metric(server, 'gpushare_connections_evicted_total{kind="unrequested"}') >= 1000 - 256 - 8
+
+
+def test_slow_headers_bodies_and_handshakes_hold_no_thread(tmp_path):
+    """Forty connections each trickling headers, a body and a TLS handshake (120 against 4 threads)
+    wait in the poller: reviews on a kept-alive connection and on new connections are answered
+    while every one of the slow connections is still open and unanswered."""
+    env = {"GPUSHARE_SERVER__THREADS": "4", "GPUSHARE_OVERLOAD__NEW_CONNECTION_SECONDS": "30",
+           "GPUSHARE_OVERLOAD__CLIENT_TIMEOUT_SECONDS": "30"}
+    review = admission_review(load_json("pod-realistic.json"))
+    body = _review_bytes()
+    with gpushare_server(tmp_path, env=env) as server, ExitStack() as stack:
+        kept = server.session()
+        assert server.post_json("/validate", review, session=kept).status_code == 200
+        port = int(server.url.rsplit(":", 1)[1])
+        slow = []
+        for _ in range(40):
+            slow.append(_tls(server, stack))
+            slow[-1].sendall(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nX-Slow: a")
+            slow.append(_tls(server, stack))
+            slow[-1].sendall(_request(body)[:-100])
+            raw = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=15))
+            raw.sendall(b"\x16\x03\x01\x02\x00\x01")  # the start of a ClientHello
+            slow.append(raw)
+        for _ in range(5):
+            assert server.post_json("/validate?timeout=5s", review, session=kept).status_code == 200
+            assert server.post_json("/validate?timeout=5s", review).status_code == 200
+        for sock in slow:  # still open, nothing answered: they cost the server no thread meanwhile
+            sock.setblocking(False)
+            with pytest.raises((BlockingIOError, ssl.SSLWantReadError)):
+                sock.recv(1)

@@ -238,7 +238,6 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         self._shed_since_log = 0
         self._shed_logged_at = 0.0
         self._lingering: deque[tuple[float, socket.socket]] = deque()
-        self._evictions = 0
         # gthread stops accepting at worker_connections; this worker keeps accepting and makes
         # room by closing idle connections instead (_make_room).
         self.worker_connections = self.limits.max_connections + 1
@@ -312,9 +311,8 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(conn.sock)
         self.nr_conns -= 1
-        self._evictions += 1
         if self._metrics is not None:
-            self._count(self._metrics.client_timeouts.labels("evicted-" + why).inc)
+            self._count(self._metrics.evicted.labels(why).inc)
         conn.close()
 
     def on_client_socket_readable(self, conn: DeadlineConn, client: socket.socket) -> None:
