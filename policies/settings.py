@@ -209,6 +209,9 @@ class OverloadSettings(_Section):
     # GIL: with the GIL more would only contend with each other and with the poller that reads,
     # refuses and dispatches requests (at 16, overload starved the poller and answers took 10 s).
     app_concurrency: int = Field(2, ge=1, le=64)
+    # /dry-run and the scheduler extender evaluate at most this many at once, in slots apart from
+    # the admission reviews', so an expensive body there never holds the API server's reviews.
+    auxiliary_concurrency: int = Field(1, ge=1, le=64)
     # Bodies up to this many bytes are read in full before a request takes an evaluation slot,
     # so a slow sender holds a thread but never a slot; the poller refuses requests this size
     # at the door when the queue is over budget (docs/operations.md).

@@ -28,25 +28,6 @@ class RequestHead:
     timeout: str | None  # the API server's ?timeout= (webhook.server.deadline), if any
 
 
-def read_request(sock: socket.socket, limit: int) -> tuple[bytes, RequestHead | None, bool]:
-    """What is readable now without blocking, until it holds one complete request or about
-    ``limit`` bytes; that request's head if it is one (see ``one_complete_request``); and
-    whether the peer closed the connection."""
-    data = b""
-    while len(data) < limit:
-        try:
-            chunk = sock.recv(65536)
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-            break
-        if not chunk:
-            return data, None, True
-        data += chunk
-        head = one_complete_request(data)
-        if head is not None:
-            return data, head, False  # the usual case: one TLS record held it all, one read
-    return data, one_complete_request(data), False
-
-
 def one_complete_request(data: bytes) -> RequestHead | None:
     """The head of ``data`` if ``data`` is exactly one complete HTTP/1.x request with a
     Content-Length body (or none); None for anything else."""

@@ -68,6 +68,7 @@ from webhook.server.telemetry import Telemetry
 
 log = logging.getLogger("gpushare.worker")
 LINGER_SECONDS = 2.0
+ADMISSION_PATHS = frozenset({"/validate", "/mutate"})  # the API server's calls (webhook.routes.admission)
 STOP_KEEPALIVE_SECONDS = 1.0  # on SIGTERM, kept-alive connections get this long for one last request
 STAGES = {"handshake": "TLS handshake", "headers": "request headers", "body": "request body"}
 # gunicorn's request parsing errors and the status each deserves.
@@ -223,6 +224,11 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self._app_slots: queue.SimpleQueue[None] = queue.SimpleQueue()
         for _ in range(self.limits.app_concurrency):
             self._app_slots.put(None)
+        # /dry-run and the scheduler extender evaluate in slots of their own: a body that costs
+        # seconds of CPU there never holds the slots the API server's reviews need.
+        self._aux_slots: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(self.limits.auxiliary_concurrency):
+            self._aux_slots.put(None)
         self._shed_since_log = 0
         self._shed_logged_at = 0.0
         self._lingering: deque[tuple[float, socket.socket]] = deque()
@@ -394,21 +400,34 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             self.poller.unregister(conn.sock)  # type: ignore[union-attr]
 
     def _on_keepalive_readable(self, conn: Conn, _fileobj: Any) -> None:
-        """A kept-alive connection's next request begins: read it here, with its own deadline."""
-        self.keepalived.remove(conn)
+        """A kept-alive connection's next request begins. Usually it is all here in one read: then
+        it is refused at the door (the connection stays registered, no poller change) or goes to
+        a thread; otherwise the connection is read on, with the request's own deadline."""
         conn.stage = "headers"
-        conn.timeout = time.monotonic() + self.limits.client_timeout_seconds
-        self.reading.append(conn)
-        self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._on_reading, conn))  # type: ignore[union-attr]
-        self._on_reading(conn, None)
+        state = self._read(conn)
+        if state == "complete" and self._refused_while_kept_alive(conn):
+            return
+        self.keepalived.remove(conn)
+        if state == "closed":
+            self._unregister(conn)
+            self.nr_conns -= 1
+            _close_quietly(conn.sock)
+        elif state == "incomplete":
+            conn.timeout = time.monotonic() + self.limits.client_timeout_seconds
+            self.reading.append(conn)
+            self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._on_reading, conn))  # type: ignore[union-attr]
+            if conn.buf.find(b"\r\n\r\n") >= 0:
+                conn.stage = "body"
+        else:
+            self._unregister(conn)
+            self._dispatch(conn)
 
     def _on_reading(self, conn: Conn, _fileobj: Any) -> None:
         """The TLS handshake, then the request's bytes, without blocking; a complete request goes
         to the door and then to a thread."""
-        sock = conn.sock
         if conn.stage == "handshake":
             try:
-                sock.do_handshake()  # type: ignore[attr-defined]
+                conn.sock.do_handshake()  # type: ignore[attr-defined]
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return  # more of the handshake is due; the new-connection deadline bounds it
             except (OSError, ValueError) as exc:  # not TLS, or the client went away
@@ -416,26 +435,65 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                 self._drop(conn)
                 return
             conn.stage = "headers"
+        state = self._read(conn)
+        if state == "closed":
+            self._drop(conn)
+        elif state == "incomplete":
+            if conn.stage == "headers" and conn.buf.find(b"\r\n\r\n") >= 0:
+                conn.stage = "body"
+        else:
+            self.reading.discard(conn)
+            self._unregister(conn)
+            self._dispatch(conn)
+
+    def _read(self, conn: Conn) -> str:
+        """Read what is here without blocking: the request's state (door.request_state), or
+        "closed" when the peer closed or failed."""
         limit = door.MAX_HEAD_BYTES + self.limits.buffer_body_bytes
         state = door.request_state(conn.buf, self.limits.buffer_body_bytes) if conn.buf else "incomplete"
         while state == "incomplete" and len(conn.buf) <= limit:
             try:
-                chunk = sock.recv(65536)
+                chunk = conn.sock.recv(65536)
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
                 break
             except OSError:
-                self._drop(conn)
-                return
+                return "closed"
             if not chunk:
-                self._drop(conn)  # the peer closed (or never sent a request)
-                return
+                return "closed"  # the peer closed (or never sent a request)
             conn.buf += chunk
             state = door.request_state(conn.buf, self.limits.buffer_body_bytes)
-        if state == "incomplete" and len(conn.buf) <= limit:
-            if conn.stage == "headers" and conn.buf.find(b"\r\n\r\n") >= 0:
-                conn.stage = "body"
-            return
-        self._dispatch(conn)
+        return "thread" if state == "incomplete" and len(conn.buf) > limit else state
+
+    def _refused_while_kept_alive(self, conn: Conn) -> bool:
+        """The door for a kept-alive connection's complete request: refused (and the connection
+        handled) or not. A refused connection stays registered in the poller: no system calls but
+        the read and the answer, which is what keeps refusing cheap under sustained overload."""
+        ahead = self._requests_waiting()
+        if not ahead or (ahead < self.limits.max_waiting_requests
+                         and self._expected_wait(ahead) <= self._shortest_budget):
+            return False
+        head = door.one_complete_request(bytes(conn.buf))
+        why = self._door_refusal(ahead, head) if head is not None else None
+        if why is None or head is None:
+            return False
+        conn.buf.clear()
+        self.keepalived.remove(conn)
+        if not door.send_now(conn.sock, self._door_answer(why, head)):
+            self._unregister(conn)
+            self.nr_conns -= 1  # the answer could not be written at once: the client is not reading
+            _close_quietly(conn.sock)
+            return True
+        if self._metrics is not None:
+            self._count(self._metrics.count_request, endpoint_label(head.path), "", "", "overloaded", None)
+        self._log_shed()
+        if head.close:
+            self._unregister(conn)
+            self.nr_conns -= 1
+            self._linger(conn.sock)
+        else:
+            conn.timeout = time.monotonic() + (self.cfg.keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
+            self.keepalived.append(conn)  # at the back, with a fresh timeout
+        return True
 
     def _drop(self, conn: Conn) -> None:
         self.reading.discard(conn)
@@ -445,9 +503,8 @@ class WebhookWorker(Worker):  # type: ignore[misc]
 
     def _dispatch(self, conn: Conn) -> None:
         """A request is all here (or is one for gunicorn's parser to refuse or stream): refuse it
-        at the door if it cannot be answered in time, else give it to a thread."""
-        self.reading.discard(conn)
-        self._unregister(conn)
+        at the door if it cannot be answered in time, else give it to a thread. The connection is
+        in no queue and not registered in the poller."""
         data = bytes(conn.buf)
         conn.buf.clear()
         conn.fresh = False
@@ -623,9 +680,11 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             if conn.waited + self._seconds_per_request > budget:
                 return self._shed(req, conn, budget)
         self._buffer_body(req)
-        self._app_slots.get()
+        admission = req.method != "POST" or req.path in ADMISSION_PATHS
+        slots = self._app_slots if admission else self._aux_slots
+        slots.get()
         if req.method == "POST" and time.monotonic() - conn.queued_at + self._seconds_per_request > budget:
-            self._app_slots.put(None)  # the wait for a slot used up the budget: refuse, don't answer late
+            slots.put(None)  # the wait for a slot used up the budget: refuse, don't answer late
             return self._shed(req, conn, budget)
         self._busy.append(None)
         started = time.monotonic()
@@ -633,10 +692,11 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             return self._run_app(req, conn)
         finally:
             self._busy.pop()
-            self._app_slots.put(None)
-            # A moving average of the time a request holds a slot: it turns the number of
-            # requests ahead into the wait a new one can expect (see _expected_wait).
-            self._seconds_per_request += (time.monotonic() - started - self._seconds_per_request) / 64
+            slots.put(None)
+            if admission:
+                # A moving average of the time a review holds a slot: it turns the number of
+                # requests ahead into the wait a new one can expect (see _expected_wait).
+                self._seconds_per_request += (time.monotonic() - started - self._seconds_per_request) / 64
 
     def _run_app(self, req: Any, conn: Conn) -> bool:
         """The WSGI call, as gunicorn's own workers make it (gunicorn.http.wsgi)."""
