@@ -72,6 +72,9 @@ def scrape(url: str, ca: Path) -> dict[str, float]:
             if sample.name == "gpushare_admission_requests_total":
                 outcome = sample.labels["outcome"]
                 totals[outcome] = totals.get(outcome, 0) + sample.value
+            elif sample.name in ("gpushare_connections_evicted_total", "gpushare_client_timeouts_total"):
+                key = sample.name.split("_")[2] + ":" + next(iter(sample.labels.values()), "")
+                totals[key] = totals.get(key, 0) + sample.value
             elif sample.name == "gpushare_queue_wait_seconds_bucket":
                 totals["le=" + sample.labels["le"]] = sample.value
     return totals

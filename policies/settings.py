@@ -220,15 +220,16 @@ class OverloadSettings(_Section):
     # of its first byte (slowloris); the first request of a new connection: new_connection_seconds.
     client_timeout_seconds: float = Field(5.0, gt=0, le=60)
     # Open connections per worker process. A new connection past it closes the oldest idle one
-    # (kept-alive, else not yet requested); only when every connection is busy is it refused.
+    # (one that sent nothing yet, else a kept-alive one); only when all are busy is it refused.
     max_connections: int = Field(1000, ge=1)
-    # A new connection must finish its TLS handshake and send its first complete request within
-    # this (a client that connects sends at once; an idle or trickling one is closed).
+    # A new connection must finish its TLS handshake within this, and its first request must be
+    # complete within this of its first byte. One that connected and sends nothing is idle, like
+    # a kept-alive one: closed after server.keepalive_seconds, or first under pressure.
     new_connection_seconds: float = Field(3.0, gt=0, le=60)
-    # Connections that have not yet sent a complete request (handshaking, or part of a request):
-    # past this many, the oldest of them is closed, so idle or slow clients cannot fill
-    # max_connections and lock out the API server.
-    max_unrequested_connections: int = Field(256, ge=1)
+    # Connections in the middle of their TLS handshake or of a request (slow ones): past this many,
+    # the oldest of them is closed, so trickling clients cannot fill max_connections. Connections
+    # that connected and sent nothing yet are bounded by max_connections and new_connection_seconds.
+    max_slow_connections: int = Field(256, ge=1)
     # Bodies larger than this are JSON-decoded at most ``large_body_concurrency`` at a time, so a
     # burst of huge reviews cannot multiply the decoded size by the thread count.
     large_body_bytes: int = Field(256 * 1024, ge=1024)

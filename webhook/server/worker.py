@@ -13,7 +13,7 @@ server hooks) and gunicorn's HTTP library (``gunicorn.http.RequestParser``,
   handshake and send its first request within ``overload.new_connection_seconds``; on a
   kept-alive connection a request must be complete within ``overload.client_timeout_seconds``
   of its first byte. Late: a JSON 408 (if anything was sent) and the connection is closed.
-- **Room under pressure.** Past ``overload.max_unrequested_connections`` connections without a
+- **Room under pressure.** Past ``overload.max_slow_connections`` connections without a
   complete request, or ``overload.max_connections`` in all, the oldest idle connection is closed
   (kept-alive ones before busy ones are ever touched); new connections are always accepted.
 - **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; with
@@ -202,7 +202,8 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self.poller: selectors.BaseSelector | None = None
         self.nr_conns = 0
         self.keepalived = ConnectionQueue()  # idle between requests, oldest first
-        self.reading = ConnectionQueue()  # handshaking or sending a request, oldest first
+        self.reading = ConnectionQueue()  # handshaking or part of a request here, oldest first
+        self.unrequested = ConnectionQueue()  # handshake done, nothing sent yet, oldest first
         self._metrics: Metrics | None = None
         self._telemetry: Telemetry | None = None
         # Requests handed to threads and not yet answered; when each request waiting for a thread
@@ -297,9 +298,10 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         for conn in self.keepalived:
             conn.timeout = min(conn.timeout, stop)
         grace = time.monotonic() + self.cfg.graceful_timeout
-        while (self._in_threads or len(self.keepalived) or len(self.reading)) and time.monotonic() < grace:
+        while (self._in_threads or len(self.keepalived) or len(self.reading) or len(self.unrequested)) \
+                and time.monotonic() < grace:
             self._loop(0.1)
-        for conn in [*self.keepalived, *self.reading]:
+        for conn in [*self.keepalived, *self.reading, *self.unrequested]:
             _close_quietly(conn.sock)
         for _ in self._threads:
             self._jobs.put(None)
@@ -364,25 +366,25 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self._make_room(conn)
 
     def _make_room(self, newest: Conn) -> None:
-        """Under pressure close the oldest idle connections, never the new one: first beyond the
-        budget for connections without a complete request, then beyond max_connections
-        (kept-alive ones first). Only when every other connection is busy is the new one closed."""
-        while len(self.reading) > self.limits.max_unrequested_connections:
-            oldest = self.reading.oldest()
-            if oldest is newest:
+        """Under pressure close the oldest idle connections, never the new one. Slow connections
+        (a handshake or a request under way) have a budget of their own, smaller than
+        max_connections; past max_connections the oldest connection that never sent anything goes
+        first, then the oldest kept-alive one, then the oldest slow one. Only when every other
+        connection is busy in a thread is the new one closed."""
+        while len(self.reading) > self.limits.max_slow_connections:
+            if self.reading.oldest() is newest:
                 break
-            self._close_reading(self.reading.popleft(), "unrequested")
+            self._close_reading(self.reading.popleft(), "slow")
         while self.nr_conns > self.limits.max_connections:
-            if len(self.keepalived):
-                conn = self.keepalived.popleft()
-                self._unregister(conn)
-                self._evicted(conn, "idle")
+            if len(self.unrequested):
+                self._close_reading(self.unrequested.popleft(), "unrequested")
+            elif len(self.keepalived):
+                self._close_reading(self.keepalived.popleft(), "idle")
             elif len(self.reading) > 1 and self.reading.oldest() is not newest:
-                self._close_reading(self.reading.popleft(), "unrequested")
+                self._close_reading(self.reading.popleft(), "slow")
             else:
                 self.reading.discard(newest)
-                self._unregister(newest)
-                self._evicted(newest, "busy")
+                self._close_reading(newest, "busy")
                 return
 
     def _close_reading(self, conn: Conn, why: str) -> None:
@@ -439,10 +441,22 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         if state == "closed":
             self._drop(conn)
         elif state == "incomplete":
+            if not conn.buf:
+                if conn.fresh and conn in self.reading:
+                    # Handshake done, nothing sent yet: idle, like a pre-dialled or kept-alive
+                    # connection (closed after server.keepalive_seconds, or first under pressure).
+                    self.reading.remove(conn)
+                    conn.timeout = time.monotonic() + self.cfg.keepalive
+                    self.unrequested.append(conn)
+            elif conn in self.unrequested:  # its first bytes: now it is sending its first request
+                self.unrequested.remove(conn)
+                conn.timeout = time.monotonic() + self.limits.new_connection_seconds
+                self.reading.append(conn)
             if conn.stage == "headers" and conn.buf.find(b"\r\n\r\n") >= 0:
                 conn.stage = "body"
         else:
             self.reading.discard(conn)
+            self.unrequested.discard(conn)
             self._unregister(conn)
             self._dispatch(conn)
 
@@ -497,6 +511,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
 
     def _drop(self, conn: Conn) -> None:
         self.reading.discard(conn)
+        self.unrequested.discard(conn)
         self._unregister(conn)
         self.nr_conns -= 1
         _close_quietly(conn.sock)
@@ -576,8 +591,9 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             self._unregister(conn)
             self.nr_conns -= 1
             _close_quietly(conn.sock)
-        for conn in [c for c in self.reading if c.timeout <= now]:
-            self.reading.remove(conn)
+        for conn in [c for c in (*self.reading, *self.unrequested) if c.timeout <= now]:
+            self.reading.discard(conn)
+            self.unrequested.discard(conn)
             self._unregister(conn)
             self.nr_conns -= 1
             setting, seconds = (("new_connection_seconds", self.limits.new_connection_seconds) if conn.fresh
