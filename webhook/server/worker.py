@@ -10,12 +10,15 @@ server hooks) and gunicorn's HTTP library (``gunicorn.http.RequestParser``,
   handshake without blocking, and reads each request until it is complete; only then does a
   thread get it. An idle or trickling client (slowloris, in the handshake, the headers or the
   body) costs a socket and a buffer, never a thread. A new connection must finish its
-  handshake and send its first request within ``overload.new_connection_seconds``; on a
-  kept-alive connection a request must be complete within ``overload.client_timeout_seconds``
+  handshake within ``overload.new_connection_seconds`` and its first request within as long of
+  its first byte; on a kept-alive connection a request must be complete within ``overload.client_timeout_seconds``
   of its first byte. Late: a JSON 408 (if anything was sent) and the connection is closed.
-- **Room under pressure.** Past ``overload.max_slow_connections`` connections without a
-  complete request, or ``overload.max_connections`` in all, the oldest idle connection is closed
-  (kept-alive ones before busy ones are ever touched); new connections are always accepted.
+- **Room under pressure.** Past ``overload.max_slow_connections`` connections in the middle of
+  a handshake or a request, the oldest of them is closed; past ``overload.max_connections`` in
+  all, the oldest idle one (connected and silent, then kept-alive); new connections are always
+  accepted. A connection that connected and sends nothing is idle, like a kept-alive one.
+- **Tool endpoints in their own slots.** /dry-run, the scheduler extender and other tool POSTs
+  evaluate in ``overload.auxiliary_concurrency`` slots apart from the admission reviews'.
 - **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; with
   the GIL, more evaluating threads only contend, and starve the poller.
 - **Refusal by deadline** (``webhook.server.deadline``). A review is refused with a JSON 503 (the
