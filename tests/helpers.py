@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import requests
 
 DATA = Path(__file__).parent / "data"
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+SEEDS = DATA / "seeds"  # copies of ACK documentation pages (tests/data/seeds/README.md)
 T = TypeVar("T")
 
 
