@@ -28,7 +28,7 @@ from .settings import Names
 
 Placement = Literal["binpack", "spread"]
 CORE_PER_CARD = 100
-# cGPU cannot create more than 20 instances on one card (seed 002).
+# cGPU cannot create more than 20 instances on one card (ACK "Manage the shared GPU scheduling component").
 MAX_PODS_PER_CARD = 20
 CARD_LIMITED_MODES = frozenset({"cgpu", "core_mem"})
 

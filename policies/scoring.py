@@ -2,7 +2,7 @@
 
 Filters every node (card-model selectors and required node affinity, then the placement
 checks GB001-GB005 through ``placement.judge``) and scores the nodes that fit, 0..100,
-by the node's own placement policy (seed 003):
+by the node's own placement policy (ACK "GPU node scheduling labels"):
 
 - binpack (default): how full the chosen cards are after placing the pod, so the
   fullest card that fits wins and empty cards stay free for large requests;

@@ -38,7 +38,7 @@ class LabelNames(_Section):
     card_mem: str = "aliyun.accelerator/nvidia_mem"
     card_count: str = "aliyun.accelerator/nvidia_count"
     region: str = "topology.kubernetes.io/region"
-    # Where the kubelet's CPU manager policy is published (label or annotation); see DESIGN.md.
+    # Where the kubelet's CPU manager policy is published (label or annotation); see docs/design.md.
     cpu_manager_policy: str = "gpushare.io/cpu-manager-policy"
 
 
@@ -132,7 +132,7 @@ class WhenStateUnavailable(_Section):
     # guard capacity, and blocking every binding while the API is flaky stops the cluster.
     placement: FailMode = "open"
     # A node mode change that cannot be checked is refused: it is rare, done by a person
-    # who can retry, and getting it wrong breaks running GPU pods (seed 002).
+    # who can retry, and getting it wrong breaks running GPU pods (ACK "Manage the shared GPU scheduling component").
     node_mode_change: FailMode = "closed"
 
 
@@ -172,7 +172,7 @@ class NodePolicySettings(_Section):
 
 
 class CatalogSettings(_Section):
-    """Facts from the seeds (policies/data/*.yaml), overridable by operators.
+    """Facts from the ACK documentation pages (policies/data/*.yaml), overridable by operators.
 
     ``file`` is a YAML file with the same keys as the shipped data; ``regions`` and
     ``versions`` override single entries inline. Later sources win per key.

@@ -17,7 +17,8 @@ def _known_ids() -> set[str]:
     return set(REGISTRY) | set(MUTATIONS)
 
 
-@rule("GE001", severity="warn", seed="issue 5", kinds=EXEMPTABLE_KINDS,
+@rule("GE001", severity="warn", kinds=EXEMPTABLE_KINDS,
+      seed="project choice: an exemption that is not applied must not pass silently",
       title="Exemptions carry a reason and name known rules",
       doc="gpushare.io/exempt lists rule ids to skip for this object and needs a non-empty "
           "gpushare.io/exempt-reason; without one, or on a workload's own metadata instead of its "

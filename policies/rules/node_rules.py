@@ -1,4 +1,4 @@
-"""GN001-GN008: GPU scheduling modes on Node CREATE and UPDATE (seeds 000, 001, 002, 003).
+"""GN001-GN008: GPU scheduling modes on Node CREATE and UPDATE (ACK GPU-sharing pages, docs/design.md).
 
 On UPDATE a rule judges only what the update changes: a node that already carries a bad
 value is not held hostage on unrelated updates (the node lifecycle controller tainting
@@ -19,7 +19,7 @@ from .base import Subject, rule
 
 NODE = ("Node",)
 PLACEMENTS = ("binpack", "spread")
-# cGPU isolation runs only on ECS instances (002).
+# cGPU isolation runs only on ECS instances (ACK "Manage the shared GPU scheduling component").
 ECS_ONLY_MODES = frozenset({"cgpu", "core_mem"})
 Found = Iterator[tuple[str, Path] | tuple[str, Path, str]]
 
@@ -114,8 +114,8 @@ def no_shared_mode_with_static_cpu(subject: Subject) -> Found:
 
 @rule("GN003", severity="deny", seed="000, 002", kinds=NODE,
       title="The mode is available in the node's region",
-      doc="cgpu and mps need a region with GPU memory isolation (002); core_mem a region with "
-          "computing power allocation (000); share works in any region.")
+      doc="cgpu and mps need a region with GPU memory isolation; core_mem a region with "
+          "computing power allocation; share works in any region.")
 def mode_available_in_region(subject: Subject) -> Found:
     node = _node(subject)
     mode = _mode(node, subject)
@@ -221,7 +221,7 @@ def no_mode_change_under_pods(subject: Subject) -> Found:
 @rule("GN007", severity="deny", seed="002", kinds=NODE,
       title="Node components fit the cGPU version matrix",
       doc="Enabling cgpu, core_mem or mps checks kubelet, container runtime, OS image, NVIDIA driver "
-          "and GPU series against the matrix of seed 002: known-incompatible values are denied, "
+          "and GPU series against the cGPU version matrix: known-incompatible values are denied, "
           "values the node does not show or the matrix does not know are warned about.")
 def components_fit_matrix(subject: Subject) -> Found:
     node = _node(subject)

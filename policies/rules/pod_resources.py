@@ -15,6 +15,9 @@ CORE_STEP, CORE_MIN, CORE_MAX = 5, 5, 100
 _UNIT_SCALE = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
                "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
+# Extended resources: "request and limit must be equal if both are present" (Kubernetes docs).
+K8S_RESOURCES = 'Kubernetes documentation: "Resource Management for Pods and Containers"'
+
 
 def _raw(value: ResourceValue) -> str:
     return str(value.raw)
@@ -128,7 +131,7 @@ def memory_whole_gib(subject: Subject) -> Found:
                    value.path)
 
 
-@rule("GS004", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
+@rule("GS004", severity="deny", seed=K8S_RESOURCES, kinds=POD_KINDS, applies=requests_gpu_resources,
       title="GPU requests equal limits",
       doc="Extended resources cannot be overcommitted: where requests are given for GPU "
           "resources they must equal the limits, and a request needs a limit.")
