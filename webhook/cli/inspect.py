@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.common import UsageFailure, load_cli_settings
+from webhook.cli.common import ClusterFailure, OneLineUsage, UsageFailure, load_cli_settings
 
 
-@click.command()
+@click.command(cls=OneLineUsage)
 @click.argument("nodes", nargs=-1)
 @click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
               help="Read `kubectl get nodes,pods -A -o yaml|json` output instead of the live cluster.")
@@ -61,7 +61,7 @@ def _live_state(kubeconfig: Path | None, context: str | None, names):  # type: i
     except KubeConfigError as exc:
         raise UsageFailure(str(exc)) from None
     except ApiException as exc:
-        raise click.ClickException(f"the API server refused to list nodes and pods: HTTP {exc.status} "
+        raise ClusterFailure(f"the API server refused to list nodes and pods: HTTP {exc.status} "
                                    f"{exc.reason}") from None
     except HTTPError as exc:
-        raise click.ClickException(f"cannot reach the API server: {exc}") from None
+        raise ClusterFailure(f"cannot reach the API server: {exc}") from None
