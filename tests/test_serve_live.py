@@ -68,7 +68,7 @@ def test_readyz_flips_only_after_the_first_sync_and_the_source_is_logged(api, tm
         api.set_unavailable(False)
         wait_until(lambda: session.get(server.url + "/readyz", timeout=5).status_code == 200, timeout=20,
                    what="/readyz after the sync")
-        assert "cluster state source: live:" in server.log()
+        assert f"cluster state: live cluster from kubeconfig {kubeconfig} (API server" in server.log()
 
 
 def test_decisions_follow_watch_events(api, tmp_path):

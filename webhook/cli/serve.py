@@ -27,7 +27,7 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
     from policies.catalog import CatalogError
     from webhook.server.auth import AuthConfigError
     from webhook.server.logs import configure_logging
-    from webhook.serving import run_server
+    from webhook.serving import ServeError, run_server
     from webhook.state.live import StateSourceError
     from webhook.state.snapshot import SnapshotError
 
@@ -38,5 +38,5 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
     configure_logging(settings.logging)
     try:
         run_server(settings, settings.server.cert_dir, snapshot, kubeconfig)
-    except (SnapshotError, AuthConfigError, StateSourceError, CatalogError) as exc:
+    except (SnapshotError, AuthConfigError, StateSourceError, CatalogError, ServeError) as exc:
         raise UsageFailure(str(exc)) from None

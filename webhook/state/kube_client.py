@@ -7,6 +7,11 @@ from pathlib import Path
 from typing import Any
 
 
+def one_line(exc: BaseException) -> str:
+    """yaml and kubernetes errors span lines; an error message is one."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 class KubeConfigError(ValueError):
     """No usable cluster configuration (no service account, no kubeconfig, bad context)."""
 
@@ -17,6 +22,7 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None) -> An
     An explicit ``kubeconfig`` wins; else the in-cluster service account when this runs in a
     pod; else ``$KUBECONFIG`` or ``~/.kube/config`` as kubectl would read them.
     """
+    import yaml
     from kubernetes import client, config
 
     configuration = client.Configuration()
@@ -26,7 +32,7 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None) -> An
         else:
             config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
                                     client_configuration=configuration, persist_config=False)
-    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+    except (config.ConfigException, OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise KubeConfigError(f"no usable cluster configuration ({where}): {exc}") from None
+        raise KubeConfigError(f"{where}: not a usable kubeconfig: {one_line(exc)}") from None
     return client.ApiClient(configuration)

@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 import urllib3
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -76,9 +77,9 @@ def core_api(kubeconfig: Path | None) -> tuple[k8s.CoreV1Api, str]:
             k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
         else:
             k8s_config.load_incluster_config(client_configuration=configuration)
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
+    except (ConfigException, OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
         where = str(kubeconfig) if kubeconfig is not None else "in-cluster config"
-        raise StateSourceError(f"{where}: cannot configure the Kubernetes client: {exc}") from None
+        raise StateSourceError(f"{where}: not a usable kubeconfig: {' '.join(str(exc).split())}") from None
     return k8s.CoreV1Api(k8s.ApiClient(configuration)), configuration.host
 
 

@@ -35,21 +35,25 @@ def _documents(text: str, source: str) -> list[Any]:
         raise SnapshotError(f"{source}{line}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
 
 
-def _flatten(docs: list[Any]) -> list[dict[str, Any]]:
+def _flatten(docs: list[Any], source: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for doc in docs:
         if isinstance(doc, list):
-            items.extend(_flatten(doc))
+            items.extend(_flatten(doc, source))
         elif isinstance(doc, dict) and isinstance(doc.get("items"), list):
-            items.extend(_flatten(doc["items"]))
+            items.extend(_flatten(doc["items"], source))
         elif isinstance(doc, dict):
             items.append(doc)
+        else:  # text or a number where Kubernetes objects belong: not kubectl output at all
+            raise SnapshotError(f"{source}: not a cluster snapshot: found {type(doc).__name__} "
+                                f"{json.dumps(doc, default=str)[:40]} where Kubernetes objects belong "
+                                "(expected `kubectl get nodes,pods -A -o yaml` output)")
     return items
 
 
 def snapshot_objects(text: str, source: str = "<snapshot>") -> list[dict[str, Any]]:
     """Every object of `kubectl get ... -o yaml|json` output, Lists flattened."""
-    return _flatten(_documents(text, source))
+    return _flatten(_documents(text, source), source)
 
 
 def snapshot_from_objects(items: list[dict[str, Any]], names: Names) -> ClusterSnapshot:
