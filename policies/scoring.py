@@ -293,6 +293,9 @@ def explain(score: NodeScore, demand: PodDemand) -> list[str]:
     if profile is None or score.cards is None:
         if demand.whole_gpus:
             return [f"whole GPUs ({demand.whole_gpus}) are counted by kube-scheduler; not scored here"]
+        if demand.refused:
+            return [f"not ranked on GPUs: {'; '.join(demand.refused)} refused by GS003; "
+                    "fix it to see where the pod fits"]
         return ["no GPU requested; kube-scheduler ranks this pod"]
     if demand.gpus:
         placement = profile.cards.placement

@@ -23,7 +23,7 @@ from webhook.routes.services import Services
 from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options
-from webhook.state.snapshot import load_demo_snapshot, load_snapshot
+from webhook.state.snapshot import describe_snapshot, load_demo_snapshot, load_snapshot
 from webhook.state.status import StateStatus
 
 log = logging.getLogger("gpushare.serve")
@@ -57,7 +57,7 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         status = StateStatus(source)
         live = LiveClusterState(api, settings.names, settings.state, status=status)
         where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the in-cluster service account"
-        description = f"live cluster from {where} (API server {host}; ready once nodes and pods are listed)"
+        description = f"cluster from {where} (API server {host})"
         return Services(settings=settings, engine=engine, state=live, ready=live.synced,
                         state_source=source, state_description=description, state_status=status, ledger=ledger,
                         start=live.start)
@@ -70,13 +70,6 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
     return Services(settings=settings, engine=engine, state=state, state_source=source,
                     state_description=describe_snapshot(state, snapshot),
                     state_status=StateStatus.loaded_snapshot(source), ledger=ledger)
-
-
-def describe_snapshot(state: Any, snapshot: Path | None) -> str:
-    """What a snapshot state is, for people: "snapshot file X: 3 nodes, 1 GPU pod"."""
-    nodes, pods = state.counts()
-    what = f"snapshot file {snapshot}" if snapshot is not None else "demo snapshot"
-    return f"{what}: {nodes} node{'s' * (nodes != 1)}, {pods} GPU pod{'s' * (pods != 1)}"
 
 
 def serving_names(settings: Settings) -> list[str]:
@@ -135,7 +128,8 @@ def announce(services: Services, cert_dir: Path, listeners: list[Any]) -> None:
         addresses.append(urls(host, port))
     ca = cert_dir / "ca.crt"
     trust = f"clients trust the CA {ca}" if ca.exists() else f"clients trust the CA that signed {cert_dir / 'tls.crt'}"
-    print(f"gpushare: serving on {', '.join(addresses)}; cluster state: {services.state_description}; {trust}",
+    ready = "" if services.state_source.startswith(("snapshot:", "demo")) else ", ready once nodes and pods are listed"
+    print(f"gpushare: serving on {', '.join(addresses)}; cluster state: {services.state_description}{ready}; {trust}",
           file=sys.stdout, flush=True)
 
 def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig: Path | None = None) -> None:

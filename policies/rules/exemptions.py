@@ -30,10 +30,10 @@ def exemption_is_usable(subject: Subject) -> Iterator[tuple[str, Path]]:
         return
     listed = ",".join(exemption.ids) or "(nothing)"
     if exemption.misplaced:
-        wanted = render_path((*annotations_path(subject.kind), names.exempt_annotation))
+        wanted = render_path(annotations_path(subject.kind))  # the map, not the key inside it
         yield (f"{subject.label}: {names.exempt_annotation}={listed} is on the {subject.kind}'s own metadata, "
                f"which its pods do not inherit, so it is not applied; put it and "
-               f"{names.exempt_reason_annotation} under {wanted}", exemption.path)
+               f"{names.exempt_reason_annotation} in the pod template's annotations, {wanted}", exemption.path)
     elif not exemption.reason:
         yield (f"{subject.label}: {names.exempt_annotation}={listed} has no {names.exempt_reason_annotation}, "
                f"so it is not applied; add {names.exempt_reason_annotation} saying why the rules do not "

@@ -112,6 +112,8 @@ def mem_suggestion(value: ResourceValue) -> str:
     if quantity is None or quantity < 1:
         return "use a whole number of GiB, 1 or more"
     low = int(quantity // 1)
+    if quantity == low:  # "4000m" is exactly 4, written in thousandths
+        return f"use {low}"
     return f"use {low} or {low + 1}"
 
 

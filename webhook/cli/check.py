@@ -101,6 +101,10 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
     except ValueError as exc:  # the config names rules that do not exist
         raise InputFailure(f"{config_path(config)}: {exc}") from None
     state, known_nodes = _load_snapshot(snapshot, settings) if snapshot is not None else (None, {})
+    if state is not None:
+        from webhook.state.snapshot import describe_snapshot
+
+        _note(f"cluster state: {describe_snapshot(state, snapshot)}")
     checker = Checker(engine, state, known_nodes, namespace)
     try:
         selection = select_files(paths, (*settings.check.exclude, *exclude))

@@ -59,6 +59,12 @@ def _render(report: ObjectReport, manifest: Manifest) -> dict[str, Any]:
     return out
 
 
+def _name_of(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
 def _check_node(node: str, state: ClusterState | None) -> None:
     if not node:
         return
@@ -86,7 +92,9 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
             if isinstance(manifest.obj.get("metadata"), dict) else "default"
         try:
             report = dry_run.report(kind, manifest.obj, state, namespace=namespace, node=node)
-        except ShapeError as exc:
-            raise DryRunInputError(f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}") from None
+        except ShapeError as exc:  # this object cannot be judged; the others still are
+            results.append({"kind": kind, "name": _name_of(manifest.obj), "line": manifest.line,
+                            "error": f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}"})
+            continue
         results.append(_render(report, manifest))
     return results

@@ -53,7 +53,7 @@ def register_scoring_routes(app: Flask, services: Services, read_json: Callable[
             results = dry_run_body(read_text_body(), dry_run, services.state, node)
         except DryRunInputError as exc:
             raise _Refusal(400, str(exc)) from None
-        return {"state": services.state_source, "results": results}
+        return {"state": services.state_source, "cluster": services.state_description, "results": results}
 
     def extender_answer(answer: Callable[[ExtenderArgs, ClusterState], Any]) -> Any:
         try:

@@ -87,3 +87,10 @@ def demo_snapshot_text() -> str:
 
 def load_demo_snapshot(names: Names) -> ClusterSnapshot:
     return snapshot_from_text(demo_snapshot_text(), names, f"<embedded {DEMO_SNAPSHOT}>")
+
+
+def describe_snapshot(state: ClusterSnapshot, snapshot: str | Path | None) -> str:
+    """Which cluster a command judged against, for people: "snapshot file X: 3 nodes, 1 GPU pod"."""
+    nodes, pods = state.counts()
+    what = f"snapshot file {snapshot}" if snapshot is not None else "demo snapshot"
+    return f"{what}: {nodes} node{'s' * (nodes != 1)}, {pods} GPU pod{'s' * (pods != 1)}"
