@@ -93,7 +93,8 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
         try:
             report = dry_run.report(kind, manifest.obj, state, namespace=namespace, node=node)
         except ShapeError as exc:  # this object cannot be judged; the others still are
-            results.append({"kind": kind, "name": _name_of(manifest.obj), "line": manifest.line,
+            # Not allowed: the API server itself refuses an object of this shape.
+            results.append({"kind": kind, "name": _name_of(manifest.obj), "line": manifest.line, "allowed": False,
                             "error": f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}"})
             continue
         results.append(_render(report, manifest))
