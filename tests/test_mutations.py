@@ -56,12 +56,11 @@ def test_gm003_env_without_known_card(engine):
     assert "env" not in patched["spec"]["containers"][1]
 
 
-def test_gm003_env_dev_from_the_pinned_node(engine, demo_state):
+def test_gm003_never_writes_dev_even_on_a_pinned_node(engine, demo_state):
     obj = pod(pod_spec(container("a", limits={MEM: 4, CORE: 30}), nodeName=CORE_MEM_NODE))
     _, patched = mutate(engine, obj, state=demo_state)
-    # seed 000's node: 60 GiB over 4 cards = 15 GiB per card
-    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4",
-                                                         "ALIYUN_COM_GPU_MEM_DEV": "15"}
+    # The device plugin measures the card; a value written here would override its own.
+    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}
 
 
 def test_gm003_unknown_node_gives_no_dev(engine, demo_state):
@@ -99,7 +98,7 @@ def test_mutation_is_idempotent(engine, demo_state):
     assert second.patch == []
     assert twice == once
     names = [e["name"] for e in once["spec"]["containers"][0]["env"]]
-    assert names == ["X", "ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV"]
+    assert names == ["X", "ALIYUN_COM_GPU_MEM_CONTAINER"]
 
 
 def test_gm002_daemonset_gets_system_node_critical(engine):

@@ -23,6 +23,7 @@ from webhook.routes.services import Services
 from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options
+from webhook.state.audit_loop import AuditLoop
 from webhook.state.snapshot import describe_snapshot, load_demo_snapshot, load_snapshot
 from webhook.state.status import StateStatus
 
@@ -47,7 +48,8 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
     survive gunicorn's fork, so the live source is configured here (failing fast on a bad
     kubeconfig) and started by ``Services.start`` in the worker.
     """
-    from webhook.state.live import LiveClusterState, core_api, in_cluster
+    from webhook.state.kube_client import in_cluster
+    from webhook.state.live import LiveClusterState, core_api
 
     engine = Engine(settings)
     ledger = new_ledger(settings)
@@ -58,9 +60,17 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         live = LiveClusterState(api, settings.names, settings.state, status=status)
         where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the in-cluster service account"
         description = f"cluster from {where} (API server {host})"
+        log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
+        audit = AuditLoop(live, settings, live.synced) if settings.audit.interval_seconds > 0 else None
+
+        def start() -> None:
+            live.start()
+            if audit is not None:
+                audit.start()
+
         return Services(settings=settings, engine=engine, state=live, ready=live.synced,
                         state_source=source, state_description=description, state_status=status, ledger=ledger,
-                        start=live.start)
+                        start=start, audit=audit)
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"
@@ -132,6 +142,15 @@ def announce(services: Services, cert_dir: Path, listeners: list[Any]) -> None:
     print(f"gpushare: serving on {', '.join(addresses)}; cluster state: {services.state_description}{ready}; {trust}",
           file=sys.stdout, flush=True)
 
+def scheduler_notice(settings: Settings) -> str:
+    """What GM001 does in this process, said once at start (the choice matters: docs/install.md)."""
+    scheduler = settings.names.injected_scheduler
+    if scheduler is None:
+        return ("GM001: names.scheduler_name is none: shared-GPU pods keep their schedulerName "
+                "(the cluster's own kube-scheduler places them)")
+    return f"GM001: shared-GPU pods without a scheduler get schedulerName {scheduler} (names.scheduler_name)"
+
+
 def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig: Path | None = None) -> None:
     """Generate certificates if missing, then run the webhook under gunicorn until signalled."""
     # Fail fast on a bad snapshot or kubeconfig, before forking and before writing certificates.
@@ -140,6 +159,7 @@ def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeco
     if settings.server.port:
         check_address(settings.server.host, settings.server.port)
     configured_guards(settings.auth)  # and on an unusable CA or token file
+    log.info("%s", scheduler_notice(settings))
     if settings.server.workers > 1:
         log.warning("server.workers=%d: each process keeps its own /metrics registry and binding "
                     "assume-cache; see docs/operations.md", settings.server.workers)

@@ -18,7 +18,9 @@ STYLES = {"deny": "bold red", "warn": "yellow", "exempt": "dim"}
 def _parts(finding: Located, exempt: bool) -> list[tuple[str, str]]:
     """(text, style) pieces of one line, shared by the plain and the coloured output."""
     label = "exempt" if exempt else finding.severity
-    parts = [(f"{finding.source}:{finding.line}:", "cyan"), (" ", ""), (label, STYLES[label]), (" ", ""),
+    # A cluster object (``audit``) has no line: its source alone says where it is.
+    where = f"{finding.source}:{finding.line}:" if finding.line else f"{finding.source}:"
+    parts = [(where, "cyan"), (" ", ""), (label, STYLES[label]), (" ", ""),
              (finding.message, "dim" if exempt else "")]
     # Where the object starts helps only when it does not start the file.
     if finding.line != finding.document_line and finding.document_line > 1:

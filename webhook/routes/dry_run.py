@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request
+from flask import Blueprint, request
 
 from policies.cluster import ClusterState
 from policies.dryrun import DryRun, ObjectReport
@@ -17,6 +17,9 @@ from policies.resources import ShapeError
 from policies.rules.base import Finding
 from policies.scoring import ranking_entry
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
+from webhook.routes.observe import Observer, Refusal, observed
+from webhook.routes.services import Services
+from webhook.server.metrics import register_endpoint
 
 BODY_SOURCE = "body"
 
@@ -53,6 +56,11 @@ def _render(report: ObjectReport, manifest: Manifest) -> dict[str, Any]:
         "ranking": None,
         "node": report.judged_node or None,
     }
+    preview = report.pod_preview
+    if preview is not None:
+        out["podTemplate"] = {"appliedTo": preview.applied, "pod": preview.pod, "patch": preview.patch,
+                              "mutations": preview.patch_ids, "mutatedPod": preview.mutated_pod,
+                              "mutatedTemplate": preview.mutated_template}
     if report.ranking is not None and report.request is not None:
         demand = report.request.demand
         out["ranking"] = [ranking_entry(score, demand) for score in report.ranking]
@@ -99,3 +107,20 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
             continue
         results.append(_render(report, manifest))
     return results
+
+
+def dry_run_routes(services: Services, observer: Observer, dry_run: DryRun) -> Blueprint:
+    """``POST /dry-run[?node=NAME]``: verdicts, patches and rankings, no side effects."""
+    routes = Blueprint("dry_run", __name__)
+
+    def answer() -> Any:
+        node = request.args.get("node", "")
+        try:
+            results = dry_run_body(read_text_body(), dry_run, services.state, node)
+        except DryRunInputError as exc:
+            raise Refusal(400, str(exc)) from None
+        return {"state": services.state_source, "cluster": services.state_description, "results": results}
+
+    routes.add_url_rule("/dry-run", "dry_run", observed(observer, register_endpoint("/dry-run"), answer),
+                        methods=["POST"])
+    return routes
