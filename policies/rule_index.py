@@ -51,3 +51,8 @@ def rule_entries(settings: Settings) -> list[RuleEntry]:
         entries.append(RuleEntry(mutation.id, "mutation", None, None, override is None or override.enabled,
                                  mutation.seed, mutation.title, mutation.doc, (), False))
     return entries
+
+
+def known_rule_ids() -> frozenset[str]:
+    """Every id a config may name: rules and mutations."""
+    return frozenset(REGISTRY) | frozenset(MUTATIONS)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -365,11 +366,12 @@ def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def load_settings(path: str | Path | None = None) -> Settings:
+def load_settings(path: str | Path | None = None, known_rules: Collection[str] | None = None) -> Settings:
     """Defaults, overlaid by the YAML file at ``path`` (if any), overlaid by the environment.
 
     Errors are one ``ConfigFileError`` in plain words that names its source: the file, or the
-    environment variable that set the value.
+    environment variable that set the value. With ``known_rules``, rule ids outside it are one too
+    (the rules import this module, so the caller, not this module, knows them).
     """
     from pydantic import ValidationError
 
@@ -391,7 +393,8 @@ def load_settings(path: str | Path | None = None) -> Settings:
         settings = Settings(**_deep_merge(from_file, from_environment))
     except ValidationError as exc:
         raise ConfigFileError(plain_errors(exc, lambda loc: _source_of(loc, path, from_environment))) from None
-    _check_rule_ids(settings, path, from_environment)
+    if known_rules is not None:
+        _check_rule_ids(settings, set(known_rules), path, from_environment)
     return settings
 
 
@@ -432,11 +435,9 @@ def _source_of(loc: tuple[Any, ...], path: str | Path | None, environment: dict[
     return str(path) if path is not None else "settings"
 
 
-def _check_rule_ids(settings: Settings, path: str | Path | None, environment: dict[str, Any]) -> None:
-    from .mutations import MUTATIONS
-    from .rules.base import REGISTRY
-
-    unknown = sorted(set(settings.rules) - set(REGISTRY) - set(MUTATIONS))
+def _check_rule_ids(settings: Settings, known: set[str], path: str | Path | None,
+                    environment: dict[str, Any]) -> None:
+    unknown = sorted(set(settings.rules) - known)
     if unknown:
         source = _source_of(("rules", unknown[0]), path, environment)
         raise ConfigFileError(f"{source}: names unknown rules: {', '.join(unknown)} "

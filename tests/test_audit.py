@@ -18,11 +18,9 @@ from .check_helpers import run_gpushare
 from .fake_apiserver_writes import WritableApiServer
 from .helpers import DATA, gpushare_server, wait_until
 
-# Report CRDs as published upstream (third-party data, kept in the shared folder beside the
-# repository with their origin in ORIGIN.md).
-_HERE = Path(__file__).resolve()
-CRDS = next((p for p in (_HERE.parents[2] / "shared" / "crds", _HERE.parents[3] / "shared" / "crds")
-             if p.is_dir()), _HERE.parents[2] / "shared" / "crds")
+# Report CRDs as published upstream (third-party data, copied into tests/data/crds with their
+# origin in ORIGIN.md there).
+CRDS = Path(__file__).resolve().parent / "data" / "crds"
 
 
 @pytest.fixture(scope="module")

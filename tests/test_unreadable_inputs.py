@@ -82,6 +82,9 @@ COMMANDS = [
     ("certs inject --cert-dir {}", DIR_KINDS, make_pem_dir),
     ("certs inject --secrets --kubeconfig {}", KINDS, make_input),
     ("kubectl-inspect-gpushare --kubeconfig {}", KINDS, make_input),
+    ("audit --snapshot {}", KINDS, make_input),
+    ("explain --snapshot {} some-pod", KINDS, make_input),
+    ("dashboard --port 0 --snapshot {}", KINDS, make_input),
 ]
 CASES = [pytest.param(command, kind, maker, id=f"{command.split(' {}')[0]} [{kind}]")
          for command, kinds, maker in COMMANDS for kind in kinds]

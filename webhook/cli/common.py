@@ -65,10 +65,11 @@ def config_path(config: Path | None) -> Path | None:
 def load_cli_settings(config: Path | None, **server: object) -> Any:
     """Settings from ``config`` (else .gpushare.yaml) and the environment, with ``server`` overrides
     from flags. Returns ``policies.settings.Settings`` (imported late: ``gpushare`` starts fast)."""
+    from policies.rule_index import known_rule_ids
     from policies.settings import ConfigFileError, load_settings
 
     try:
-        settings = load_settings(config_path(config))
+        settings = load_settings(config_path(config), known_rule_ids())
     except ConfigFileError as exc:
         raise UsageFailure(str(exc)) from None
     overrides = {k: v for k, v in server.items() if v is not None}

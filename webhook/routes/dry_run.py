@@ -106,6 +106,8 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
                             "error": f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}"})
             continue
         results.append(_render(report, manifest))
+    if all("error" in result for result in results):  # nothing could be judged: the body is bad
+        raise DryRunInputError("; ".join(result["error"] for result in results))
     return results
 
 
