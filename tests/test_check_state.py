@@ -63,7 +63,7 @@ def test_stateful_rules_get_the_snapshot_for_every_kind(tmp_path, probe):
     # The real stateful rules judge these objects against the snapshot too: the demo node runs a
     # core+mem pod, so relabelling it (GN006) and placing a mem-only pod there (GB001) fail.
     assert with_state.exit_code == 1, with_state.output
-    findings = json.loads(with_state.output)["findings"]
+    findings = json.loads(with_state.stdout)["findings"]  # stderr names the snapshot judged against
     assert {"GN006", "GB001"} <= {f["rule"] for f in findings}
     messages = [f["message"] for f in findings if f["rule"] == probe]
     assert messages == [
