@@ -32,8 +32,8 @@ from bench.state import own_memory_mib  # noqa: E402
 
 def build_state(nodes: int, pods: int):  # type: ignore[no-untyped-def]
     from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
-    from policies.settings import Settings
     from tests.cluster_objects import gpu_pod, node
+    from webhook.settings import Settings
 
     names = Settings().names
     state = ClusterSnapshot()
@@ -100,8 +100,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from policies.audit import Auditor
-    from policies.settings import Settings
     from webhook.dashboard.app import DashboardConfig, create_dashboard
+    from webhook.settings import Settings
 
     settings = Settings()
     started = time.perf_counter()

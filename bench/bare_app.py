@@ -9,9 +9,9 @@ from pathlib import Path
 
 from flask import Flask, Response, request
 
-from policies.settings import load_settings
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options
+from webhook.settings import load_settings
 
 
 def create_bare_app() -> Flask:

@@ -35,7 +35,7 @@ from bench import openloop  # noqa: E402
 from bench.admission import api_server_json, review_for  # noqa: E402
 from bench.processes import cpu_seconds, free_port, https_server, rss_mib  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
-from policies.settings import load_settings  # noqa: E402
+from webhook.settings import load_settings  # noqa: E402
 
 
 class PeakRss:

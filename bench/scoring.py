@@ -35,8 +35,9 @@ from collections.abc import Callable
 
 from policies.cluster import ClusterSnapshot, NodeInfo, PodGPU, PodInfo
 from policies.scoring import PodRequest, Scorer, pod_request
-from policies.settings import Names, Settings, load_settings
+from policies.settings import Names
 from webhook.routes.extender import Extender, ExtenderArgs
+from webhook.settings import Settings, load_settings
 
 CARDS = 8
 GIB_PER_CARD = 16

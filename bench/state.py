@@ -118,7 +118,7 @@ def measure(args: argparse.Namespace, via: str) -> dict[str, float]:
 
 
 def _load(url: str, args: argparse.Namespace) -> dict[str, float]:
-    from policies.settings import Settings
+    from webhook.settings import Settings
     from webhook.state.live import LiveClusterState, core_api
 
     every = round(1 / args.gpu_share) if args.gpu_share > 0 else 0

@@ -18,7 +18,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from policies.settings import CertRotationSettings, CertSettings
+from certs.settings import CertRotationSettings, CertSettings
 
 from .issue import Issued, issue_ca, issue_serving
 from .material import (

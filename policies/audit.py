@@ -25,7 +25,7 @@ from .cluster import ClusterState, NodeInfo, PodInfo
 from .engine import Engine
 from .placement import PodDemand, mode_problems, node_profile
 from .rules.base import REGISTRY, Finding
-from .settings import Settings, Severity
+from .settings import PolicySettings, Severity
 
 INVARIANTS = ("GA001", "GA002", "GA003", "GA004", "GA005", "GA006", "GA007")
 SHOWN = 3  # pods named in one message before "and N more"
@@ -81,7 +81,7 @@ def _shown(keys: Sequence[str]) -> str:
 class Auditor:
     """Judges states with one engine; keeps the per-shape pod verdicts between runs."""
 
-    def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
+    def __init__(self, settings: PolicySettings, engine: Engine | None = None) -> None:
         self.settings = settings
         self.names = settings.names
         self.engine = engine or Engine(settings)
@@ -246,7 +246,7 @@ class Auditor:
                                     f"(audit.expected_scheduler)", "Pod", pod.name, pod.namespace, pod.node_name)
 
 
-def audit_state(state: ClusterState, settings: Settings, now: float, engine: Engine | None = None) -> AuditResult:
+def audit_state(state: ClusterState, settings: PolicySettings, now: float, engine: Engine | None = None) -> AuditResult:
     """One audit of ``state`` (see ``Auditor``)."""
     return Auditor(settings, engine).audit(state, now)
 

@@ -27,7 +27,7 @@ from typing import Any
 from .cards import MAX_CARD_GIB
 from .grants import glob_regex
 from .resources import POD_SPEC_PATHS
-from .settings import ExemptionGrant, LabelSelector, Settings
+from .settings import ExemptionGrant, LabelSelector, PolicySettings
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 # The resources whose objects carry a pod spec (policies/resources.py POD_SPEC_PATHS), by API group.
@@ -119,8 +119,8 @@ class BackstopRule:
     """One covered rule: what makes a pod spec bad (``bad``), and the denial text."""
 
     id: str
-    bad: Callable[[Settings], str]  # true when the rule finds something (variables.containers in scope)
-    message: Callable[[Settings], str]  # a CEL string expression
+    bad: Callable[[PolicySettings], str]  # true when the rule finds something (variables.containers in scope)
+    message: Callable[[PolicySettings], str]  # a CEL string expression
     static: str  # the message when messageExpression cannot be evaluated
 
 
@@ -128,15 +128,15 @@ SUBJECT = "variables.subject"
 CONTAINERS = "variables.containers"
 
 
-def _first(settings: Settings, bad: str) -> str:
+def _first(settings: PolicySettings, bad: str) -> str:
     return f"{CONTAINERS}.filter(c, {bad})[0]"
 
 
-def _gs001(s: Settings) -> str:
+def _gs001(s: PolicySettings) -> str:
     return f"{CONTAINERS}.exists(c, {Res(s.names.resources.gpu_core).bad_value(CORE_ACCEPTED)})"
 
 
-def _gs001_message(s: Settings) -> str:
+def _gs001_message(s: PolicySettings) -> str:
     core = Res(s.names.resources.gpu_core)
     first = _first(s, core.bad_value(CORE_ACCEPTED))
     return (f"'GS001: ' + {SUBJECT} + ' container \"' + {first}.name + '\": {core.name}=' + "
@@ -144,26 +144,26 @@ def _gs001_message(s: Settings) -> str:
             f"5 from 5 to 100, e.g. 30'")
 
 
-def _gs002_bad(s: Settings) -> str:
+def _gs002_bad(s: PolicySettings) -> str:
     r = s.names.resources
     return f"({Res(r.gpu_core).named()} && !{Res(r.gpu_mem).named()})"
 
 
-def _gs002(s: Settings) -> str:
+def _gs002(s: PolicySettings) -> str:
     return f"{CONTAINERS}.exists(c, {_gs002_bad(s)})"
 
 
-def _gs002_message(s: Settings) -> str:
+def _gs002_message(s: PolicySettings) -> str:
     r = s.names.resources
     return (f"'GS002: ' + {SUBJECT} + ' container \"' + {_first(s, _gs002_bad(s))}.name + '\": {r.gpu_core} is "
             f"requested without {r.gpu_mem}; add limits.{r.gpu_mem} with a whole number of GiB (1 or more)'")
 
 
-def _gs003(s: Settings) -> str:
+def _gs003(s: PolicySettings) -> str:
     return f"{CONTAINERS}.exists(c, {Res(s.names.resources.gpu_mem).bad_value(WHOLE_GIB)})"
 
 
-def _gs003_message(s: Settings) -> str:
+def _gs003_message(s: PolicySettings) -> str:
     mem = Res(s.names.resources.gpu_mem)
     first = _first(s, mem.bad_value(WHOLE_GIB))
     return (f"'GS003: ' + {SUBJECT} + ' container \"' + {first}.name + '\": {mem.name}=' + "
@@ -171,25 +171,25 @@ def _gs003_message(s: Settings) -> str:
             f"written without a unit; use a plain number such as 2'")
 
 
-def _gs005(s: Settings) -> str:
+def _gs005(s: PolicySettings) -> str:
     mem, core = Res(s.names.resources.gpu_mem), Res(s.names.resources.gpu_core)
     return (f"({CONTAINERS}.exists(c, {mem.named()} && !{core.named()}) && "
             f"{CONTAINERS}.exists(c, {mem.named()} && {core.named()}))")
 
 
-def _gs005_message(s: Settings) -> str:
+def _gs005_message(s: PolicySettings) -> str:
     return (f"'GS005: ' + {SUBJECT} + ' mixes mem-only containers with core+mem containers; give every GPU "
             f"container {s.names.resources.gpu_core} or none of them'")
 
 
-def _gs006(s: Settings) -> str:
+def _gs006(s: PolicySettings) -> str:
     r = s.names.resources
     whole = f"({Res(r.gpu_exclusive).named()} || {Res(r.gpu_topology).named()})"
     shared = f"({Res(r.gpu_mem).named()} || {Res(r.gpu_core).named()})"
     return f"({CONTAINERS}.exists(c, {whole}) && {CONTAINERS}.exists(c, {shared}))"
 
 
-def _gs006_message(s: Settings) -> str:
+def _gs006_message(s: PolicySettings) -> str:
     r = s.names.resources
     return (f"'GS006: ' + {SUBJECT} + ' asks for whole GPUs ({r.gpu_exclusive} or {r.gpu_topology}) and shared "
             f"GPU ({r.gpu_mem}, {r.gpu_core}) together; a node runs one GPU mode, so use one kind'")
@@ -209,7 +209,7 @@ BACKSTOP_RULES: tuple[BackstopRule, ...] = (
 SCHEDULER_RULE = "GM001"  # the optional rule stands in for the GM001 mutation while the webhook is down
 
 
-def covered_rules(settings: Settings) -> list[BackstopRule]:
+def covered_rules(settings: PolicySettings) -> list[BackstopRule]:
     """The covered rules that are enabled with severity deny (a warn rule must not deny in the backstop)."""
     out = []
     for entry in BACKSTOP_RULES:
@@ -222,7 +222,7 @@ def covered_rules(settings: Settings) -> list[BackstopRule]:
 
 # -- exemptions ---------------------------------------------------------------------------------
 
-def _annotation_value(settings: Settings, kind: str) -> str:
+def _annotation_value(settings: PolicySettings, kind: str) -> str:
     """The honoured exempt annotation of a kind's pod (template) metadata, else ''."""
     meta = f"{_template_path(kind)}.metadata"
     ann = f"{meta}.annotations"
@@ -264,7 +264,7 @@ def _grant(grant: ExemptionGrant) -> str:
     return "(" + " && ".join(tests) + ")"
 
 
-def _variables(settings: Settings, rule_ids: list[str], known: frozenset[str]) -> list[dict[str, str]]:
+def _variables(settings: PolicySettings, rule_ids: list[str], known: frozenset[str]) -> list[dict[str, str]]:
     ex = settings.exemptions
     spec = _by_kind(lambda kind: ".".join(("object", *map(str, POD_SPEC_PATHS[kind]))), "object.spec")
     label = ex.namespace_label
@@ -298,7 +298,7 @@ def _variables(settings: Settings, rule_ids: list[str], known: frozenset[str]) -
 
 # -- the objects ----------------------------------------------------------------------------------
 
-def _scheduler_validation(settings: Settings) -> dict[str, str]:
+def _scheduler_validation(settings: PolicySettings) -> dict[str, str]:
     mem = Res(settings.names.resources.gpu_mem)
     wanted = settings.names.injected_scheduler
     assert wanted is not None
@@ -315,7 +315,7 @@ def _scheduler_validation(settings: Settings) -> dict[str, str]:
     }
 
 
-def backstop_policy(settings: Settings, known_ids: frozenset[str]) -> list[dict[str, Any]]:
+def backstop_policy(settings: PolicySettings, known_ids: frozenset[str]) -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its binding, as plain objects ready for YAML."""
     backstop = settings.backstop
     rules = covered_rules(settings)

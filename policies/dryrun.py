@@ -17,7 +17,7 @@ from .engine import Engine, Verdict
 from .resources import POD_SPEC_PATHS, WORKLOAD_KINDS, Path
 from .rules.base import REGISTRY, Finding, rule_ids
 from .scoring import NO_STATE, NodeScore, PodRequest, Scorer, pod_request
-from .settings import Settings, Severity
+from .settings import PolicySettings, Severity
 
 FITTING_NODES_SHOWN = 3
 
@@ -72,7 +72,7 @@ def template_pod(kind: str, obj: dict[str, Any], namespace: str) -> tuple[dict[s
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(template["spec"])}, path
 
 
-def placement_severity(settings: Settings, rule_id: str) -> Severity | None:
+def placement_severity(settings: PolicySettings, rule_id: str) -> Severity | None:
     """How a placement problem counts on a judged node: the rule's configured severity; None if disabled."""
     if rule_id == NO_STATE:
         return "warn"

@@ -16,7 +16,7 @@ from .grants import NamespaceLabels
 from .mutations import MUTATIONS, Op, plan_patch
 from .rules.base import REGISTRY, Finding, Rule, StateUnavailable, Subject, UserInfo
 from .rules.placement_rules import placed_pod, placement_of
-from .settings import Settings, Severity
+from .settings import PolicySettings, Severity
 
 
 @dataclass(slots=True)
@@ -73,7 +73,7 @@ class ActiveRule:
 class Engine:
     """Rules and mutations as configured; cheap to call, built once per settings object."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: PolicySettings) -> None:
         self.settings = settings
         self.names = settings.names
         self.catalog = build_catalog(settings.catalog)

@@ -8,7 +8,7 @@ from typing import Literal
 from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .mutations import MUTATIONS
 from .rules.base import REGISTRY
-from .settings import Settings, Severity
+from .settings import PolicySettings, Severity
 from .sources import cite
 
 
@@ -37,7 +37,7 @@ class RuleEntry:
                 "title": self.title, "doc": self.doc, "kinds": list(self.kinds), "stateful": self.stateful}
 
 
-def rule_entries(settings: Settings) -> list[RuleEntry]:
+def rule_entries(settings: PolicySettings) -> list[RuleEntry]:
     """Rules then mutations, each sorted by id, with the config file's overrides applied."""
     entries = []
     for rule in sorted(REGISTRY.values(), key=lambda r: r.id):

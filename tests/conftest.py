@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from policies.engine import Engine
-from policies.settings import Settings, load_settings
+from webhook.settings import Settings, load_settings
 from webhook.state.snapshot import load_demo_snapshot
 
 from . import hermetic

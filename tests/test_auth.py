@@ -13,8 +13,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from flask import Flask
 
 from certs.issue import Issued, issue_ca, new_key, write_pair
-from policies.settings import AuthSettings
 from webhook.server.auth import AuthConfigError, BearerToken, bearer_guard, guarded, install_auth
+from webhook.settings import AuthSettings
 
 from .helpers import admission_review, gpushare_server, load_json
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from policies.backstop import BACKSTOP_RULES, SCHEDULER_RULE
 from policies.engine import Engine
 from policies.grants import StaticNamespaces
-from policies.settings import Settings
+from webhook.settings import Settings
 
 from .check_helpers import run_gpushare
 

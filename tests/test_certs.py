@@ -15,8 +15,8 @@ from certs.issue import issue_ca, issue_serving, write_atomic, write_pair
 from certs.material import signed_by, subject_names
 from certs.rotate import RotationRequest, rotate
 from certs.store import DirectoryStore
-from policies.settings import CertRotationSettings, CertSettings
 from webhook.server.tls_reload import ReloadingContext
+from webhook.settings import CertRotationSettings, CertSettings
 
 from .helpers import gpushare_executable
 

@@ -17,8 +17,8 @@ from rfc3986_validator import validate_rfc3986
 
 from policies.engine import Engine
 from policies.rules.base import REGISTRY
-from policies.settings import load_settings
 from policies.sources import cite
+from webhook.settings import load_settings
 
 from .check_helpers import SEED_33, SEED_OK, check_json, line_of, run_gpushare, write_yaml
 from .helpers import DATA, gpushare_executable

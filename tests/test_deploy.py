@@ -439,7 +439,7 @@ def test_narrow_webhook_selects_the_gpushare_daemonsets_by_name(rendered):
 def test_scheduler_extender_stanza_reaches_this_service_under_a_certified_name(kustomized):
     from urllib.parse import urlsplit
 
-    from policies.settings import CertSettings
+    from webhook.settings import CertSettings
 
     config = yaml.safe_load((ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml").read_text())
     (extender,) = config["extenders"]
@@ -490,7 +490,7 @@ def test_kubelet_configz_grants_only_get_on_nodes_proxy_and_turns_the_reader_on(
     for obj in objects:
         kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
     # The variable is what the server's settings read.
-    from policies.settings import load_settings
+    from webhook.settings import load_settings
 
     monkeypatch.setenv(CONFIGZ_ENV["name"], CONFIGZ_ENV["value"])
     assert load_settings().state.kubelet_configz.enabled is True

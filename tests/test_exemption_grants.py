@@ -12,7 +12,7 @@ import pytest
 
 from policies.engine import Engine
 from policies.grants import StaticNamespaces, glob_regex
-from policies.settings import ConfigFileError, Settings, load_settings
+from webhook.settings import ConfigFileError, Settings, load_settings
 
 from .manifests import ALL_KINDS, MEM, container, pod_spec, workload
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from policies.engine import Engine
-from policies.settings import Settings
 from webhook.routes.review import build_response, parse_review
+from webhook.settings import Settings
 
 from .helpers import admission_review
 from .manifests import ALL_KINDS, CORE, MEM, container, pod_spec, workload

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from policies.settings import Settings
+from webhook.settings import Settings
 from webhook.state.cluster_read import read_cluster
 from webhook.state.kube_client import api_client
 

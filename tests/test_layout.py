@@ -14,7 +14,9 @@ PACKAGES = ("policies", "certs", "webhook")
 # room -> rooms it must never import (directly or lazily inside a function).
 FORBIDDEN = {
     "policies": ("webhook", "certs", "flask", "gunicorn", "kubernetes", "werkzeug"),
-    "certs": ("webhook",),
+    "certs": ("webhook", "policies"),
+    "webhook.settings": ("webhook.documents", "webhook.state", "webhook.report", "webhook.routes", "webhook.server",
+                         "webhook.cli", "webhook.serving", "webhook.dashboard", "flask"),
     "webhook.documents": ("webhook.state", "webhook.report", "webhook.routes", "webhook.server", "webhook.cli",
                           "webhook.serving", "flask"),
     "webhook.state": ("webhook.report", "webhook.routes", "webhook.server", "webhook.cli", "webhook.serving",
@@ -64,7 +66,9 @@ def project_modules() -> dict[str, set[str]]:
 
 
 def test_the_edge_is_in_rooms() -> None:
-    flat = sorted(p.name for p in (ROOT / "webhook").glob("*.py") if p.name not in ("__init__.py", "serving.py"))
+    # serving.py composes the rooms; settings.py is the one settings object every room reads.
+    top = ("__init__.py", "serving.py", "settings.py")
+    flat = sorted(p.name for p in (ROOT / "webhook").glob("*.py") if p.name not in top)
     assert flat == [], f"modules in the flat webhook/ room: {flat}"
 
 

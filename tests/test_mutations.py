@@ -134,7 +134,7 @@ def test_gm002_pods_of_the_daemonset_and_stale_priority(engine):
 
 
 def test_daemonset_names_are_configurable():
-    from policies.settings import Settings
+    from webhook.settings import Settings
 
     engine = Engine(Settings(names={"gpushare_daemonsets": ["my-gpu-plugin"]}))
     verdict, _ = mutate(engine, workload("DaemonSet", pod_spec(container("x")), name="my-gpu-plugin"))

@@ -7,7 +7,7 @@ import pytest
 from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
 from policies.engine import Engine
 from policies.rules.base import UserInfo
-from policies.settings import Settings
+from webhook.settings import Settings
 
 from .cluster_objects import gpu_pod, node, relabel, with_mode
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from policies.cards import Card, CardOrder
 from policies.cluster import NodeInfo, PodGPU, PodInfo
 from policies.placement import PodDemand, _may_object, _mode_problems, judge, node_profile
-from policies.settings import load_settings
+from webhook.settings import load_settings
 
 NAMES = load_settings().names
 MODES = ["", "default", "cgpu", "core_mem", "share", "mps", "topology"]

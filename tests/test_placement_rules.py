@@ -9,7 +9,7 @@ import pytest
 from policies.assume import PlacementLedger
 from policies.cluster import Availability, ClusterSnapshot, node_from_manifest, pod_from_manifest
 from policies.engine import Engine
-from policies.settings import Settings
+from webhook.settings import Settings
 
 from .cluster_objects import binding, gpu_pod, node, plain_pod, relabel
 

@@ -176,7 +176,7 @@ def test_generate_name_is_used_when_name_is_missing(engine):
 
 
 def test_config_can_disable_a_rule_and_change_severity():
-    from policies.settings import Settings
+    from webhook.settings import Settings
 
     engine = Engine(Settings(rules={"GS001": {"severity": "warn"}, "GS003": {"enabled": False}}))
     obj = workload("Pod", pod_spec(container(limits={MEM: "2Gi", CORE: 33})))
@@ -186,7 +186,7 @@ def test_config_can_disable_a_rule_and_change_severity():
 
 
 def test_config_with_an_unknown_rule_is_refused():
-    from policies.settings import Settings
+    from webhook.settings import Settings
 
     with pytest.raises(ValueError, match="GS999"):
         Engine(Settings(rules={"GS999": {"enabled": False}}))

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from policies.settings import ConfigFileError, load_settings
+from webhook.settings import ConfigFileError, load_settings
 
 from .check_helpers import run_gpushare, write_yaml
 from .manifests import MEM, container

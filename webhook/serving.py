@@ -18,13 +18,13 @@ from certs.issue import ensure_serving_certs
 from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
 from policies.engine import Engine
-from policies.settings import Settings
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
 from webhook.server.allocation_metrics import AllocationExporter
 from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options
+from webhook.settings import Settings
 from webhook.state.audit_loop import AuditLoop
 from webhook.state.snapshot import describe_snapshot, load_demo_snapshot, load_snapshot
 from webhook.state.status import StateStatus

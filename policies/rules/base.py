@@ -16,7 +16,7 @@ from ..settings import ExemptionSettings, Names, Severity
 if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..cluster import ClusterState
-    from ..settings import Settings
+    from ..settings import PolicySettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +84,7 @@ class Subject:
     old: dict[str, Any] | None = None
     user: UserInfo = field(default_factory=UserInfo)
     state: ClusterState | None = None
-    settings: Settings | None = None
+    settings: PolicySettings | None = None
     catalog: Catalog | None = None
     # Namespace labels (who allows annotation exemptions); None: not known, nothing allowed by label.
     namespaces: NamespaceLabels | None = None

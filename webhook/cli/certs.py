@@ -65,7 +65,7 @@ def _common(func: Any) -> Any:
 def _target(config: Path | None, cert_dir: Path | None, secrets: bool, service: str | None,
             namespace: str | None, san: tuple[str, ...], key_type: str | None, ca_days: int | None,
             cert_days: int | None, kubeconfig: Path | None, context: str | None) -> Target:
-    from policies.settings import CertSettings
+    from webhook.settings import CertSettings
 
     if (cert_dir is None) == (not secrets):
         raise UsageFailure("say where the certificates live: --cert-dir DIR or --secrets (one of them)")

@@ -66,7 +66,7 @@ def load_cli_settings(config: Path | None, **server: object) -> Any:
     """Settings from ``config`` (else .gpushare.yaml) and the environment, with ``server`` overrides
     from flags. Returns ``policies.settings.Settings`` (imported late: ``gpushare`` starts fast)."""
     from policies.rule_index import known_rule_ids
-    from policies.settings import ConfigFileError, load_settings
+    from webhook.settings import ConfigFileError, load_settings
 
     try:
         settings = load_settings(config_path(config), known_rule_ids())

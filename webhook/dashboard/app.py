@@ -19,9 +19,9 @@ from policies.cluster import ClusterState
 from policies.dryrun import DryRun
 from policies.engine import Engine
 from policies.scoring import Scorer
-from policies.settings import Settings
 from webhook.dashboard.view import PAGE_SIZE, build_page
 from webhook.routes.dry_run import DryRunInputError, dry_run_body
+from webhook.settings import Settings
 
 MAX_FORM_BYTES = 1024 * 1024
 

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from policies.resources import Path
-from policies.settings import InputSettings
+from webhook.settings import InputSettings
 
 from .reader import DEFAULT_LIMITS, DocumentError, construct, looks_like_json, read_json, yaml_nodes
 

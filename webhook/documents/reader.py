@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 
-from policies.settings import InputSettings
+from webhook.settings import InputSettings
 
 from .strict_json import JsonBodyError, decode_json
 

@@ -9,8 +9,8 @@ import importlib
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from policies.settings import Settings
     from webhook.report.checking import Report
+    from webhook.settings import Settings
 
 FORMATS = ("text", "json", "junit", "sarif", "github")
 

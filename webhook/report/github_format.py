@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from policies.settings import Settings
 from webhook.report import summary_line
 from webhook.report.checking import Report
+from webhook.settings import Settings
 
 
 def escape_data(text: str) -> str:

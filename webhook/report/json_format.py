@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from policies.settings import Settings
 from webhook.report import tool_version
 from webhook.report.checking import Located, Report
+from webhook.settings import Settings
 
 
 def finding_dict(finding: Located, report: Report) -> dict[str, Any]:

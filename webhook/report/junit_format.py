@@ -13,8 +13,8 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import TextIO
 
-from policies.settings import Settings
 from webhook.report.checking import Located, Report
+from webhook.settings import Settings
 
 # Characters XML 1.0 cannot carry (a YAML double-quoted string can hold them).
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

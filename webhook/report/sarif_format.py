@@ -15,9 +15,9 @@ from typing import Any, TextIO
 from urllib.parse import quote
 
 from policies.rule_index import RuleEntry, rule_entries
-from policies.settings import Settings
 from webhook.report import tool_version
 from webhook.report.checking import Located, Problem, Report
+from webhook.settings import Settings
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SRCROOT = "%SRCROOT%"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from policies.settings import Settings
 from webhook.report import summary_line
 from webhook.report.checking import Located, Report
+from webhook.settings import Settings
 
 STYLES = {"deny": "bold red", "warn": "yellow", "exempt": "dim"}
 

@@ -16,12 +16,12 @@ from policies.dryrun import DryRun, ObjectReport
 from policies.resources import ShapeError
 from policies.rules.base import Finding
 from policies.scoring import ranking_entry
-from policies.settings import InputSettings
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
 from webhook.server.body import BodyError, read_body
 from webhook.server.metrics import register_endpoint
+from webhook.settings import InputSettings
 
 BODY_SOURCE = "body"
 

@@ -20,10 +20,10 @@ from flask import Blueprint
 from policies.cluster import ClusterState, node_from_manifest
 from policies.resources import ShapeError, container_requests, pod_spec
 from policies.scoring import NodeScore, Scorer, pod_request, unusable_values
-from policies.settings import Settings
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
 from webhook.server.metrics import register_endpoint
+from webhook.settings import Settings
 
 
 class ExtenderInputError(ValueError):

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
 from policies.engine import Engine
-from policies.settings import Settings
 from webhook.server.allocation_metrics import AllocationExporter
+from webhook.settings import Settings
 from webhook.state.audit_loop import AuditLoop
 from webhook.state.status import StateStatus
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from policies.allocation import CORE_MODE, NodeUsage, node_usage
 from policies.cards import CORE_PER_CARD
 from policies.cluster import ClusterState
-from policies.settings import MetricsSettings, Names
+from policies.settings import Names
+from webhook.settings import MetricsSettings
 
 log = logging.getLogger("gpushare.metrics")
 

@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 from flask import Flask, Response, request
 
-from policies.settings import AuthSettings
 from webhook.server.http_errors import error_response
+from webhook.settings import AuthSettings
 
 log = logging.getLogger("gpushare.auth")
 Guard = Callable[[], Response | None]

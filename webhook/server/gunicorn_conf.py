@@ -14,10 +14,10 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from policies.settings import Settings
 from webhook.server.logs import gunicorn_logconfig
 from webhook.server.tls_reload import reloading_ssl_context
 from webhook.server.worker import worker_class
+from webhook.settings import Settings
 
 
 def bind_address(host: str, port: int) -> str:

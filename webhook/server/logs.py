@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from pythonjsonlogger.json import JsonFormatter
 
-from policies.settings import LogSettings
+from webhook.settings import LogSettings
 
 JSON_FIELDS = "%(levelname)s %(name)s %(message)s"
 RENAMED = {"levelname": "level", "name": "logger"}

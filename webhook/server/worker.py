@@ -63,11 +63,11 @@ from gunicorn.http.body import LengthReader
 from gunicorn.workers.base import Worker
 from werkzeug.exceptions import RequestTimeout
 
-from policies.settings import OverloadSettings
 from webhook.server import deadline, door
 from webhook.server.http_errors import error_body
 from webhook.server.metrics import Metrics, endpoint_label
 from webhook.server.telemetry import Telemetry
+from webhook.settings import OverloadSettings
 
 log = logging.getLogger("gpushare.worker")
 LINGER_SECONDS = 2.0

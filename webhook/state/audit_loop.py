@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from policies.audit import Auditor, AuditResult
 from policies.cluster import ClusterState
-from policies.settings import Settings
+from webhook.settings import Settings
 
 log = logging.getLogger("gpushare.audit")
 
