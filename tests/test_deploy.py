@@ -538,7 +538,7 @@ def test_the_network_policy_renders_valid_and_the_same_from_both(with_network_po
 
 
 def test_helm_refuses_a_network_policy_that_would_let_everyone_in():
-    with pytest.raises(Exception, match="networkPolicy.admissionFrom is required"):
+    with pytest.raises(Exception, match=r"networkPolicy\.admissionFrom is required"):
         render_helm({"networkPolicy": {"enabled": True}})
     objects = render_helm({"networkPolicy": {"enabled": True, "admissionFrom": [{"ipBlock": {"cidr": "10.0.0.0/24"}},
                                                                                  {"ipBlock": {"cidr": "10.9.0.5/32"}}],

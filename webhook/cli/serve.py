@@ -38,7 +38,8 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
         config = Path(".gpushare.yaml")
     settings = load_cli_settings(config, host=host, port=port, cert_dir=cert_dir)
     if settings.server.ops_port is not None and settings.server.ops_port == settings.server.port:
-        raise UsageFailure(f"server.ops_port {settings.server.ops_port} is the admission port too; give it its own port")
+        raise UsageFailure(f"server.ops_port {settings.server.ops_port} is the admission port too; "
+                           "give it a port of its own")
     configure_logging(settings.logging)
     try:
         run_server(settings, settings.server.cert_dir, snapshot, kubeconfig)
