@@ -17,6 +17,7 @@ free loopback ports. Then, over real TLS:
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,12 @@ def test_the_extender_answers_only_kube_schedulers_client_certificate(deployed):
     assert prioritized.status_code == 200 and {h["Host"] for h in prioritized.json()} <= set(args["NodeNames"])
     # The API server presents no certificate and is still answered (CERT_OPTIONAL at the TLS level).
     assert post(deployed, deployed.url + "/validate", admission_review(POD)).status_code == 200
+
+
+def test_an_ops_port_equal_to_the_admission_port_is_refused_at_start(tmp_path):
+    port = free_port()
+    done = subprocess.run([gpushare_executable(), "serve", "--host", "127.0.0.1", "--port", str(port),
+                           "--cert-dir", str(tmp_path / "certs")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "GPUSHARE_SERVER__OPS_PORT": str(port)})
+    assert done.returncode == 2 and "give it a port of its own" in done.stderr
+    assert "Traceback" not in done.stderr
