@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .cluster import Availability, ClusterState, NodeInfo, PodInfo
@@ -154,6 +154,10 @@ class LedgerView:
 
     def get_node(self, name: str) -> NodeInfo | None:
         return self.base.get_node(name)
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        labels = getattr(self.base, "namespace_labels", None)
+        return labels(namespace) if labels is not None else None
 
     def nodes(self) -> list[NodeInfo]:
         return self.base.nodes()

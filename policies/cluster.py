@@ -32,6 +32,9 @@ class NodeInfo:
     kubelet_version: str = ""
     container_runtime: str = ""
     os_image: str = ""
+    # The CPU manager policy the node's kubelet reported (its /configz, read by the opt-in live
+    # source); empty when not read. The node's label or annotation wins (placement.cpu_manager_policy).
+    kubelet_cpu_manager_policy: str = ""
 
     def gpu_mem_per_card(self, names: Names) -> int | None:
         """GiB per card: allocatable gpu-mem / gpu-count, when both are known and divide evenly."""
@@ -150,6 +153,15 @@ def _str_map(value: Any) -> dict[str, str]:
 def node_resource_names(names: Names) -> tuple[str, ...]:
     r = names.resources
     return (r.gpu_mem, r.gpu_core, r.gpu_count, r.gpu_topology, r.gpu_exclusive)
+
+
+def is_gpu_node(node: NodeInfo, names: Names) -> bool:
+    """A node the GPU rules care about: it shows GPUs (capacity of a GPU resource, a card label)
+    or carries the GPU scheduling label."""
+    labels = names.labels
+    if any(key in node.labels for key in (labels.schedule, labels.card_name, labels.card_count)):
+        return True
+    return any(node.capacity.get(r) or node.allocatable.get(r) for r in node_resource_names(names))
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -277,6 +289,8 @@ class ClusterSnapshot:
         self._log_generations: list[int] = []
         self._log_nodes: list[str] = []
         self._log_floor = 0  # changes after this generation are all in the log
+        # Namespace labels (who allows annotation exemptions); None until Namespaces were seen.
+        self._namespaces: dict[str, dict[str, str]] | None = None
 
     def _touch(self, node: str) -> None:
         self._generation += 1
@@ -364,6 +378,32 @@ class ClusterSnapshot:
                 on_node.pop(key, None)
                 if not on_node:
                     del self._by_node[old.node_name]
+
+    def upsert_namespace(self, name: str, labels: dict[str, str]) -> None:
+        with self._lock:
+            if self._namespaces is None:
+                self._namespaces = {}
+            self._namespaces[name] = labels
+
+    def remove_namespace(self, name: str) -> None:
+        with self._lock:
+            if self._namespaces is not None:
+                self._namespaces.pop(name, None)
+
+    def namespaces_seen(self) -> None:
+        """A complete Namespace list was applied (possibly empty): unknown names now have no labels."""
+        with self._lock:
+            if self._namespaces is None:
+                self._namespaces = {}
+
+    def namespace_names(self) -> set[str]:
+        with self._lock:
+            return set(self._namespaces or ())
+
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """The namespace's labels; None when no Namespaces were given or this one does not exist."""
+        namespaces = self._namespaces
+        return None if namespaces is None else namespaces.get(namespace)
 
     def get_node(self, name: str) -> NodeInfo | None:
         return self._nodes.get(name)

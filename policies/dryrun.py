@@ -14,13 +14,12 @@ import jsonpatch
 
 from .cluster import ClusterState
 from .engine import Engine, Verdict
-from .resources import POD_SPEC_PATHS, WORKLOAD_KINDS
-from .rules.base import REGISTRY, Finding
+from .resources import POD_SPEC_PATHS, WORKLOAD_KINDS, Path
+from .rules.base import REGISTRY, Finding, rule_ids
 from .scoring import NO_STATE, NodeScore, PodRequest, Scorer, pod_request
 from .settings import Settings, Severity
 
 FITTING_NODES_SHOWN = 3
-PLACEMENT_RULES = frozenset({"GB001", "GB002", "GB003", "GB004", "GB005"})
 
 
 @dataclass
@@ -52,7 +51,7 @@ class PodPreview:
     applied: str = APPLIED_TO_EACH_POD
 
 
-def template_pod(kind: str, obj: dict[str, Any], namespace: str) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+def template_pod(kind: str, obj: dict[str, Any], namespace: str) -> tuple[dict[str, Any], Path] | None:
     """The Pod a workload's template creates (as its controller sends it) and the template's path."""
     path = POD_SPEC_PATHS[kind][:-1]
     template: Any = obj
@@ -60,7 +59,7 @@ def template_pod(kind: str, obj: dict[str, Any], namespace: str) -> tuple[dict[s
         template = template.get(part) if isinstance(template, dict) else None
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         return None
-    meta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    meta: dict[str, Any] = template["metadata"] if isinstance(template.get("metadata"), dict) else {}
     owner = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
     pod_meta = {**copy.deepcopy(meta), "namespace": namespace}
     pod_meta.pop("name", None)
@@ -99,7 +98,7 @@ class DryRun:
         """The report for one object; ShapeError when the object is malformed."""
         engine = self.engine
         subject = engine.subject(kind, obj, namespace=namespace, state=state)
-        verdict = Verdict(kind, subject.name, subject.ns)
+        verdict = Verdict(kind, subject.name, subject.namespace)
         report = ObjectReport(verdict, mutated=obj)
         if engine.handles(kind):
             verdict.findings = engine.validate(subject).findings
@@ -108,10 +107,10 @@ class DryRun:
             if verdict.patch:
                 report.mutated = jsonpatch.apply_patch(copy.deepcopy(obj), verdict.patch)
             if kind in WORKLOAD_KINDS:
-                report.pod_preview = self._pod_preview(kind, report.mutated, subject.ns or namespace, state)
+                report.pod_preview = self._pod_preview(kind, report.mutated, subject.namespace or namespace, state)
         if kind not in POD_SPEC_PATHS:
             return report
-        request = pod_request(kind, report.mutated, self.names, key=f"{subject.ns}/{subject.name}",
+        request = pod_request(kind, report.mutated, self.names, key=f"{subject.namespace}/{subject.name}",
                               containers=subject.containers)
         report.request = request
         if state is None:
@@ -124,7 +123,7 @@ class DryRun:
             if state.get_node(report.judged_node) is None:
                 # The GB rules could only say "not checked: node not in the state"; the dry run's
                 # own warning says so and names the nodes that fit.
-                verdict.findings = [f for f in verdict.findings if f.rule not in PLACEMENT_RULES]
+                verdict.findings = [f for f in verdict.findings if f.rule not in rule_ids("placement")]
             reported = {f.rule for f in verdict.findings}
             verdict.findings += [f for f in self._placement_findings(report, subject.label) if f.rule not in reported]
         return report

@@ -12,6 +12,7 @@ from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .assume import PlacementLedger
 from .catalog import build_catalog
 from .cluster import ClusterState, pod_from_manifest
+from .grants import NamespaceLabels
 from .mutations import MUTATIONS, Op, plan_patch
 from .rules.base import REGISTRY, Finding, Rule, StateUnavailable, Subject, UserInfo
 from .rules.placement_rules import placed_pod, placement_of
@@ -29,6 +30,8 @@ class Verdict:
     # Findings an honoured gpushare.io/exempt annotation set aside, and the reason it gave.
     exempted: list[Finding] = field(default_factory=list)
     exemption_reason: str = ""
+    # Which honoured exemptions set them aside: "annotation", "grant:NAME".
+    exempted_by: list[str] = field(default_factory=list)
 
     # Most verdicts have no findings: each property answers those without a pass over them.
     @property
@@ -87,7 +90,13 @@ class Engine:
         self._by_kind: dict[tuple[str, str], list[ActiveRule]] = {}
         self._plans: dict[tuple[str, str], list[tuple[Any, list[ActiveRule]]]] = {}
         self._mutations = frozenset(m for m in MUTATIONS if self.mutation_enabled(m))
+        self._known_ids = frozenset(REGISTRY) | frozenset(MUTATIONS)
         self._handled = frozenset(k for a in self._active for k in a.rule.kinds) | {"Pod", "DaemonSet"}
+
+    @property
+    def known_ids(self) -> frozenset[str]:
+        """Every rule and mutation id."""
+        return self._known_ids
 
     def rules_for(self, kind: str, operation: str) -> list[ActiveRule]:
         key = (kind, operation)
@@ -121,10 +130,13 @@ class Engine:
 
     def subject(self, kind: str, obj: dict[str, Any], *, operation: str = "CREATE", namespace: str = "",
                 old: dict[str, Any] | None = None, user: UserInfo | None = None,
-                state: ClusterState | None = None) -> Subject:
-        return Subject(kind=kind, obj=obj, names=self.names, operation=operation, namespace=namespace,
+                state: ClusterState | None = None, namespaces: NamespaceLabels | None = None) -> Subject:
+        """The subject; namespace labels come from ``namespaces``, else from the state when it has them."""
+        if namespaces is None and hasattr(state, "namespace_labels"):
+            namespaces = state  # type: ignore[assignment]
+        return Subject(kind=kind, obj=obj, names=self.names, operation=operation, request_namespace=namespace,
                        old=old, user=user or UserInfo(), state=state, settings=self.settings,
-                       catalog=self.catalog)
+                       catalog=self.catalog, namespaces=namespaces, known_ids=self._known_ids)
 
     def validate(self, subject: Subject) -> Verdict:
         """Run every active rule for the subject's kind and operation.
@@ -132,10 +144,9 @@ class Engine:
         Stateful rules are skipped without cluster state (``gpushare check`` without
         ``--snapshot``). Findings of rules the object is exempted from are kept apart.
         """
-        verdict = Verdict(subject.kind, subject.name, subject.ns)
-        exemption = subject.exemption
+        verdict = Verdict(subject.kind, subject.name, subject.namespace)
         # Not honoured: GE001 says why, and the rules judge the object as if it asked for nothing.
-        set_aside = exemption.set_aside if exemption is not None else frozenset()
+        set_aside = subject.set_aside
         stateless = subject.state is None
         # Rules that could not run for the same reason are reported together, once.
         unavailable: dict[tuple[str, str, str], tuple[StateUnavailable, list[str]]] = {}
@@ -152,17 +163,19 @@ class Engine:
                     continue
                 exempt = active.id in set_aside
                 try:
-                    for message, path, *advisory in active.check(subject):
-                        # A check may mark a finding advisory ("warn"); it never hardens a warn rule.
-                        severity = "warn" if advisory and advisory[0] == "warn" else active.severity
+                    for found in active.check(subject):
+                        severity = "warn" if found.advisory else active.severity
                         (verdict.exempted if exempt else verdict.findings).append(
-                            Finding(active.id, severity, f"{active.id}: {message}", path))
+                            Finding(active.id, severity, f"{active.id}: {found.message}", found.path))
                 except StateUnavailable as exc:
                     if not stateless and not exempt:
                         unavailable.setdefault((exc.switch, exc.what, exc.reason), (exc, []))[1].append(active.id)
         verdict.findings.extend(self._unavailable(exc, ids) for exc, ids in unavailable.values())
-        if verdict.exempted and exemption is not None:  # only an honoured exemption sets findings aside
-            verdict.exemption_reason = exemption.reason
+        if verdict.exempted:  # only an honoured exemption sets findings aside
+            sources = subject.exempted_by({f.rule for f in verdict.exempted})
+            verdict.exempted_by = [source for source, _ in sources]
+            verdict.exemption_reason = sources[0][1] if len(sources) == 1 else "; ".join(
+                f"{source}: {reason}" for source, reason in sources)
         return verdict
 
     def _unavailable(self, exc: StateUnavailable, rule_ids: list[str]) -> Finding:
@@ -188,22 +201,22 @@ class Engine:
             if verdict.allowed and subject.kind == "Pod" and subject.operation == "CREATE" \
                     and subject.metadata.get("name"):
                 pod = pod_from_manifest(subject.obj, self.names, subject.containers)
-                ledger.remember_created(pod if pod.namespace == subject.ns or not subject.ns
-                                        else replace(pod, namespace=subject.ns))
+                ledger.remember_created(pod if pod.namespace == subject.namespace or not subject.namespace
+                                        else replace(pod, namespace=subject.namespace))
             return verdict
         with ledger.node_lock(where.node):
             verdict = self.validate(subject)
             if verdict.allowed:
-                pod = placed_pod(subject)
-                if pod is not None:
-                    ledger.assume(pod)
+                placed = placed_pod(subject)
+                if placed is not None:
+                    ledger.assume(placed)
         return verdict
 
     def mutate(self, subject: Subject) -> Verdict:
         """Plan the JSON patch for the subject (no rules run)."""
-        verdict = Verdict(subject.kind, subject.name, subject.ns)
-        exemption = subject.exemption
-        enabled = self._mutations - exemption.set_aside if exemption is not None else self._mutations
+        verdict = Verdict(subject.kind, subject.name, subject.namespace)
+        set_aside = subject.set_aside
+        enabled = self._mutations - set_aside if set_aside else self._mutations
         for mutation_id, op in plan_patch(subject, enabled.__contains__):
             verdict.patch.append(op)
             if mutation_id not in verdict.patch_ids:

@@ -26,10 +26,14 @@ class Exemption:
     reason: str
     path: Path  # where the exempt annotation is written
     misplaced: bool = False  # on a workload's own metadata instead of its pod template
+    # Whether an admin allows annotation exemptions in the object's namespace, and on whose
+    # word or why not (policies/grants.py); secure by default.
+    allowed: bool = False
+    permission: str = ""
 
     @property
     def honoured(self) -> bool:
-        return bool(self.ids) and bool(self.reason) and not self.misplaced
+        return bool(self.ids) and bool(self.reason) and not self.misplaced and self.allowed
 
     @property
     def set_aside(self) -> frozenset[str]:

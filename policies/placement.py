@@ -65,8 +65,10 @@ def demand_from_pod(pod: PodInfo) -> PodDemand:
 
 
 def cpu_manager_policy(node: NodeInfo, names: Names) -> str:
+    """The node's CPU manager policy: its label, else its annotation (what the operator published
+    wins), else what its kubelet reported through /configz (opt-in); "" when unknown."""
     key = names.labels.cpu_manager_policy
-    return node.labels.get(key) or node.annotations.get(key) or ""
+    return node.labels.get(key) or node.annotations.get(key) or node.kubelet_cpu_manager_policy
 
 
 @dataclass(frozen=True, slots=True)

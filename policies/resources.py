@@ -119,7 +119,7 @@ def pod_spec_path(kind: str) -> Path | None:
 def pod_spec(obj: dict[str, Any], kind: str) -> tuple[dict[str, Any] | None, Path]:
     """The pod spec of a Pod or workload and its path; (None, path) when absent."""
     path = POD_SPEC_PATHS[kind]
-    spec = obj
+    spec: Any = obj
     for depth, part in enumerate(path):
         spec = spec.get(part) if isinstance(spec, dict) else None
         if spec is None:

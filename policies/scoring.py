@@ -27,14 +27,16 @@ from .cards import CORE_PER_CARD, MAX_CARD_GIB
 from .cluster import ClusterState, NodeInfo
 from .placement import NodeProfile, PodDemand, demand_from_containers, judge, node_profile, quick_card
 from .resources import ContainerRequest, container_requests, pod_spec
+from .rules.base import unresolvable_rule_ids
 from .selectors import NodeSelector, node_selector_from_spec
 from .settings import Names
 from .topology import set_min_link
 
 # The reason given for a node the state does not know (yet): it may appear soon.
 NO_STATE = "state"
-# Filters that preemption cannot cure: kube-scheduler's FailedAndUnresolvableNodes.
-UNRESOLVABLE = frozenset({"NodeAffinity", "NodeResourcesFit", "GB002", "GB005"})
+# Filters that preemption cannot cure: kube-scheduler's FailedAndUnresolvableNodes (the
+# placement rules that say so are marked in policies/rules/placement_rules.py).
+UNRESOLVABLE_FILTERS = frozenset({"NodeAffinity", "NodeResourcesFit"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +106,9 @@ class NodeScore:
 
 
 def _unresolvable(problems: Sequence[tuple[str, str]], demand: PodDemand, profile: NodeProfile) -> bool:
+    unresolvable = UNRESOLVABLE_FILTERS | unresolvable_rule_ids()
     for rule, _ in problems:
-        if rule in UNRESOLVABLE:
+        if rule in unresolvable:
             return True
         if rule == "GB004" and demand.gpus and any(
                 g.mem > profile.card_size or g.core > CORE_PER_CARD for g in demand.gpus):

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Severity = Literal["deny", "warn"]
 # names.scheduler_name value that turns GM001 off (ACK Pro clusters).
@@ -41,7 +42,8 @@ class LabelNames(_Section):
     card_mem: str = "aliyun.accelerator/nvidia_mem"
     card_count: str = "aliyun.accelerator/nvidia_count"
     region: str = "topology.kubernetes.io/region"
-    # Where the kubelet's CPU manager policy is published (label or annotation); see DESIGN.md.
+    # Where the kubelet's CPU manager policy is published (label or annotation; it wins over the
+    # opt-in state.kubelet_configz source); see docs/state.md, "CPU manager policy".
     cpu_manager_policy: str = "gpushare.io/cpu-manager-policy"
 
 
@@ -203,6 +205,20 @@ class WhenStateUnavailable(_Section):
     capacity: FailMode = "open"
 
 
+class KubeletConfigzSettings(_Section):
+    """Opt-in second source of a node's CPU manager policy (GN002, GB005): its kubelet's /configz,
+    read through the API server's node proxy. Off by default: it needs RBAC ``get`` on
+    ``nodes/proxy``, which reaches the whole kubelet API (docs/state.md, "CPU manager policy")."""
+
+    enabled: bool = False
+    # Every GPU node is read again this often (0: only when it appears or its kubelet restarts).
+    refresh_seconds: float = Field(600.0, ge=0)
+    # One read's connect and read timeout, through the API server to the kubelet.
+    timeout_seconds: float = Field(5.0, gt=0, le=60)
+    # Reads in flight at once (a cluster coming up lists every GPU node at the same moment).
+    concurrency: int = Field(4, ge=1, le=32)
+
+
 class StateSettings(_Section):
     """The cluster state the stateful rules read, and the record of admitted placements."""
 
@@ -221,6 +237,7 @@ class StateSettings(_Section):
     connect_timeout_seconds: float = Field(10.0, gt=0)
     backoff_initial_seconds: float = Field(0.5, gt=0)
     backoff_max_seconds: float = Field(30.0, gt=0)
+    kubelet_configz: KubeletConfigzSettings = KubeletConfigzSettings()
 
 
 class NodePolicySettings(_Section):
@@ -358,6 +375,76 @@ class AuditSettings(_Section):
     max_reports: int = Field(100, ge=1, le=5000)
 
 
+class LabelSelectorRequirement(_Section):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[str, ...] = ()
+
+
+class LabelSelector(_Section):
+    """A Kubernetes label selector (matchLabels and matchExpressions, ANDed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: tuple[LabelSelectorRequirement, ...] = Field((), alias="matchExpressions")
+
+
+class ExemptionGrant(_Section):
+    """An exemption an admin grants in the config: objects in ``namespace`` whose name matches
+    ``names`` (a glob: ``*`` and ``?``) and whose pod labels match ``selector`` skip ``rules``
+    until the end of ``expires`` (UTC). A grant needs ``names`` or ``selector``."""
+
+    name: str = Field(min_length=1)
+    namespace: str = Field(min_length=1)
+    names: str | None = None
+    selector: LabelSelector | None = None
+    rules: tuple[str, ...] = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    expires: date
+
+    @model_validator(mode="after")
+    def _targets_something(self) -> ExemptionGrant:
+        if self.names is None and self.selector is None:
+            raise ValueError(f"exemption grant {self.name!r} needs names (a glob) or selector")
+        if not self.reason.strip():
+            raise ValueError(f"exemption grant {self.name!r} needs a non-empty reason")
+        return self
+
+
+class ExemptionSettings(_Section):
+    """Who may exempt what (docs/operations.md, "Exemptions"). Secure by default: the
+    ``gpushare.io/exempt`` annotation is honoured nowhere until an admin allows a namespace."""
+
+    # A Namespace carrying this label with this value lets its objects exempt themselves.
+    namespace_label: str = "gpushare.io/exemptions"
+    namespace_label_value: str = "allowed"
+    # Namespaces whose objects may exempt themselves, whatever their labels.
+    annotation_namespaces: tuple[str, ...] = ()
+    # Nodes are cluster-scoped (no namespace to allow): their annotation exemptions need this.
+    allow_on_nodes: bool = False
+    grants: tuple[ExemptionGrant, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_grant_names(self) -> ExemptionSettings:
+        seen = [g.name for g in self.grants]
+        twice = sorted({n for n in seen if seen.count(n) > 1})
+        if twice:
+            raise ValueError(f"exemption grant names must be unique: {', '.join(twice)}")
+        return self
+
+
+class BackstopSettings(_Section):
+    """The ValidatingAdmissionPolicy ``gpushare policy export`` prints (policies/backstop.py)."""
+
+    policy_name: str = "gpushare-backstop"
+    # Off by default: a GPU pod must name names.scheduler_name. It keeps GPU pods off the default
+    # scheduler while the mutating webhook is down, at the price of blocking those that do not
+    # name it during the outage (docs/operations.md, "When the webhook is down").
+    scheduler_rule: bool = False
+    # Left out like the webhooks leave them out (deploy/kustomize/webhooks.yaml).
+    excluded_namespaces: tuple[str, ...] = ("kube-system", "gpushare-system")
+
+
 class ScoringSettings(_Section):
     """Node ranking for ``/dry-run``, ``gpushare score`` and the scheduler extender."""
 
@@ -389,6 +476,8 @@ class Settings(_Section):
     catalog: CatalogSettings = CatalogSettings()
     near_miss: NearMissSettings = NearMissSettings()
     audit: AuditSettings = AuditSettings()
+    exemptions: ExemptionSettings = ExemptionSettings()
+    backstop: BackstopSettings = BackstopSettings()
 
 
 class ConfigFileError(ValueError):

@@ -12,7 +12,11 @@ It speaks what clients (the official ``kubernetes`` client, kubectl-like tools) 
   stream cleanly; a resourceVersion older than the compaction point gets an ``ERROR`` event
   with a 410 Status (as kube-apiserver does), or an HTTP 410 with ``gone_as_http=True``;
 - single objects: GET, POST (create), PUT, PATCH (merge, strategic-merge as merge, JSON
-  patch), DELETE, each producing the watch events a real server would.
+  patch), DELETE, each producing the watch events a real server would;
+- the node proxy to a kubelet's ``/configz`` (``GET /api/v1/nodes/NAME/proxy/configz``): the
+  answer given with ``set_kubelet_configz``; a node without one answers as kube-apiserver does
+  when it cannot dial the kubelet (503 ServiceUnavailable, "error trying to reach service: ...",
+  k8s.io/apimachinery pkg/util/proxy/transport.go), an unknown node 404.
 
 Test controls: ``add``/``update``/``delete`` objects, ``compact()`` history, ``expire_watches()``
 (ERROR 410 to open watches), ``drop_watches()`` (cut connections mid-stream), ``bookmark()``,
@@ -132,6 +136,7 @@ class FakeApiServer:
         self.gone_as_http = gone_as_http
         self.token = token
         self.requests: list[Request] = []
+        self._kubelets: dict[str, bytes] = {}  # node name -> what its kubelet's /configz answers
         self._tls = tls
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -270,6 +275,28 @@ class FakeApiServer:
                 key, okey = self._address(obj_or_path)
             stored = self._collection(key).objects.get(okey)
             return json.loads(stored.body) if stored is not None else None
+
+    # -- kubelets behind the node proxy ------------------------------------------------------
+    def set_kubelet_configz(self, node: str, body: bytes | None) -> None:
+        """What the kubelet of ``node`` answers on /configz (None: the kubelet cannot be reached)."""
+        with self._lock:
+            if body is None:
+                self._kubelets.pop(node, None)
+            else:
+                self._kubelets[node] = body
+
+    def _kubelet_configz(self, node: str) -> bytes:
+        with self._lock:
+            stored = self._collection(("/api/v1", "nodes")).objects.get(("", node))
+            body = self._kubelets.get(node)
+        if stored is None:
+            raise ApiError(404, "NotFound", f'nodes "{node}" not found')
+        if body is None:
+            address = next((a["address"] for a in json.loads(stored.body).get("status", {}).get("addresses", [])
+                            if a.get("type") == "InternalIP"), node)
+            raise ApiError(503, "ServiceUnavailable", f"error trying to reach service: dial tcp {address}:10250: "
+                                                      f"connect: connection refused")
+        return body
 
     # -- controls --------------------------------------------------------------------------
     def compact(self) -> None:
@@ -557,8 +584,12 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                                      f"injected failure {failure}"))
                 return
             try:
-                key, okey, _sub = _route(parts.path)
-                if self.command == "GET" and okey is not None and okey[1]:
+                key, okey, sub = _route(parts.path)
+                if key == ("/api/v1", "nodes") and sub == "proxy" and okey is not None:
+                    if self.command != "GET" or parts.path.rstrip("/").split("/")[6:] != ["configz"]:
+                        raise ApiError(404, "NotFound", "this fake kubelet serves only GET /configz")
+                    self._send(200, api._kubelet_configz(okey[1]))
+                elif self.command == "GET" and okey is not None and okey[1]:
                     found = api.get(parts.path)
                     if found is None:
                         raise ApiError(404, "NotFound", f'{key[1]} "{okey[1]}" not found')

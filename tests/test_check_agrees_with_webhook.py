@@ -21,6 +21,8 @@ rules:
   GS001: {{severity: warn}}
 names:
   resources: {{gpu_mem: {VGPU}}}
+exemptions:
+  annotation_namespaces: [default]
 """
 RULE_PREFIX = re.compile(r"(?:^|; )(G[A-Z]\d{3}): ")
 EXEMPT = {"gpushare.io/exempt": "GS003", "gpushare.io/exempt-reason": "legacy driver reads bytes; INC-1234"}

@@ -221,8 +221,9 @@ def test_fail_on_warn_counts_warnings(tmp_path):
     pod["metadata"]["annotations"] = {"gpushare.io/exempt": "GS999", "gpushare.io/exempt-reason": "typo"}
     path = write_yaml(tmp_path / "warn.yaml", pod)
     code, report = check_json(path)
-    assert code == 0 and [f["rule"] for f in report["findings"]] == ["GE001"]
-    assert report["findings"][0]["severity"] == "warn" and report["findings"][0]["fails"] is False
+    # GE001 twice: the namespace does not allow exemptions, and GS999 is unknown.
+    assert code == 0 and [f["rule"] for f in report["findings"]] == ["GE001", "GE001"]
+    assert all(f["severity"] == "warn" and f["fails"] is False for f in report["findings"])
     strict = run_gpushare("check", "--fail-on", "warn", "--format", "github", path)
     assert strict.returncode == 1 and strict.stdout.startswith("::error ")
 
@@ -304,7 +305,8 @@ def _awkward_inputs(tmp_path: Path) -> list[Path]:
     files = [write_yaml(tmp_path / "exempted.yaml", exempted), SEED_33, tmp_path / "broken.yaml"]
     files[2].write_text("kind: Pod\nmetadata: {name: x\n")
     config = write_yaml(tmp_path / "config.yaml", {"rules": {"GS001": {"severity": "warn"},
-                                                             "GS002": {"enabled": False}}})
+                                                             "GS002": {"enabled": False}},
+                                                   "exemptions": {"annotation_namespaces": ["default"]}})
     return [Path("--config"), config, *files]
 
 

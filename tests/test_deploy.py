@@ -125,8 +125,9 @@ def test_kustomize_and_helm_render_the_same_objects(kustomized, helm_rendered):
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
 
 
-def test_helm_lint_finds_no_error():
-    report = helm.lint(str(CHART), {"scheduler": "none"})
+@pytest.mark.parametrize("configz", [False, True])
+def test_helm_lint_finds_no_error(configz):
+    report = helm.lint(str(CHART), {"scheduler": "none", "kubeletConfigz": {"enabled": configz}})
     assert report["total_charts_linted"] == 1 and report["errors"] == []
     # Only informational findings (severity 1, e.g. "icon is recommended") are tolerated.
     assert all(m["severity"] <= 1 for m in report["messages"]), report["messages"]
@@ -244,9 +245,9 @@ def _bindings_to(objects: list[Obj], service_account: str) -> list[Obj]:
 
 
 def test_rbac_is_least_privilege(rendered):
-    # The webhook: get/list/watch on nodes and pods, nothing else, through one binding.
+    # The webhook: get/list/watch on namespaces, nodes and pods, nothing else cluster-wide, through one binding.
     assert _rules_of(rendered, "ClusterRole", "gpushare-webhook") == [
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
+        {"apiGroups": [""], "resources": ["namespaces", "nodes", "pods"], "verbs": ["get", "list", "watch"]}]
     (binding,) = _bindings_to(rendered, "gpushare-webhook")
     assert binding["roleRef"]["name"] == "gpushare-webhook"
     # The certificate job: its own identity and roles, its Secrets and the two configurations by name.
@@ -551,3 +552,54 @@ def test_helm_refuses_a_network_policy_that_would_let_everyone_in():
     assert container_env(objects)["GPUSHARE_SERVER__OPS_PORT"] == "9555"
     service = one(objects, "Service", "gpushare-webhook")
     assert {"name": "ops", "port": 9555, "targetPort": "ops", "protocol": "TCP"} in service["spec"]["ports"]
+
+
+# --- the opt-in kubelet /configz source (state.kubelet_configz) ---------------------------------
+
+CONFIGZ_OBJECTS = {("ClusterRole", "", "gpushare-webhook-kubelet-configz"),
+                   ("ClusterRoleBinding", "", "gpushare-webhook-kubelet-configz")}
+CONFIGZ_ENV = {"name": "GPUSHARE_STATE__KUBELET_CONFIGZ__ENABLED", "value": "true"}
+
+
+@pytest.fixture(scope="module")
+def configz_rendered() -> dict[str, list[Obj]]:
+    return {"kustomize": render_kustomize(ROOT / "deploy" / "overlays" / "kubelet-configz"),
+            "helm": render_helm({"namespace": {"create": True}, "kubeletConfigz": {"enabled": True}})}
+
+
+def test_nodes_proxy_is_never_granted_by_default(rendered):
+    for obj in rendered:
+        for rule in obj.get("rules", []) if obj["kind"] in ("Role", "ClusterRole") else []:
+            assert not any(r.startswith("nodes/") for r in rule["resources"]), key(obj)
+    container = one(rendered, "Deployment", "gpushare-webhook")["spec"]["template"]["spec"]["containers"][0]
+    assert CONFIGZ_ENV["name"] not in {e["name"] for e in container["env"]}
+
+
+@pytest.mark.parametrize("how", ["kustomize", "helm"])
+def test_kubelet_configz_grants_only_get_on_nodes_proxy_and_turns_the_reader_on(configz_rendered, how, monkeypatch):
+    objects = configz_rendered[how]
+    assert set(by_key(objects)) == EXPECTED | CONFIGZ_OBJECTS
+    assert _rules_of(objects, "ClusterRole", "gpushare-webhook-kubelet-configz") == [
+        {"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]
+    assert _rules_of(objects, "ClusterRole", "gpushare-webhook") == [
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
+    granted = one(objects, "ClusterRoleBinding", "gpushare-webhook-kubelet-configz")
+    assert granted["roleRef"]["name"] == "gpushare-webhook-kubelet-configz"
+    assert granted["subjects"] == [{"kind": "ServiceAccount", "name": "gpushare-webhook", "namespace": NS}]
+    assert not any(b["roleRef"]["name"] == "gpushare-webhook-kubelet-configz"
+                   for b in _bindings_to(objects, "gpushare-webhook-certs"))
+    container = one(objects, "Deployment", "gpushare-webhook")["spec"]["template"]["spec"]["containers"][0]
+    assert CONFIGZ_ENV in container["env"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
+    # The variable is what the server's settings read.
+    from policies.settings import load_settings
+
+    monkeypatch.setenv(CONFIGZ_ENV["name"], CONFIGZ_ENV["value"])
+    assert load_settings().state.kubelet_configz.enabled is True
+
+
+def test_kubelet_configz_renders_the_same_in_kustomize_and_helm(configz_rendered):
+    helm_objects = by_key([_without_helm_annotations(o) for o in configz_rendered["helm"]])
+    for k, obj in by_key(configz_rendered["kustomize"]).items():
+        assert helm_objects[k] == obj, f"{k} differs between kustomize and helm"

@@ -1,16 +1,25 @@
-"""gpushare.io/exempt in the engine: honoured with a reason, explained (GE001) without one."""
+"""gpushare.io/exempt in the engine: honoured with a reason where an admin allows it (here: the
+config lists the namespace), explained (GE001) otherwise. Permission and grants:
+tests/test_exemption_grants.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from policies.engine import Engine
+from policies.settings import Settings
 from webhook.routes.review import build_response, parse_review
 
 from .helpers import admission_review
 from .manifests import ALL_KINDS, CORE, MEM, container, pod_spec, workload
 
 REASON = "vendor image reads GPU memory in bytes; tracked in INC-42"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    """Annotation exemptions allowed in namespace default (secure by default: nowhere otherwise)."""
+    return Engine(Settings(exemptions={"annotation_namespaces": ["default"]}))
 
 
 def _with_exemption(obj: dict, ids: str, reason: str | None, *, on_template: bool) -> dict:
@@ -80,11 +89,11 @@ def test_unknown_ids_warn_and_known_ones_still_apply(engine):
 
 def test_mutations_can_be_exempted_too(engine):
     pod = workload("Pod", pod_spec(container("c", limits={MEM: 2})), name="own-scheduler")
-    assert "GM001" in engine.mutate(engine.subject("Pod", pod)).patch_ids
+    assert "GM001" in engine.mutate(engine.subject("Pod", pod, namespace="default")).patch_ids
     exempt = _with_exemption(pod, "GM001", "scheduled by our own GPU-aware scheduler", on_template=False)
-    assert "GM001" not in engine.mutate(engine.subject("Pod", exempt)).patch_ids
+    assert "GM001" not in engine.mutate(engine.subject("Pod", exempt, namespace="default")).patch_ids
     no_reason = _with_exemption(pod, "GM001", None, on_template=False)
-    assert "GM001" in engine.mutate(engine.subject("Pod", no_reason)).patch_ids
+    assert "GM001" in engine.mutate(engine.subject("Pod", no_reason, namespace="default")).patch_ids
 
 
 def test_the_admission_response_keeps_an_audit_trail_of_exemptions(engine):
@@ -93,5 +102,5 @@ def test_the_admission_response_keeps_an_audit_trail_of_exemptions(engine):
     response = build_response(review, engine.validate(engine.subject("Pod", pod, namespace="default")))["response"]
     assert response["allowed"] is True
     assert response["auditAnnotations"] == {"decision": "allowed", "rules": "", "exempted": "GS003",
-                                            "exemption_reason": REASON}
+                                            "exemption_reason": REASON, "exempted_by": "annotation"}
     assert "warnings" not in response

@@ -45,6 +45,32 @@ def test_the_overlay_of_the_guide_renders_with_the_users_image(tmp_path):
         assert yaml.safe_load(config) == {"names": {"scheduler_name": scheduler}}
 
 
+def test_the_guides_kubelet_configz_component_grants_nodes_proxy_only_when_added(tmp_path):
+    shutil.copytree(ROOT / "deploy" / "kustomize", tmp_path / "deploy" / "kustomize")
+    overlay = tmp_path / "gpushare-install"
+    overlay.mkdir()
+    base = heredoc("cat > gpushare-install/kustomization.yaml").replace("$REGISTRY", "registry.example.com/p")
+    base = base.replace("$SCHEDULER", "none")
+
+    def rendered(text: str) -> list[dict]:
+        (overlay / "kustomization.yaml").write_text(text)
+        done = subprocess.run([shutil.which("kubectl") or "kubectl", "kustomize", str(overlay)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+    def proxy_rules(objects: list[dict]) -> list[dict]:
+        return [r for d in objects if d["kind"] == "ClusterRole" for r in d["rules"] if "nodes/proxy" in r["resources"]]
+
+    assert proxy_rules(rendered(base)) == []
+    objects = rendered(base + "\n" + heredoc("cat >> gpushare-install/kustomization.yaml"))
+    assert proxy_rules(objects) == [{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]
+    (deployment,) = [d for d in objects if d["kind"] == "Deployment"]
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "GPUSHARE_STATE__KUBELET_CONFIGZ__ENABLED", "value": "true"} in env
+    assert "--set kubeletConfigz.enabled=true" in DOC
+
+
 def test_the_guide_asks_for_the_scheduler_before_installing():
     first = DOC.index("## First: which scheduler places shared GPUs in your cluster?")
     assert first < DOC.index("## 2. Install") and "SCHEDULER=ack-co-scheduler" in DOC[first:DOC.index("## 0.")]

@@ -100,7 +100,7 @@ def test_error_event_410_on_an_open_watch_relists(api, live):
     seed(api)
     live.start()
     assert live.wait_synced(10)
-    wait_until(lambda: api.open_watches() == 2, timeout=10)
+    wait_until(lambda: api.open_watches() == len(live.reflectors), timeout=10)
     lists = live.pods_reflector.lists
     api.expire_watches()
     wait_until(lambda: live.pods_reflector.lists > lists, timeout=10, what="a relist after ERROR 410")
@@ -130,7 +130,7 @@ def test_dropped_watch_reconnects_from_its_resource_version_without_listing(api,
     seed(api)
     live.start()
     assert live.wait_synced(10)
-    wait_until(lambda: api.open_watches() == 2, timeout=10)
+    wait_until(lambda: api.open_watches() == len(live.reflectors), timeout=10)
     lists, watches = api.count(path="/api/v1/pods", watch=False), api.count(path="/api/v1/pods", watch=True)
     api.drop_watches()
     api.add(gpu_pod("while-away", node_name=NODE))  # lands in history; the resumed watch replays it
@@ -145,7 +145,7 @@ def test_bookmarks_move_the_resource_version_so_compaction_needs_no_relist(api, 
     seed(api)
     live.start()
     assert live.wait_synced(10)
-    wait_until(lambda: api.open_watches() == 2, timeout=10)
+    wait_until(lambda: api.open_watches() == len(live.reflectors), timeout=10)
     api.add(node("unrelated-node", mode="share"))  # moves the global resourceVersion past the pods'
     before = live.pods_reflector.resource_version
     api.bookmark()

@@ -44,6 +44,32 @@ def test_gn001_placement_without_shared_mode_warns(engine):
     assert "has no effect with ack.node.gpu.schedule=topology" in finding.message
 
 
+def _kubelet_reported(settings, obj, policy: str) -> ClusterSnapshot:
+    """The live state after the opt-in /configz reader found ``policy`` on the node's kubelet."""
+    from dataclasses import replace
+
+    state = ClusterSnapshot()
+    state.upsert_node(replace(node_from_manifest(obj, settings.names), kubelet_cpu_manager_policy=policy))
+    return state
+
+
+def test_gn002_reads_the_kubelets_policy_from_the_state_and_the_label_wins(engine, settings):
+    old = node(mode="default")
+    del old["metadata"]["labels"]["gpushare.io/cpu-manager-policy"]
+    change = with_mode(old, "share")
+    [finding] = by_rule(judge(engine, change, old=old, state=_kubelet_reported(settings, old, "static")), "GN002")
+    assert finding.severity == "deny"
+    assert "(its kubelet's /configz says cpuManagerPolicy: static)" in finding.message
+    assert finding.path_text == 'metadata.labels["ack.node.gpu.schedule"]'
+    assert by_rule(judge(engine, change, old=old, state=_kubelet_reported(settings, old, "none")), "GN002") == []
+    [unknown] = by_rule(judge(engine, change, old=old, state=_kubelet_reported(settings, old, "")), "GN002")
+    assert unknown.severity == "warn" and "CPU manager policy is unknown" in unknown.message
+    labelled_old = relabel(old, **{"gpushare.io__cpu-manager-policy": "none"})
+    labelled = with_mode(labelled_old, "share")
+    assert by_rule(judge(engine, labelled, old=labelled_old,
+                         state=_kubelet_reported(settings, old, "static")), "GN002") == []
+
+
 def test_gn001_does_not_block_unrelated_updates_of_a_node_with_a_bad_label(engine):
     old = node(mode="bogus")
     new = relabel(old, **{"team": "vision"})

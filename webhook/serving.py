@@ -50,7 +50,12 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         api, host = core_api(kubeconfig)
         source = f"live:{kubeconfig}" if kubeconfig is not None else "live:in-cluster"
         status = StateStatus(source)
-        live = LiveClusterState(api, settings.names, settings.state, status=status)
+        configz = None
+        if settings.state.kubelet_configz.enabled:  # opt-in: needs RBAC get on nodes/proxy (docs/state.md)
+            from webhook.state.kubelet_config import api_fetcher
+
+            configz = api_fetcher(api, settings.state.kubelet_configz, settings.state.connect_timeout_seconds)
+        live = LiveClusterState(api, settings.names, settings.state, status=status, configz=configz)
         log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
         audit = AuditLoop(live, settings, live.synced) if settings.audit.interval_seconds > 0 else None
 

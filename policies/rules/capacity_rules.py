@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 from ..capacity import judge_capacity
 from ..placement import demand_from_containers
-from ..resources import POD_SPEC_PATHS, Path
+from ..resources import POD_SPEC_PATHS
 from ..selectors import node_selector_from_spec
-from .base import Subject, rule
+from .base import Found, Subject, rule
 from .placement_rules import placement_of
 
 POD_KINDS = tuple(POD_SPEC_PATHS)
@@ -28,7 +28,7 @@ def asks_gpu_memory(subject: Subject) -> bool:
           "hold gets this rule's severity (warn by default: a node pool that scales from zero may bring "
           "bigger cards; set deny to refuse it); one that fits no card now gets a warning naming the "
           "closest card.")
-def some_node_can_hold_it(subject: Subject) -> Iterator[tuple[str, Path] | tuple[str, Path, str]]:
+def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     if placement_of(subject) is not None:
         return  # a pod pinned by spec.nodeName skips the scheduler: GB004 judges its node
     spec, base = subject.pod_spec
@@ -40,7 +40,7 @@ def some_node_can_hold_it(subject: Subject) -> Iterator[tuple[str, Path] | tuple
                              subject.names)
     path = base
     if verdict.never:
-        yield (f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: a request "
-               f"that fits such a card, or add nodes with bigger cards first", path)
+        yield Found(f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: a request "
+                    f"that fits such a card, or add nodes with bigger cards first", path)
     elif verdict.not_now:
-        yield f"{subject.label} cannot be scheduled now: {verdict.not_now}", path, "warn"
+        yield Found(f"{subject.label} cannot be scheduled now: {verdict.not_now}", path, advisory=True)

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..resources import Path
-from .base import Subject, rule
-
-Found = Iterator[tuple[str, Path]]
+from .base import Found, Subject, rule
 
 
-def _audit_only(subject: Subject) -> Found:
+def _audit_only(subject: Subject) -> Iterator[Found]:
     return iter(())
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..exemptions import annotations_path
-from ..resources import POD_SPEC_PATHS, Path, render_path
-from .base import REGISTRY, Subject, rule
+from ..resources import POD_SPEC_PATHS, render_path
+from .base import REGISTRY, Found, Subject, rule
 
 EXEMPTABLE_KINDS = (*POD_SPEC_PATHS, "Node", "Binding")
 
@@ -18,11 +18,14 @@ def _known_ids() -> set[str]:
 
 
 @rule("GE001", severity="warn", seed="issue 5", kinds=EXEMPTABLE_KINDS,
-      title="Exemptions carry a reason and name known rules",
+      title="Exemptions are allowed by an admin, carry a reason and name known rules",
       doc="gpushare.io/exempt lists rule ids to skip for this object and needs a non-empty "
-          "gpushare.io/exempt-reason; without one, or on a workload's own metadata instead of its "
-          "pod template, the exemption is not applied and the rules it names still judge the object.")
-def exemption_is_usable(subject: Subject) -> Iterator[tuple[str, Path]]:
+          "gpushare.io/exempt-reason; it is honoured only in namespaces an admin allows (a Namespace "
+          "label or the config). Without that, without a reason, or on a workload's own metadata "
+          "instead of its pod template, the exemption is not applied and the rules it names still "
+          "judge the object. A config grant that has expired or names unknown rules says so too.")
+def exemption_is_usable(subject: Subject) -> Iterator[Found]:
+    yield from _grant_problems(subject)
     names = subject.names
     exemption = subject.exemption
     if exemption is None:
@@ -30,17 +33,35 @@ def exemption_is_usable(subject: Subject) -> Iterator[tuple[str, Path]]:
     listed = ",".join(exemption.ids) or "(nothing)"
     if exemption.misplaced:
         wanted = render_path((*annotations_path(subject.kind), names.exempt_annotation))
-        yield (f"{subject.label}: {names.exempt_annotation}={listed} is on the {subject.kind}'s own metadata, "
-               f"which its pods do not inherit, so it is not applied; put it and "
-               f"{names.exempt_reason_annotation} under {wanted}", exemption.path)
+        yield Found(f"{subject.label}: {names.exempt_annotation}={listed} is on the {subject.kind}'s own metadata, "
+                    f"which its pods do not inherit, so it is not applied; put it and "
+                    f"{names.exempt_reason_annotation} under {wanted}", exemption.path)
     elif not exemption.reason:
-        yield (f"{subject.label}: {names.exempt_annotation}={listed} has no {names.exempt_reason_annotation}, "
-               f"so it is not applied; add {names.exempt_reason_annotation} saying why the rules do not "
-               f"apply here", exemption.path)
+        yield Found(f"{subject.label}: {names.exempt_annotation}={listed} has no {names.exempt_reason_annotation}, "
+                    f"so it is not applied; add {names.exempt_reason_annotation} saying why the rules do not "
+                    f"apply here", exemption.path)
+    elif exemption.ids and not exemption.allowed:
+        yield Found(f"{subject.label}: {names.exempt_annotation}={listed} is not applied: {exemption.permission}",
+                    exemption.path)
     if not exemption.ids:
-        yield (f"{subject.label}: {names.exempt_annotation} names no rule; list rule ids such as GS003,GN002 "
-               f"(see `gpushare rules`)", exemption.path)
+        yield Found(f"{subject.label}: {names.exempt_annotation} names no rule; list rule ids such as GS003,GN002 "
+                    f"(see `gpushare rules`)", exemption.path)
     unknown = [rule_id for rule_id in exemption.ids if rule_id not in _known_ids()]
     if unknown:
-        yield (f"{subject.label}: {names.exempt_annotation} names unknown rule id(s) {', '.join(unknown)}; "
-               f"use ids listed by `gpushare rules`", exemption.path)
+        yield Found(f"{subject.label}: {names.exempt_annotation} names unknown rule id(s) {', '.join(unknown)}; "
+                    f"use ids listed by `gpushare rules`", exemption.path)
+
+
+def _grant_problems(subject: Subject) -> Iterator[Found]:
+    """Config grants covering the object that are not (fully) honoured, and why."""
+    for outcome in subject.grants:
+        grant = outcome.grant
+        listed = ",".join(grant.rules)
+        if outcome.expired:
+            yield Found(f"{subject.label}: exemption grant {grant.name!r} ({listed}) expired on "
+                        f"{grant.expires.isoformat()}, so it is not applied; an admin renews it in exemptions.grants",
+                        ("metadata",))
+        if outcome.unknown:
+            yield Found(f"{subject.label}: exemption grant {grant.name!r} names unknown rule id(s) "
+                        f"{', '.join(outcome.unknown)}, which are not applied; use ids listed by `gpushare rules`",
+                        ("metadata",))

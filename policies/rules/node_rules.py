@@ -8,28 +8,28 @@ it, an operator adding a label), which would otherwise be denied forever.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
+from typing import cast
 
 from ..cards import CGPU_MODES
 from ..catalog import Catalog, default_catalog
 from ..cluster import NodeInfo, node_from_manifest
 from ..compatibility import node_mismatches
 from ..ecs import ecs_instance
-from ..placement import ALL_MODES, SHARED_MODES, cpu_manager_policy
+from ..placement import ALL_MODES, SHARED_MODES
 from ..resources import Path
 from ..settings import NodePolicySettings
-from .base import Subject, rule
+from .base import Found, Subject, rule
 
 NODE = ("Node",)
 PLACEMENTS = ("binpack", "spread")
 # cGPU isolation runs only on ECS instances (002); mps is built on cGPU too (policies/cards.py).
 ECS_ONLY_MODES = CGPU_MODES
-Found = Iterator[tuple[str, Path] | tuple[str, Path, str]]
 
 
 def _node(subject: Subject) -> NodeInfo:
     if "node" not in subject.memo:
         subject.memo["node"] = node_from_manifest(subject.obj, subject.names)
-    return subject.memo["node"]
+    return cast(NodeInfo, subject.memo["node"])
 
 
 def _old_node(subject: Subject) -> NodeInfo | None:
@@ -37,7 +37,7 @@ def _old_node(subject: Subject) -> NodeInfo | None:
         return None
     if "old_node" not in subject.memo:
         subject.memo["old_node"] = node_from_manifest(subject.old, subject.names)
-    return subject.memo["old_node"]
+    return cast("NodeInfo | None", subject.memo["old_node"])
 
 
 def _changed(subject: Subject, fact: Callable[[NodeInfo], Hashable]) -> bool:
@@ -76,56 +76,81 @@ def region_of(node: NodeInfo, subject: Subject) -> str:
       title="GPU scheduling and placement labels carry known values",
       doc="ack.node.gpu.schedule is one of default, cgpu, core_mem, share, mps, topology; "
           "ack.node.gpu.placement is binpack or spread and only means something with a shared mode.")
-def known_mode_values(subject: Subject) -> Found:
+def known_mode_values(subject: Subject) -> Iterator[Found]:
     labels = subject.names.labels
     node = _node(subject)
     mode = _mode(node, subject)
     if labels.schedule in node.labels and mode not in ALL_MODES and _changed(subject, lambda n: _mode(n, subject)):
-        yield (f"Node {node.name}: {labels.schedule}={mode!r} is not a GPU scheduling mode; use one of "
-               f"{', '.join(sorted(ALL_MODES))}", _label_path(labels.schedule))
+        yield Found(f"Node {node.name}: {labels.schedule}={mode!r} is not a GPU scheduling mode; use one of "
+                    f"{', '.join(sorted(ALL_MODES))}", _label_path(labels.schedule))
     placement = node.labels.get(labels.placement)
     if placement is None or not _changed(subject, lambda n: (_mode(n, subject), n.labels.get(labels.placement))):
         return
     if placement not in PLACEMENTS:
-        yield (f"Node {node.name}: {labels.placement}={placement!r} is not a placement policy; use binpack "
-               f"(the default) or spread", _label_path(labels.placement))
+        yield Found(f"Node {node.name}: {labels.placement}={placement!r} is not a placement policy; use binpack "
+                    f"(the default) or spread", _label_path(labels.placement))
     elif mode not in SHARED_MODES:
         shown = mode or "unset (exclusive)"
-        yield (f"Node {node.name}: {labels.placement}={placement} has no effect with {labels.schedule}={shown}; "
-               f"it applies only to the shared modes {', '.join(sorted(SHARED_MODES))}",
-               _label_path(labels.placement), "warn")
+        yield Found(f"Node {node.name}: {labels.placement}={placement} has no effect with {labels.schedule}={shown}; "
+                    f"it applies only to the shared modes {', '.join(sorted(SHARED_MODES))}",
+                    _label_path(labels.placement), advisory=True)
+
+
+def _cpu_policy(node: NodeInfo, subject: Subject) -> tuple[str, str]:
+    """The node's CPU manager policy and where it was read ("labels", "annotations", "kubelet").
+
+    The label or annotation on the object under review wins; else what the node's kubelet
+    reported through /configz, which the live state holds (opt-in, state.kubelet_configz).
+    """
+    key = subject.names.labels.cpu_manager_policy
+    for where, values in (("labels", node.labels), ("annotations", node.annotations)):
+        if values.get(key):
+            return values[key], where
+    known = subject.state.get_node(node.name) if subject.state is not None else None
+    if known is not None and known.kubelet_cpu_manager_policy:
+        return known.kubelet_cpu_manager_policy, "kubelet"
+    return "", ""
 
 
 @rule("GN002", severity="deny", seed="001, 002", kinds=NODE,
       title="No shared GPU mode on a node with the static CPU manager policy",
-      doc="Shared GPU scheduling does not support the kubelet's static CPU manager policy.")
-def no_shared_mode_with_static_cpu(subject: Subject) -> Found:
+      doc="Shared GPU scheduling does not support the kubelet's static CPU manager policy. The policy is "
+          "read from the node's label or annotation, else (opt-in) from its kubelet's /configz.")
+def no_shared_mode_with_static_cpu(subject: Subject) -> Iterator[Found]:
     node = _node(subject)
     mode = _mode(node, subject)
-    key = subject.names.labels.cpu_manager_policy
+    names = subject.names
+    key = names.labels.cpu_manager_policy
     if mode not in SHARED_MODES:
         return
-    if not cpu_manager_policy(node, subject.names):
+    policy, where = _cpu_policy(node, subject)
+    schedule_path = _label_path(names.labels.schedule)
+    if not policy:
         if _changed(subject, lambda n: _mode(n, subject)):
-            yield (f"Node {node.name}: {subject.names.labels.schedule}={mode}: the node's CPU manager policy is "
-                   f"unknown (no {key} label or annotation), so whether it is static, which shared GPU "
-                   f"scheduling does not support, cannot be checked; publish it as {key} "
-                   f"(docs/state.md, \"CPU manager policy\")", _label_path(subject.names.labels.schedule), "warn")
+            configz = subject.settings is not None and subject.settings.state.kubelet_configz.enabled
+            how = ("and its kubelet's /configz has not been read or could not be (see the gpushare_kubelet_"
+                   "configz metrics and the log)" if configz else
+                   "and reading it from the kubelet's /configz is off (state.kubelet_configz.enabled)")
+            yield Found(f"Node {node.name}: {names.labels.schedule}={mode}: the node's CPU manager policy is "
+                        f"unknown (no {key} label or annotation, {how}), so whether it is static, which shared GPU "
+                        f"scheduling does not support, cannot be checked; publish it as {key} "
+                        f"(docs/state.md, \"CPU manager policy\")", schedule_path, advisory=True)
         return
-    if cpu_manager_policy(node, subject.names) != "static":
+    if policy != "static":
         return
-    if _changed(subject, lambda n: (_mode(n, subject), cpu_manager_policy(n, subject.names))):
-        where = "labels" if node.labels.get(key) else "annotations"
-        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} on a node whose CPU manager policy is "
-               f"static ({key}=static); shared GPU scheduling needs policy none, or use "
-               f"{subject.names.labels.schedule}=default", ("metadata", where, key))
+    if _changed(subject, lambda n: (_mode(n, subject), _cpu_policy(n, subject))):
+        shown = f"{key}=static" if where != "kubelet" else "its kubelet's /configz says cpuManagerPolicy: static"
+        path = ("metadata", where, key) if where != "kubelet" else schedule_path
+        yield Found(f"Node {node.name}: {names.labels.schedule}={mode} on a node whose CPU manager policy is "
+                    f"static ({shown}); shared GPU scheduling needs policy none, or use "
+                    f"{names.labels.schedule}=default", path)
 
 
 @rule("GN003", severity="deny", seed="000, 002", kinds=NODE,
       title="The mode is available in the node's region",
       doc="cgpu and mps need a region with GPU memory isolation (002); core_mem a region with "
           "computing power allocation (000); share works in any region.")
-def mode_available_in_region(subject: Subject) -> Found:
+def mode_available_in_region(subject: Subject) -> Iterator[Found]:
     node = _node(subject)
     mode = _mode(node, subject)
     allowed = _catalog(subject).regions_for(mode)
@@ -135,15 +160,15 @@ def mode_available_in_region(subject: Subject) -> Found:
     path = _label_path(subject.names.labels.schedule)
     listed = ", ".join(sorted(allowed))
     if not region:
-        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} but the node shows no region "
-               f"({subject.names.labels.region} label or ECS provider ID), so it cannot be checked; "
-               f"{mode} works in {listed}", path, "warn")
+        yield Found(f"Node {node.name}: {subject.names.labels.schedule}={mode} but the node shows no region "
+                    f"({subject.names.labels.region} label or ECS provider ID), so it cannot be checked; "
+                    f"{mode} works in {listed}", path, advisory=True)
     elif region not in allowed:
         regions = {m: _catalog(subject).regions_for(m) for m in sorted(SHARED_MODES) if m != mode}
         other = [m for m, listed_for in regions.items() if listed_for is None or region in listed_for]
         hint = f"; in {region} use {' or '.join(other)}" if other else ""
-        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} is not available in region {region}; "
-               f"{mode} works in {listed}{hint}", path)
+        yield Found(f"Node {node.name}: {subject.names.labels.schedule}={mode} is not available in region {region}; "
+                    f"{mode} works in {listed}{hint}", path)
 
 
 @rule("GN004", severity="deny", seed="002", kinds=NODE,
@@ -151,7 +176,7 @@ def mode_available_in_region(subject: Subject) -> Found:
       doc="cGPU memory isolation works only on ECS instances: a node whose spec.providerID is not an "
           "ECS id (REGION.INSTANCEID such as cn-hangzhou.i-bp16uimj7fl6ze8q5rf3, bare or behind "
           "alicloud://) must not carry cgpu, core_mem or mps.")
-def isolation_only_on_ecs(subject: Subject) -> Found:
+def isolation_only_on_ecs(subject: Subject) -> Iterator[Found]:
     node = _node(subject)
     mode = _mode(node, subject)
     if mode not in ECS_ONLY_MODES or not _changed(subject, lambda n: (_mode(n, subject), n.provider_id)):
@@ -165,14 +190,14 @@ def isolation_only_on_ecs(subject: Subject) -> Found:
     waiting = not node.provider_id and isinstance(taints, list) and any(
         isinstance(t, dict) and t.get("key") == taint for t in taints)
     if waiting:
-        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} needs an ECS node, and the cloud "
-               f"provider has not set spec.providerID yet ({taint}); it is checked again when it does",
-               path, "warn")
+        yield Found(f"Node {node.name}: {subject.names.labels.schedule}={mode} needs an ECS node, and the cloud "
+                    f"provider has not set spec.providerID yet ({taint}); it is checked again when it does",
+                    path, advisory=True)
         return
     shown = node.provider_id or "empty"
-    yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} needs an ECS node (spec.providerID "
-           f"REGION.INSTANCEID, e.g. cn-hangzhou.i-bp16uimj7fl6ze8q5rf3, bare or behind alicloud://), but "
-           f"spec.providerID is {shown}; use {subject.names.labels.schedule}=share on non-ECS nodes", path)
+    yield Found(f"Node {node.name}: {subject.names.labels.schedule}={mode} needs an ECS node (spec.providerID "
+                f"REGION.INSTANCEID, e.g. cn-hangzhou.i-bp16uimj7fl6ze8q5rf3, bare or behind alicloud://), but "
+                f"spec.providerID is {shown}; use {subject.names.labels.schedule}=share on non-ECS nodes", path)
 
 
 @rule("GN005", severity="deny", seed="000, 002", kinds=NODE, operations=("UPDATE",),
@@ -181,7 +206,7 @@ def isolation_only_on_ecs(subject: Subject) -> Found:
           "denied, add the node to a core_mem node pool instead. Any other change of an existing node's "
           "GPU scheduling label warns: ACK advises against changing it with kubectl label (002). Nodes "
           "created with the label, and the configured node-pool identities, may.")
-def no_core_mem_by_relabel(subject: Subject) -> Found:
+def no_core_mem_by_relabel(subject: Subject) -> Iterator[Found]:
     old = _old_node(subject)
     node = _node(subject)
     if old is None:
@@ -194,19 +219,19 @@ def no_core_mem_by_relabel(subject: Subject) -> Found:
     schedule = subject.names.labels.schedule
     if after != "core_mem":
         if before:
-            yield (f"Node {node.name}: {schedule} {before} -> {after or 'unset'} relabels an existing node; ACK "
-                   f"advises against changing the GPU scheduling label with kubectl label (Manage the shared GPU "
-                   f"scheduling component): move the node to a node pool labelled {after or 'default'} instead",
-                   _label_path(schedule), "warn")
+            yield Found(f"Node {node.name}: {schedule} {before} -> {after or 'unset'} relabels an existing node; ACK "
+                        f"advises against changing the GPU scheduling label with kubectl label (Manage the shared GPU "
+                        f"scheduling component): move the node to a node pool labelled {after or 'default'} instead",
+                        _label_path(schedule), advisory=True)
         return
     before = _mode(old, subject) or "unset"
     who = subject.user.username or "an unnamed user"
     identities = [*policy.node_pool_users, *(f"group {g}" for g in policy.node_pool_groups)]
     allowed = ", ".join(identities) or "none configured"
-    yield (f"Node {node.name}: {subject.names.labels.schedule} {before} -> core_mem by {who} relabels an existing "
-           f"node, which does not enable computing power allocation; remove the node and add it to a node pool "
-           f"labelled core_mem (node-pool identities allowed to relabel: {allowed})",
-           _label_path(subject.names.labels.schedule))
+    yield Found(f"Node {node.name}: {subject.names.labels.schedule} {before} -> core_mem by {who} relabels an existing "
+                f"node, which does not enable computing power allocation; remove the node and add it to a node pool "
+                f"labelled core_mem (node-pool identities allowed to relabel: {allowed})",
+                _label_path(subject.names.labels.schedule))
 
 
 @rule("GN006", severity="deny", seed="project choice", kinds=NODE, operations=("UPDATE",), stateful=True,
@@ -216,7 +241,7 @@ def no_core_mem_by_relabel(subject: Subject) -> Found:
           "placed with (a node runs one mode; the others' resources drop to 0), so it is denied until "
           "the node is drained. Removing the label warns: it does not restore exclusive mode (use "
           "default).")
-def no_mode_change_under_pods(subject: Subject) -> Found:
+def no_mode_change_under_pods(subject: Subject) -> Iterator[Found]:
     old = _old_node(subject)
     node = _node(subject)
     if old is None:
@@ -227,8 +252,8 @@ def no_mode_change_under_pods(subject: Subject) -> Found:
         return
     path = _label_path(schedule)
     if schedule not in node.labels and before not in ("", "default"):
-        yield (f"Node {node.name}: removing {schedule}={before} does not restore exclusive GPU scheduling; set "
-               f"{schedule}=default explicitly", path, "warn")
+        yield Found(f"Node {node.name}: removing {schedule}={before} does not restore exclusive GPU scheduling; set "
+                    f"{schedule}=default explicitly", path, advisory=True)
     shown_before, shown_after = before or "unset", after or "unset"
     state = subject.usable_state("node_mode_change",
                                  f"Node {node.name}: {schedule} {shown_before} -> {shown_after} could not be "
@@ -236,9 +261,9 @@ def no_mode_change_under_pods(subject: Subject) -> Found:
     running = sorted(p.key for p in state.pods_on_node(node.name) if p.uses_gpu and not p.terminated)
     if running:
         shown = ", ".join(running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5 else "")
-        yield (f"Node {node.name}: {schedule} {shown_before} -> {shown_after} while {len(running)} GPU pod(s) run "
-               f"on it ({shown}); drain the node first, then change the mode (accepted: {schedule}={shown_before} "
-               f"until no GPU pods run there)", path)
+        yield Found(f"Node {node.name}: {schedule} {shown_before} -> {shown_after} while {len(running)} GPU pod(s) run "
+                    f"on it ({shown}); drain the node first, then change the mode (accepted: {schedule}={shown_before} "
+                    f"until no GPU pods run there)", path)
 
 
 @rule("GN007", severity="deny", seed="002", kinds=NODE,
@@ -246,7 +271,7 @@ def no_mode_change_under_pods(subject: Subject) -> Found:
       doc="Enabling cgpu, core_mem or mps checks kubelet, container runtime, OS image, NVIDIA driver "
           "and GPU series against the matrix of seed 002: known-incompatible values are denied, "
           "values the node does not show or the matrix does not know are warned about.")
-def components_fit_matrix(subject: Subject) -> Found:
+def components_fit_matrix(subject: Subject) -> Iterator[Found]:
     node = _node(subject)
     mode = _mode(node, subject)
     matrix = _catalog(subject).versions
@@ -257,12 +282,12 @@ def components_fit_matrix(subject: Subject) -> Found:
     bad = [m for m in found if m.status == "incompatible"]
     unknown = [m for m in found if m.status == "unknown"]
     if bad:
-        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} on incompatible components: "
-               + "; ".join(m.message for m in bad), path)
+        yield Found(f"Node {node.name}: {subject.names.labels.schedule}={mode} on incompatible components: "
+                    + "; ".join(m.message for m in bad), path)
     if unknown:
-        yield (f"Node {node.name}: {subject.names.labels.schedule}={mode}: could not confirm "
-               f"{', '.join(m.component for m in unknown)} against the version matrix: "
-               + "; ".join(m.message for m in unknown), path, "warn")
+        yield Found(f"Node {node.name}: {subject.names.labels.schedule}={mode}: could not confirm "
+                    f"{', '.join(m.component for m in unknown)} against the version matrix: "
+                    + "; ".join(m.message for m in unknown), path, advisory=True)
 
 
 def shows_mps_daemon(node: NodeInfo, keys: tuple[str, ...]) -> bool:
@@ -276,7 +301,7 @@ def shows_mps_daemon(node: NodeInfo, keys: tuple[str, ...]) -> bool:
 @rule("GN008", severity="warn", seed="003", kinds=NODE,
       title="mps nodes show the MPS control daemon",
       doc="The mps mode needs the MPS Control Daemon component; warn when the node does not show it.")
-def mps_needs_daemon(subject: Subject) -> Found:
+def mps_needs_daemon(subject: Subject) -> Iterator[Found]:
     node = _node(subject)
     keys = _policy(subject).mps_daemon_keys
     if _mode(node, subject) != "mps" or not keys:
@@ -284,6 +309,6 @@ def mps_needs_daemon(subject: Subject) -> Found:
     if shows_mps_daemon(node, keys) or not _changed(subject, lambda n: (_mode(n, subject),
                                                                           shows_mps_daemon(n, keys))):
         return
-    yield (f"Node {node.name}: {subject.names.labels.schedule}=mps but the node does not show the MPS control "
-           f"daemon (label or annotation {' or '.join(keys)}); install the MPS Control Daemon component",
-           _label_path(subject.names.labels.schedule))
+    yield Found(f"Node {node.name}: {subject.names.labels.schedule}=mps but the node does not show the MPS control "
+                f"daemon (label or annotation {' or '.join(keys)}); install the MPS Control Daemon component",
+                _label_path(subject.names.labels.schedule))

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from ..cluster import PodInfo, pod_from_manifest
 from ..placement import PodDemand, demand_from_containers, placement_problems
 from ..resources import Path
-from .base import Check, StateUnavailable, Subject, rule
+from .base import Check, Found, StateUnavailable, Subject, rule
+
+PLACEMENT = "placement"
 
 PLACED_KINDS = ("Binding", "Pod")
 SWITCH = "placement"
-Found = Iterator[tuple[str, Path]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,7 @@ def placement_of(subject: Subject) -> Placement | None:
     (worked out once per subject: the engine, the rule family test and the check all ask)."""
     if "placement_of" not in subject.memo:
         subject.memo["placement_of"] = _find_placement(subject)
-    return subject.memo["placement_of"]
+    return cast("Placement | None", subject.memo["placement_of"])
 
 
 def _find_placement(subject: Subject) -> Placement | None:
@@ -57,7 +58,7 @@ def _find_placement(subject: Subject) -> Placement | None:
     name = subject.metadata.get("name")
     if not isinstance(node, str) or not node or not isinstance(name, str) or not name:
         return None
-    return Placement(subject.ns or "default", name, node, path)
+    return Placement(subject.namespace or "default", name, node, path)
 
 
 def is_placement(subject: Subject) -> bool:
@@ -99,7 +100,7 @@ class Checked:
 def _problems(subject: Subject) -> Checked | None:
     """The placement check, computed once per subject; None when there is nothing to check."""
     if "placement" in subject.memo:
-        return subject.memo["placement"]
+        return cast("Checked | None", subject.memo["placement"])
     found = None
     where = placement_of(subject)
     if where is not None:
@@ -151,13 +152,15 @@ def _demand_text(subject: Subject, demand: PodDemand) -> str:
     return ", ".join(parts)
 
 
-def placement_rule(rule_id: str, *, seed: str, title: str, doc: str) -> Callable[[Check], Check]:
-    """Register a GB rule: denies, judges Binding and Pod CREATEs that place a pod, needs state."""
+def placement_rule(rule_id: str, *, seed: str, title: str, doc: str,
+                   unresolvable: bool = False) -> Callable[[Check], Check]:
+    """Register a GB rule: denies, judges Binding and Pod CREATEs that place a pod, needs state.
+    ``unresolvable``: no eviction makes the node take the pod (the scheduler extender says so)."""
     return rule(rule_id, severity="deny", seed=seed, kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
-                applies=is_placement, title=title, doc=doc)
+                applies=is_placement, title=title, doc=doc, family=PLACEMENT, unresolvable=unresolvable)
 
 
-def _report(subject: Subject, rule_id: str) -> Found:
+def _report(subject: Subject, rule_id: str) -> Iterator[Found]:
     found = _problems(subject)
     if found is None:
         return
@@ -166,41 +169,42 @@ def _report(subject: Subject, rule_id: str) -> Found:
         if found_rule == rule_id:
             demand = _demand_text(subject, found.demand)
             # The message names the node already.
-            yield f"{subject.kind} {where.pod_key} ({demand}): {message}; {_accepted(rule_id, demand)}", where.path
+            yield Found(f"{subject.kind} {where.pod_key} ({demand}): {message}; {_accepted(rule_id, demand)}",
+                        where.path)
 
 
 @placement_rule("GB001", seed="000",
                 title="No mem-only and core+mem pods on one node",
                 doc="cGPU cannot run pods that request only GPU memory beside pods that request memory and "
                     "compute on one node; bindings this webhook admitted but the watch has not shown count too.")
-def no_job_type_mixing_on_node(subject: Subject) -> Found:
+def no_job_type_mixing_on_node(subject: Subject) -> Iterator[Found]:
     return _report(subject, "GB001")
 
 
-@placement_rule("GB002", seed="003",
+@placement_rule("GB002", seed="003", unresolvable=True,
                 title="The node's mode takes the pod",
                 doc="core+mem pods only on core_mem nodes; shared-GPU pods only on shared-mode nodes; "
                     "topology nodes take only topology workloads.")
-def node_mode_takes_pod(subject: Subject) -> Found:
+def node_mode_takes_pod(subject: Subject) -> Iterator[Found]:
     return _report(subject, "GB002")
 
 
 @placement_rule("GB003", seed="002",
                 title="At most 20 pods per GPU card on cgpu, core_mem and mps nodes",
                 doc="cGPU cannot create more than 20 instances on one card; the 21st pod fails to start.")
-def pods_per_card_limit(subject: Subject) -> Found:
+def pods_per_card_limit(subject: Subject) -> Iterator[Found]:
     return _report(subject, "GB003")
 
 
 @placement_rule("GB004", seed="000, 003",
                 title="GPU memory and compute fit a card",
                 doc="Every container's gpu-mem (and gpu-core.percentage) must fit on one card of the node.")
-def fits_a_card(subject: Subject) -> Found:
+def fits_a_card(subject: Subject) -> Iterator[Found]:
     return _report(subject, "GB004")
 
 
-@placement_rule("GB005", seed="001, 002",
+@placement_rule("GB005", seed="001, 002", unresolvable=True,
                 title="No shared-GPU pod on a node with the static CPU policy",
                 doc="Shared GPU scheduling does not support nodes whose CPU manager policy is static.")
-def no_static_cpu_node(subject: Subject) -> Found:
+def no_static_cpu_node(subject: Subject) -> Iterator[Found]:
     return _report(subject, "GB005")

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
+from typing import cast
 
 from ..cards import MAX_CARD_GIB
 from ..near_miss import NearMiss, near_misses
-from ..resources import POD_SPEC_PATHS, ContainerRequest, Path, ResourceValue
+from ..resources import POD_SPEC_PATHS, ContainerRequest, ResourceValue
 from ..settings import NearMissSettings
-from .base import Subject, rule
+from .base import Found, Subject, rule
 
 POD_KINDS = tuple(POD_SPEC_PATHS)
-Found = Iterator[tuple[str, Path]]
 
 CORE_STEP, CORE_MIN, CORE_MAX = 5, 5, 100
 _UNIT_SCALE = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
@@ -75,7 +75,7 @@ def core_accepted(value: Decimal | None) -> bool:
       title="GPU core percentage is a multiple of 5 in 5..100",
       doc="aliyun.com/gpu-core.percentage must be an integer multiple of 5 from 5 to 100; "
           "any other value makes the job unschedulable.")
-def core_percentage_step(subject: Subject) -> Found:
+def core_percentage_step(subject: Subject) -> Iterator[Found]:
     core = subject.names.resources.gpu_core
     for container in subject.containers:
         for value in _written_values(container, core):
@@ -83,22 +83,22 @@ def core_percentage_step(subject: Subject) -> Found:
                 continue
             why = (f"is not a quantity ({value.error})" if value.quantity is None
                    else f"is not a multiple of {CORE_STEP} in {CORE_MIN}..{CORE_MAX}")
-            yield (f"{subject.where(container)}: {core}={_raw(value)} {why}; "
-                   f"{core_suggestion(value.quantity)}", value.path)
+            yield Found(f"{subject.where(container)}: {core}={_raw(value)} {why}; "
+                        f"{core_suggestion(value.quantity)}", value.path)
 
 
 @rule("GS002", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core,
       title="GPU core percentage comes with GPU memory",
       doc="A container that requests aliyun.com/gpu-core.percentage must also request "
           "aliyun.com/gpu-mem: compute is allocated on the card its memory is placed on.")
-def core_needs_memory(subject: Subject) -> Found:
+def core_needs_memory(subject: Subject) -> Iterator[Found]:
     core, mem = subject.names.resources.gpu_core, subject.names.resources.gpu_mem
     for container in subject.containers:
         if container.has(core) and not container.has(mem):
             value = container.value(core)
             assert value is not None
-            yield (f"{subject.where(container)}: {core}={_raw(value)} is requested without {mem}; "
-                   f"add limits.{mem} with a whole number of GiB (1 or more)", value.path)
+            yield Found(f"{subject.where(container)}: {core}={_raw(value)} is requested without {mem}; "
+                        f"add limits.{mem} with a whole number of GiB (1 or more)", value.path)
 
 
 def mem_suggestion(value: ResourceValue) -> str:
@@ -123,7 +123,7 @@ def mem_suggestion(value: ResourceValue) -> str:
       title="GPU memory is a positive whole number of GiB",
       doc="aliyun.com/gpu-mem counts GiB as a whole number >= 1 and at most 1024 (no card is "
           "larger); a unit suffix such as 2Gi is refused because the unit is already GiB.")
-def memory_whole_gib(subject: Subject) -> Found:
+def memory_whole_gib(subject: Subject) -> Iterator[Found]:
     mem = subject.names.resources.gpu_mem
     for container in subject.containers:
         for value in _written_values(container, mem):
@@ -131,14 +131,14 @@ def memory_whole_gib(subject: Subject) -> Found:
             if count is not None and count <= MAX_CARD_GIB:
                 continue
             if count is not None:
-                yield (f"{subject.where(container)}: {mem}={_raw(value)} is larger than any GPU card "
-                       f"(at most {MAX_CARD_GIB} GiB); ask for the GiB the container uses on one card",
-                       value.path)
+                yield Found(f"{subject.where(container)}: {mem}={_raw(value)} is larger than any GPU card "
+                            f"(at most {MAX_CARD_GIB} GiB); ask for the GiB the container uses on one card",
+                            value.path)
                 continue
             why = ("carries a unit, but the resource already counts GiB" if value.has_unit
                    else "is not a whole number of GiB >= 1")
-            yield (f"{subject.where(container)}: {mem}={_raw(value)} {why}; {mem_suggestion(value)}",
-                   value.path)
+            yield Found(f"{subject.where(container)}: {mem}={_raw(value)} {why}; {mem_suggestion(value)}",
+                        value.path)
 
 
 @rule("GS004", severity="deny", seed="Kubernetes", kinds=POD_KINDS, applies=requests_gpu_resources,
@@ -148,7 +148,7 @@ def memory_whole_gib(subject: Subject) -> Found:
           "the limit, and a request needs a limit. The API server refuses such a pod, or a workload whose "
           "pod template breaks it, before validating webhooks run; the rule serves gpushare check and "
           "/dry-run, which see manifests the API server has not.")
-def requests_equal_limits(subject: Subject) -> Found:
+def requests_equal_limits(subject: Subject) -> Iterator[Found]:
     r = subject.names.resources
     for container in subject.containers:
         for resource in (r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive):
@@ -157,14 +157,14 @@ def requests_equal_limits(subject: Subject) -> Found:
                 continue
             limit = container.limits.get(resource)
             if limit is None:
-                yield (f"{subject.where(container)}: requests.{resource}={_raw(request)} has no limit; "
-                       f"set limits.{resource}: {_raw(request)} (extended resources need a limit)",
-                       request.path)
+                yield Found(f"{subject.where(container)}: requests.{resource}={_raw(request)} has no limit; "
+                            f"set limits.{resource}: {_raw(request)} (extended resources need a limit)",
+                            request.path)
             elif request.quantity is not None and limit.quantity is not None \
                     and request.quantity != limit.quantity:
-                yield (f"{subject.where(container)}: requests.{resource}={_raw(request)} differs from "
-                       f"limits.{resource}={_raw(limit)}; set the request to {_raw(limit)} "
-                       f"or leave it out", request.path)
+                yield Found(f"{subject.where(container)}: requests.{resource}={_raw(request)} differs from "
+                            f"limits.{resource}={_raw(limit)}; set the request to {_raw(limit)} "
+                            f"or leave it out", request.path)
 
 
 def _names(containers: list[ContainerRequest]) -> str:
@@ -175,21 +175,21 @@ def _names(containers: list[ContainerRequest]) -> str:
       title="No mem-only and core+mem containers in one pod",
       doc="cGPU cannot run jobs that request only GPU memory beside jobs that request memory "
           "and compute on one node, so one pod must not mix the two.")
-def no_job_type_mixing(subject: Subject) -> Found:
+def no_job_type_mixing(subject: Subject) -> Iterator[Found]:
     core, mem = subject.names.resources.gpu_core, subject.names.resources.gpu_mem
     mem_only = [c for c in subject.containers if c.has(mem) and not c.has(core)]
     core_mem = [c for c in subject.containers if c.has(mem) and c.has(core)]
     if mem_only and core_mem:
-        yield (f"{subject.label} mixes mem-only containers ({_names(mem_only)}) with core+mem containers "
-               f"({_names(core_mem)}); give every GPU container {core} or none of them",
-               mem_only[0].path)
+        yield Found(f"{subject.label} mixes mem-only containers ({_names(mem_only)}) with core+mem containers "
+                    f"({_names(core_mem)}); give every GPU container {core} or none of them",
+                    mem_only[0].path)
 
 
 @rule("GS006", severity="deny", seed="003", kinds=POD_KINDS, applies=asks_whole_gpus,
       title="Exclusive and shared GPU resources are not mixed",
       doc="A node runs one GPU scheduling mode: a pod cannot ask for whole GPUs "
           "(nvidia.com/gpu, aliyun.com/gpu) and shared GPU resources together.")
-def no_exclusive_and_shared(subject: Subject) -> Found:
+def no_exclusive_and_shared(subject: Subject) -> Iterator[Found]:
     r = subject.names.resources
     whole = (r.gpu_exclusive, r.gpu_topology)
     shared = (r.gpu_mem, r.gpu_core)
@@ -198,15 +198,15 @@ def no_exclusive_and_shared(subject: Subject) -> Found:
     for container in exclusive_users:
         if container in shared_users:
             asked = [w for w in whole if container.has(w)] + [s for s in shared if container.has(s)]
-            yield (f"{subject.where(container)}: requests {' and '.join(asked)} together; "
-                   f"use whole GPUs ({' or '.join(whole)}) or shared GPU ({r.gpu_mem}), not both",
-                   container.path)
+            yield Found(f"{subject.where(container)}: requests {' and '.join(asked)} together; "
+                        f"use whole GPUs ({' or '.join(whole)}) or shared GPU ({r.gpu_mem}), not both",
+                        container.path)
     only_exclusive = [c for c in exclusive_users if c not in shared_users]
     only_shared = [c for c in shared_users if c not in exclusive_users]
     if only_exclusive and only_shared:
-        yield (f"{subject.label} has containers with whole GPUs ({_names(only_exclusive)}) and containers "
-               f"with shared GPU ({_names(only_shared)}); a node runs one GPU mode, so use one kind",
-               only_exclusive[0].path)
+        yield Found(f"{subject.label} has containers with whole GPUs ({_names(only_exclusive)}) and containers "
+                    f"with shared GPU ({_names(only_shared)}); a node runs one GPU mode, so use one kind",
+                    only_exclusive[0].path)
 
 
 def _near_misses(subject: Subject) -> list[NearMiss]:
@@ -214,7 +214,7 @@ def _near_misses(subject: Subject) -> list[NearMiss]:
         spec, base = subject.pod_spec
         settings = subject.settings.near_miss if subject.settings is not None else NearMissSettings()
         subject.memo["near_misses"] = near_misses(spec, base, subject.names, settings)
-    return subject.memo["near_misses"]
+    return cast("list[NearMiss]", subject.memo["near_misses"])
 
 
 def names_a_near_miss(subject: Subject) -> bool:
@@ -228,12 +228,12 @@ def names_a_near_miss(subject: Subject) -> bool:
           "aliyun.com/gpu-core-percentage is valid to Kubernetes but offered by no node, so the pod "
           "would stay Pending forever (project choice: deny it and name the resource meant). Real "
           "Alibaba resources (near_miss.allowed, e.g. aliyun.com/fpga) are never near misses.")
-def no_near_miss_names(subject: Subject) -> Found:
+def no_near_miss_names(subject: Subject) -> Iterator[Found]:
     noun = {"initContainers": "init container", "containers": "container"}
     for miss in _near_misses(subject):
         section = miss.path[-2]
-        yield (f'{subject.label} {noun.get(miss.group, "container")} "{miss.container}": '
-               f"{section}.{miss.key} is not a resource any node offers, so the pod would stay Pending "
-               f"forever; did you mean {miss.meant}? (accepted: {subject.names.resources.gpu_mem}, "
-               f"{subject.names.resources.gpu_core}; a real resource of that name can be listed in "
-               f"near_miss.allowed)", miss.path)
+        yield Found(f'{subject.label} {noun.get(miss.group, "container")} "{miss.container}": '
+                    f"{section}.{miss.key} is not a resource any node offers, so the pod would stay Pending "
+                    f"forever; did you mean {miss.meant}? (accepted: {subject.names.resources.gpu_mem}, "
+                    f"{subject.names.resources.gpu_core}; a real resource of that name can be listed in "
+                    f"near_miss.allowed)", miss.path)

@@ -90,6 +90,9 @@ def _note(message: str) -> None:
               help=f"YAML config file (default {DEFAULT_CONFIG} when present): rules, severities, names.")
 @click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
               help="Cluster state (`kubectl get nodes,pods -A -o yaml`): also run placement and node rules.")
+@click.option("--namespace-labels", type=click.Path(dir_okay=False, path_type=Path),
+              help="Namespace labels, to judge exemptions as the webhook does: `kubectl get namespaces -o yaml`"
+                   " or a mapping {namespace: {label: value}} (a --snapshot's Namespaces are read too).")
 @click.option("-n", "--namespace", default="default", show_default=True,
               help="Namespace of namespaced objects that name none, as kubectl apply would use.")
 @click.option("--exclude", multiple=True, metavar="GLOB",
@@ -99,14 +102,16 @@ def _note(message: str) -> None:
 @click.option("--color", type=click.Choice(("auto", "always", "never")), default="auto", show_default=True,
               help="Colour the text output (auto: on a terminal, unless NO_COLOR is set).")
 def check(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | None, snapshot: Path | None,
-          namespace: str, exclude: tuple[str, ...], stdin_filename: str, color: str) -> None:
+          namespace_labels: Path | None, namespace: str, exclude: tuple[str, ...], stdin_filename: str,
+          color: str) -> None:
     """Check Kubernetes manifests against the webhook's rules, offline.
 
     PATH is a file, a directory (searched recursively for *.yaml, *.yml, *.json) or `-` for
     standard input, e.g. `helm template ./chart | gpushare check -`.
     """
     try:
-        code = _run(paths, fmt, fail_on, config, snapshot, namespace, exclude, stdin_filename, color)
+        code = _run(paths, fmt, fail_on, config, snapshot, namespace, exclude, stdin_filename, color,
+                    namespace_labels)
     except click.ClickException:
         raise
     except BrokenPipeError:  # `gpushare check ... | head`: the reader left, nothing more to say
@@ -123,7 +128,8 @@ def check(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | 
 
 
 def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | None, snapshot: Path | None,
-         namespace: str, exclude: tuple[str, ...], stdin_filename: str, color: str) -> int:
+         namespace: str, exclude: tuple[str, ...], stdin_filename: str, color: str,
+         namespace_labels: Path | None = None) -> int:
     from policies.engine import Engine
     from webhook.documents.manifests import ManifestError
     from webhook.documents.sources import STDIN, select_files
@@ -136,7 +142,8 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
     except ValueError as exc:  # the config names rules that do not exist
         raise InputFailure(f"{config_path(config)}: {exc}") from None
     state, known_nodes = _load_snapshot(snapshot, settings) if snapshot is not None else (None, {})
-    checker = Checker(engine, state, known_nodes, namespace)
+    namespaces = _load_namespace_labels(namespace_labels) if namespace_labels is not None else None
+    checker = Checker(engine, state, known_nodes, namespace, namespaces)
     try:
         selection = select_files(paths, (*settings.check.exclude, *exclude))
     except ManifestError as exc:
@@ -168,3 +175,32 @@ def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, 
              if item.get("kind") == "Node" and isinstance(item.get("metadata"), dict)
              and isinstance(item["metadata"].get("name"), str)}
     return snapshot_from_objects(items, settings.names), nodes
+
+
+def _load_namespace_labels(path: Path) -> Any:
+    """Namespace labels from Namespace objects or a {namespace: {label: value}} mapping."""
+    from policies.grants import StaticNamespaces
+    from webhook.state.snapshot import SnapshotError, snapshot_objects
+
+    try:
+        items = snapshot_objects(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFailure(f"{path}: cannot read namespace labels: {exc}") from None
+    except SnapshotError as exc:
+        raise InputFailure(str(exc)) from None
+    if not items:
+        raise InputFailure(f"{path}: holds no Namespace objects and no mapping of namespace to labels")
+    labels: dict[str, dict[str, str]] = {}
+    for item in items:
+        if item.get("kind") == "Namespace":
+            meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+            found = meta.get("labels") or {}
+            if isinstance(meta.get("name"), str) and isinstance(found, dict):
+                labels[meta["name"]] = {str(k): str(v) for k, v in found.items()}
+                continue
+        elif "kind" not in item and all(isinstance(v, dict) or v is None for v in item.values()):
+            labels.update({str(ns): {str(k): str(v) for k, v in (found or {}).items()} for ns, found in item.items()})
+            continue
+        raise InputFailure(f"{path}: expected Namespace objects or a mapping of namespace to labels, got "
+                           f"{item.get('kind') or type(item).__name__}")
+    return StaticNamespaces(labels)

@@ -14,6 +14,7 @@ from webhook.cli.check import check
 from webhook.cli.dashboard import dashboard
 from webhook.cli.explain import explain
 from webhook.cli.inspect import inspect
+from webhook.cli.policy import policy
 from webhook.cli.rules import rules
 from webhook.cli.score import score
 from webhook.cli.serve import serve
@@ -25,7 +26,7 @@ def main() -> None:
     """Admission webhook, policy checks and node scoring for shared-GPU Kubernetes clusters."""
 
 
-for command in (serve, check, rules, score, certs, inspect, audit, explain, dashboard):
+for command in (serve, check, rules, score, certs, inspect, audit, explain, dashboard, policy):
     main.add_command(command)
 
 

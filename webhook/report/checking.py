@@ -14,6 +14,7 @@ from typing import Any
 
 from policies.cluster import ClusterState
 from policies.engine import Engine
+from policies.grants import NamespaceLabels
 from policies.resources import ShapeError, render_path
 from policies.rules.base import Finding
 from policies.settings import Severity
@@ -145,9 +146,12 @@ class Checker:
     """Judges manifests with one engine and, optionally, one cluster state."""
 
     def __init__(self, engine: Engine, state: ClusterState | None = None,
-                 known_nodes: dict[str, dict[str, Any]] | None = None, namespace: str = "default") -> None:
+                 known_nodes: dict[str, dict[str, Any]] | None = None, namespace: str = "default",
+                 namespaces: NamespaceLabels | None = None) -> None:
         self.engine = engine
         self.state = state
+        # Namespace labels (who allows annotation exemptions); else the snapshot's, if it has any.
+        self.namespaces = namespaces
         # Raw Node objects of the snapshot: a Node manifest with one of these names is judged
         # as an UPDATE of it, the way the webhook would see the change.
         self.known_nodes = known_nodes or {}
@@ -183,16 +187,17 @@ class Checker:
         namespace = "" if kind in CLUSTER_SCOPED else self.namespace
         old = self.known_nodes.get(_name(obj)) if kind == "Node" else None
         subject = self.engine.subject(kind, obj, operation="UPDATE" if old is not None else "CREATE",
-                                      namespace=namespace, old=old, state=self.state)
+                                      namespace=namespace, old=old, state=self.state,
+                                      namespaces=self.namespaces)
         verdict = self.engine.validate(subject)
 
         def locate(finding: Finding, reason: str = "") -> Located:
             return Located(finding, manifest.source, manifest.line_of(finding.path), manifest.line,
-                           subject.label, kind, subject.name, subject.ns, reason)
+                           subject.label, kind, subject.name, subject.namespace, reason)
 
         return CheckedObject(manifest.source, manifest.line, subject.label,
                              [locate(f) for f in verdict.findings],
-                             [locate(f, verdict.exemption_reason) for f in verdict.exempted])
+                             [locate(f, _exemption_note(verdict)) for f in verdict.exempted])
 
     def check_paths(self, paths: list[tuple[str, str]]) -> Iterator[FileResult]:
         """Judge (path, source name) pairs in order; large inputs fan out over the CPUs."""
@@ -239,6 +244,14 @@ def _worker_count(paths: list[tuple[str, str]]) -> int:
     if total < PARALLEL_MIN_BYTES:
         return 1
     return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8)
+
+
+def _exemption_note(verdict: Any) -> str:
+    """The reason shown with an exempted finding, naming a config grant when one set it aside."""
+    sources = [s for s in verdict.exempted_by if s != "annotation"]
+    if len(verdict.exempted_by) == 1 and sources:
+        return f"{verdict.exemption_reason} [{sources[0]}]"
+    return verdict.exemption_reason
 
 
 def _name(obj: dict[str, Any]) -> str:

@@ -62,14 +62,21 @@ class Observer:
     def _answered(self, endpoint: str, fields: dict[str, Any], allowed: bool, notes: dict[str, str],
                   seconds: float, when: float) -> None:
         denied, warned, patched = _ids(notes, "denied"), _ids(notes, "warned"), _ids(notes, "patched")
+        exempted = _ids(notes, "exempted")
         decision = "allowed" if allowed else "denied"
         self.metrics.count_request(endpoint, fields["kind"], fields["operation"], decision, seconds)
         self.metrics.count_rules(denied, warned, patched)
+        if exempted:
+            self.metrics.count_exemptions(exempted, fields["namespace"])
         if self.request_log is not None and self.request_log.enabled():
-            self.request_log.write({"message": "admission", "endpoint": endpoint, **fields,
-                                    "decision": decision, "rules": _ids(notes, "rules"), "denied": denied,
-                                    "warned": warned, "patched": patched, "status": 200,
-                                    "duration_ms": round(seconds * 1000, 3)}, when)
+            line = {"message": "admission", "endpoint": endpoint, **fields,
+                    "decision": decision, "rules": _ids(notes, "rules"), "denied": denied,
+                    "warned": warned, "patched": patched, "status": 200,
+                    "duration_ms": round(seconds * 1000, 3)}
+            if exempted:  # every honoured exemption is visible: ids, on whose word, the reason
+                line.update(exempted=exempted, exempted_by=_ids(notes, "exempted_by"),
+                            exemption_reason=notes.get("exemption_reason", "")[:MAX_REASON])
+            self.request_log.write(line, when)
 
     def served(self, endpoint: str, seconds: float) -> None:
         """/dry-run or a scheduler extender call was answered (outcome ``ok``)."""

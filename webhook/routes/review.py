@@ -107,8 +107,9 @@ def audit_annotations(verdict: Verdict | None, allowed: bool) -> dict[str, str]:
         for key, ids in by_effect.items():
             if ids:
                 notes[key] = ",".join(dict.fromkeys(ids))
-        if verdict.exempted:  # exemptions leave an audit trail, with the reason given
+        if verdict.exempted:  # exemptions leave an audit trail: the reason given, and on whose word
             notes["exemption_reason"] = verdict.exemption_reason
+            notes["exempted_by"] = ",".join(verdict.exempted_by)
     return notes
 
 

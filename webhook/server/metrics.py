@@ -80,6 +80,19 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily("gpushare_state_last_event_age_seconds",
                                     "Seconds since the last watch event (snapshot: since load).",
                                     value=status.age_seconds() or 0.0)
+        configz = status.configz
+        if configz is not None:  # the opt-in kubelet /configz reader (state.kubelet_configz)
+            reads = CounterMetricFamily("gpushare_kubelet_configz_reads", "Reads of kubelets' /configz through the "
+                                        "API server's node proxy, by result.", labels=["result"])
+            reads.add_metric(["ok"], configz.reads_ok)
+            reads.add_metric(["failed"], configz.reads_failed)
+            yield reads
+            nodes = GaugeMetricFamily("gpushare_kubelet_configz_nodes", "GPU nodes without the CPU manager policy "
+                                      "label, by the policy their kubelet reported (unread: not read, or the "
+                                      "read failed, so the policy is unknown).", labels=["policy"])
+            for policy, count in configz.by_outcome().items():
+                nodes.add_metric([policy], count)
+            yield nodes
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -136,6 +149,10 @@ class Metrics:
                                 registry=r)
         self.patches = Counter("gpushare_patches", "Answers carrying a JSON patch, by mutation id.", ["mutation"],
                                registry=r)
+        # Namespace is a label here: exemptions are honoured only in namespaces an admin allowed or
+        # named in a grant, so the set stays as small as the admins keep it.
+        self.exemptions = Counter("gpushare_exemptions", "Answers in which an honoured exemption set a rule "
+                                  "aside, by rule id and namespace.", ["rule", "namespace"], registry=r)
         self.in_flight = Gauge("gpushare_in_flight_requests", "Requests being handled by a worker thread.",
                                registry=r)
         self.waiting = Gauge("gpushare_waiting_requests", "Connections with a request waiting for a worker thread.",
@@ -183,6 +200,10 @@ class Metrics:
             self._child(self.warnings, rule_id).inc()
         for mutation_id in patched:
             self._child(self.patches, mutation_id).inc()
+
+    def count_exemptions(self, rule_ids: Iterable[str], namespace: str) -> None:
+        for rule_id in rule_ids:
+            self._child(self.exemptions, rule_id, namespace).inc()
 
     def exposition(self) -> bytes:
         for fn in self._before_scrape:

@@ -86,10 +86,19 @@ class NodeSystemInfo(TypedDict, total=False):
     kubeletVersion: str
     containerRuntimeVersion: str
     osImage: str
+    bootID: str
+
+
+class NodeCondition(TypedDict, total=False):
+    type: str
+    status: str
+    lastTransitionTime: str
 
 
 class NodeStatus(TypedDict, total=False):
     addresses: list[NodeAddress]
+    # Signs of a kubelet restart (boot ID, Ready transitions) for the opt-in /configz reader.
+    conditions: list[NodeCondition]
     allocatable: dict[str, Any]
     capacity: dict[str, Any]
     nodeInfo: NodeSystemInfo
@@ -99,6 +108,19 @@ class Node(TypedDict, total=False):
     metadata: NodeMeta
     spec: NodeSpec
     status: NodeStatus
+    code: int
+    reason: str
+    message: str
+
+
+class NamespaceMeta(TypedDict, total=False):
+    name: str
+    resourceVersion: str
+    labels: dict[str, str]
+
+
+class Namespace(TypedDict, total=False):
+    metadata: NamespaceMeta
     code: int
     reason: str
     message: str
@@ -127,4 +149,5 @@ class Decoders:
 
 NODE_DECODERS = Decoders(Node)
 POD_DECODERS = Decoders(Pod)
+NAMESPACE_DECODERS = Decoders(Namespace)
 DecodeError = msgspec.DecodeError

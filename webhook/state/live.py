@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +43,10 @@ from policies.cluster import (
 from policies.resources import watched_resources
 from policies.settings import Names, StateSettings
 from webhook.state.kube_client import KubeConfigError, api_client
-from webhook.state.kube_schema import NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
+from webhook.state.kube_schema import NAMESPACE_DECODERS, NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
+from webhook.state.kubelet_config import Fetch, KubeletConfigReader, kubelet_signature
 from webhook.state.paging import list_pages
-from webhook.state.status import StateStatus
+from webhook.state.status import ConfigzStatus, StateStatus
 
 log = logging.getLogger("gpushare.state")
 
@@ -271,7 +272,8 @@ class LiveClusterState:
     """A ClusterState kept current by list + watch; starts its threads on ``start()``."""
 
     def __init__(self, api: k8s.CoreV1Api, names: Names, settings: StateSettings,
-                 clock: Callable[[], float] = time.monotonic, status: StateStatus | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, status: StateStatus | None = None,
+                 configz: Fetch | None = None) -> None:
         self.snapshot = ClusterSnapshot()
         self.status = status
         self.names = names
@@ -280,6 +282,15 @@ class LiveClusterState:
         self._clock = clock
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        # A node's record is replaced by the watch and by the /configz reader: one at a time.
+        self._node_lock = threading.Lock()
+        self.kubelet: KubeletConfigReader | None = None
+        if configz is not None:
+            configz_status = ConfigzStatus()
+            if status is not None:
+                status.configz = configz_status
+            self.kubelet = KubeletConfigReader(configz, names, settings.kubelet_configz, self._kubelet_read,
+                                               configz_status, clock)
         self.nodes_reflector = Reflector(Resource(
             "nodes", api.list_node, NODE_DECODERS, self._apply_node,
             lambda: {n.name for n in self.snapshot.nodes()},
@@ -288,6 +299,12 @@ class LiveClusterState:
         self.pods_reflector = Reflector(Resource(
             "pods", api.list_pod_for_all_namespaces, POD_DECODERS, self._apply_pod, self.snapshot.pod_keys,
             _pod_key, lambda key: self.snapshot.remove_pod(*key.split("/", 1)),
+        ), settings, self._stop, clock, self._changed)
+        # Namespace labels say where annotation exemptions are allowed (policies/grants.py).
+        self.namespaces_reflector = Reflector(Resource(
+            "namespaces", api.list_namespace, NAMESPACE_DECODERS, self._apply_namespace,
+            self.snapshot.namespace_names, lambda obj: (obj.get("metadata") or {}).get("name", ""),
+            self.snapshot.remove_namespace,
         ), settings, self._stop, clock, self._changed)
 
     def _changed(self) -> None:
@@ -298,16 +315,44 @@ class LiveClusterState:
                 self.status.synced()
 
     @property
-    def reflectors(self) -> tuple[Reflector, Reflector]:
+    def reflectors(self) -> tuple[Reflector, Reflector, Reflector]:
+        return self.nodes_reflector, self.pods_reflector, self.namespaces_reflector
+
+    @property
+    def placement_reflectors(self) -> tuple[Reflector, Reflector]:
+        """What the stateful rules read (availability); Namespaces only gate exemptions."""
         return self.nodes_reflector, self.pods_reflector
 
     # -- applying objects ------------------------------------------------------------------
     def _apply_node(self, kind: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
+        kubelet = self.kubelet
         if kind == "DELETED":
             self.snapshot.remove_node(name)
+            if kubelet is not None:
+                kubelet.forget(name)
+            return
+        node = node_from_manifest(obj, self.names)
+        if kubelet is None:
+            self.snapshot.upsert_node(node)
+            return
+        kubelet.observe(node, kubelet_signature(obj))
+        with self._node_lock:
+            self.snapshot.upsert_node(replace(node, kubelet_cpu_manager_policy=kubelet.policy(name)))
+
+    def _kubelet_read(self, name: str, policy: str) -> None:
+        """The /configz reader learnt (or lost) a node's policy: the node's record shows it."""
+        with self._node_lock:
+            node = self.snapshot.get_node(name)
+            if node is not None and node.kubelet_cpu_manager_policy != policy:
+                self.snapshot.upsert_node(replace(node, kubelet_cpu_manager_policy=policy))
+
+    def _apply_namespace(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind == "DELETED":
+            self.snapshot.remove_namespace(meta.get("name", ""))
         else:
-            self.snapshot.upsert_node(node_from_manifest(obj, self.names))
+            self.snapshot.upsert_namespace(meta.get("name", ""), dict(meta.get("labels") or {}))
 
     def _apply_pod(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -329,6 +374,8 @@ class LiveClusterState:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
+        if self.kubelet is not None:
+            self.kubelet.start()
         for reflector in self.reflectors:
             thread = threading.Thread(target=reflector.run, name=f"watch-{reflector.resource.name}", daemon=True)
             thread.start()
@@ -340,6 +387,8 @@ class LiveClusterState:
             reflector.interrupt()
         for thread in self._threads:
             thread.join(timeout)
+        if self.kubelet is not None:
+            self.kubelet.stop(timeout)
 
     def synced(self) -> bool:
         return all(r.synced.is_set() for r in self.reflectors)
@@ -349,13 +398,19 @@ class LiveClusterState:
         return all(r.synced.wait(max(0.0, deadline - self._clock())) for r in self.reflectors)
 
     # -- ClusterState ----------------------------------------------------------------------
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """Labels of a listed namespace; None before the first Namespace list (nothing allowed yet)."""
+        if not self.namespaces_reflector.synced.is_set():
+            return None
+        return self.snapshot.namespace_labels(namespace)
+
     def availability(self) -> Availability:
-        waiting = [r.resource.name for r in self.reflectors if not r.synced.is_set()]
+        waiting = [r.resource.name for r in self.placement_reflectors if not r.synced.is_set()]
         if waiting:
             return Availability(False, f"not synced yet: the first list of {' and '.join(waiting)} has not "
                                        f"completed ({self.pods_reflector.last_error})")
         bound = self.settings.stale_after_seconds
-        for reflector in self.reflectors:
+        for reflector in self.placement_reflectors:
             stale = reflector.stale_for()
             if stale > bound:
                 return Availability(False, f"stale: the {reflector.resource.name} watch has been disconnected "

@@ -53,6 +53,13 @@ def snapshot_from_objects(items: list[dict[str, Any]], names: Names) -> ClusterS
             snapshot.upsert_node(node_from_manifest(item, names))
         elif kind == "Pod":
             snapshot.record_pod(pod_from_manifest(item, names))
+        elif kind == "Namespace":  # who allows annotation exemptions (a namespace label)
+            meta = item.get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
+            labels = meta.get("labels")
+            if isinstance(meta.get("name"), str):
+                snapshot.upsert_namespace(meta["name"], {k: str(v) for k, v in labels.items()}
+                                          if isinstance(labels, dict) else {})
     return snapshot
 
 

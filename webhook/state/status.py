@@ -6,8 +6,45 @@ initial lists and ``event`` for every watch event it applies.
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ConfigzStatus:
+    """What the opt-in kubelet /configz reader did, for /metrics (written by its threads)."""
+
+    reads_ok: int = 0
+    reads_failed: int = 0
+    # GPU nodes by what their last read found: "static", "none", "other", or "unread" (failed or pending).
+    nodes: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def read(self, node: str, outcome: str, ok: bool) -> None:
+        with self._lock:
+            if ok:
+                self.reads_ok += 1
+            else:
+                self.reads_failed += 1
+            self.nodes[node] = outcome
+
+    def pending(self, node: str) -> None:
+        """A GPU node to be read, not read yet."""
+        with self._lock:
+            self.nodes.setdefault(node, "unread")
+
+    def forget(self, node: str) -> None:
+        with self._lock:
+            self.nodes.pop(node, None)
+
+    def by_outcome(self) -> dict[str, int]:
+        """GPU nodes per outcome, every outcome present (a scrape sees zeros, not gaps)."""
+        counts = dict.fromkeys(("static", "none", "other", "unread"), 0)
+        with self._lock:
+            for outcome in self.nodes.values():
+                counts[outcome] += 1
+        return counts
 
 
 @dataclass
@@ -18,6 +55,8 @@ class StateStatus:
     # Unix time of the last watch event applied (for a snapshot: when it was loaded).
     last_event_time: float | None = None
     events: int = 0
+    # Set when the opt-in kubelet /configz reader runs (state.kubelet_configz.enabled).
+    configz: ConfigzStatus | None = None
 
     def synced(self, value: bool = True) -> None:
         self.is_synced = value

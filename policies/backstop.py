@@ -1,0 +1,335 @@
+"""The backstop: a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes >= 1.30)
+that the API server evaluates itself, so the stateless pod rules hold while the webhook is down.
+
+Generated from the rule catalogue and the settings (resource names, exemptions), never written
+by hand: ``gpushare policy export`` prints it. Covered: the stateless rules the API server does
+not enforce on its own (GS001, GS002, GS003, GS005, GS006; GS004 is the API server's own
+"requests must equal limits" check for extended resources). A rule added later is covered by
+adding an entry to ``BACKSTOP_RULES`` (see ``_RULES`` below) and its equivalence test runs on it
+automatically (tests/test_backstop_equivalence.py).
+
+The CEL uses only the standard library plus ``matches`` (RE2; the patterns here are written so
+Python's ``re`` reads them the same), ``has``, macros and string concatenation: no Kubernetes
+extension functions, so the tests evaluate it with cel-python exactly as written.
+
+Exemptions: a VAP denial is final whatever the webhook says, and CEL has no clock. So the
+policy honours every exemption the webhook *could* honour: the annotation where the
+Namespace label or the config allows it (``namespaceObject``), and every config grant whatever
+its expiry. The webhook is the stricter layer: it enforces expiry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .grants import glob_regex
+from .resources import POD_SPEC_PATHS
+from .settings import ExemptionGrant, LabelSelector, Settings
+
+API_VERSION = "admissionregistration.k8s.io/v1"
+# The resources whose objects carry a pod spec (policies/resources.py POD_SPEC_PATHS), by API group.
+RESOURCE_RULES = (("", ("pods", "podtemplates", "replicationcontrollers")),
+                  ("apps", ("deployments", "statefulsets", "daemonsets", "replicasets")),
+                  ("batch", ("jobs", "cronjobs")))
+CORE_ACCEPTED = "^([1-9][05]|5|100)$"  # canonical quantities 5, 10, ..., 100
+WHOLE_GIB = "^[1-9][0-9]*$"  # a canonical positive integer without a unit
+_SEPARATOR = "[ \\t\\n\\r\\f\\v,;]"  # the annotation's id separators (ASCII whitespace, comma, semicolon)
+
+
+def _q(text: str) -> str:
+    """A CEL string literal (single-quoted, backslashes and quotes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _template_path(kind: str) -> str:
+    """The CEL path of the pod template's object (its metadata and spec sit below it)."""
+    parts = POD_SPEC_PATHS[kind][:-1]
+    return ".".join(("object", *map(str, parts)))
+
+
+def _guarded(path: str) -> str:
+    """``has()`` for every optional level of a dotted path below ``object``."""
+    parts = path.split(".")
+    return " && ".join(f"has({'.'.join(parts[:i])})" for i in range(2, len(parts) + 1))
+
+
+def _by_kind(build: Callable[[str], str], default: str) -> str:
+    """One expression per kind, chosen by object.kind (Pod first: the common case)."""
+    expr = default
+    for kind in reversed(list(POD_SPEC_PATHS)):
+        expr = f"(object.kind == {_q(kind)} ? {build(kind)} : {expr})"
+    return expr
+
+
+@dataclass(frozen=True)
+class Res:
+    """CEL snippets about one resource name in a container ``c``."""
+
+    name: str
+
+    def lim(self, c: str = "c") -> str:
+        return f"(has({c}.resources) && has({c}.resources.limits) && {_q(self.name)} in {c}.resources.limits)"
+
+    def req(self, c: str = "c") -> str:
+        return f"(has({c}.resources) && has({c}.resources.requests) && {_q(self.name)} in {c}.resources.requests)"
+
+    def named(self, c: str = "c") -> str:
+        return f"({self.lim(c)} || {self.req(c)})"
+
+    def limit(self, c: str = "c") -> str:
+        return f"string({c}.resources.limits[{_q(self.name)}])"
+
+    def request(self, c: str = "c") -> str:
+        return f"string({c}.resources.requests[{_q(self.name)}])"
+
+    def bad_value(self, pattern: str, c: str = "c") -> str:
+        """The limit or the request is written and does not match ``pattern``."""
+        return (f"(({self.lim(c)} && !{self.limit(c)}.matches({_q(pattern)})) || "
+                f"({self.req(c)} && !{self.request(c)}.matches({_q(pattern)})))")
+
+    def shown(self, pattern: str, c: str) -> str:
+        """The offending value of container ``c`` (the limit when it is the bad one, else the request)."""
+        return (f"(({self.lim(c)} && !{self.limit(c)}.matches({_q(pattern)})) ? "
+                f"{self.limit(c)} : {self.request(c)})")
+
+
+@dataclass(frozen=True)
+class BackstopRule:
+    """One covered rule: what makes a pod spec bad (``bad``), and the denial text."""
+
+    id: str
+    bad: Callable[[Settings], str]  # true when the rule finds something (variables.containers in scope)
+    message: Callable[[Settings], str]  # a CEL string expression
+    static: str  # the message when messageExpression cannot be evaluated
+
+
+SUBJECT = "variables.subject"
+CONTAINERS = "variables.containers"
+
+
+def _first(settings: Settings, bad: str) -> str:
+    return f"{CONTAINERS}.filter(c, {bad})[0]"
+
+
+def _gs001(s: Settings) -> str:
+    return f"{CONTAINERS}.exists(c, {Res(s.names.resources.gpu_core).bad_value(CORE_ACCEPTED)})"
+
+
+def _gs001_message(s: Settings) -> str:
+    core = Res(s.names.resources.gpu_core)
+    first = _first(s, core.bad_value(CORE_ACCEPTED))
+    return (f"'GS001: ' + {SUBJECT} + ' container \"' + {first}.name + '\": {core.name}=' + "
+            f"{core.shown(CORE_ACCEPTED, first)} + ' is not a multiple of 5 in 5..100; use an integer multiple of "
+            f"5 from 5 to 100, e.g. 30'")
+
+
+def _gs002_bad(s: Settings) -> str:
+    r = s.names.resources
+    return f"({Res(r.gpu_core).named()} && !{Res(r.gpu_mem).named()})"
+
+
+def _gs002(s: Settings) -> str:
+    return f"{CONTAINERS}.exists(c, {_gs002_bad(s)})"
+
+
+def _gs002_message(s: Settings) -> str:
+    r = s.names.resources
+    return (f"'GS002: ' + {SUBJECT} + ' container \"' + {_first(s, _gs002_bad(s))}.name + '\": {r.gpu_core} is "
+            f"requested without {r.gpu_mem}; add limits.{r.gpu_mem} with a whole number of GiB (1 or more)'")
+
+
+def _gs003(s: Settings) -> str:
+    return f"{CONTAINERS}.exists(c, {Res(s.names.resources.gpu_mem).bad_value(WHOLE_GIB)})"
+
+
+def _gs003_message(s: Settings) -> str:
+    mem = Res(s.names.resources.gpu_mem)
+    first = _first(s, mem.bad_value(WHOLE_GIB))
+    return (f"'GS003: ' + {SUBJECT} + ' container \"' + {first}.name + '\": {mem.name}=' + "
+            f"{mem.shown(WHOLE_GIB, first)} + ' is not a whole number of GiB >= 1 written without a unit; "
+            f"use a plain number such as 2'")
+
+
+def _gs005(s: Settings) -> str:
+    mem, core = Res(s.names.resources.gpu_mem), Res(s.names.resources.gpu_core)
+    return (f"({CONTAINERS}.exists(c, {mem.named()} && !{core.named()}) && "
+            f"{CONTAINERS}.exists(c, {mem.named()} && {core.named()}))")
+
+
+def _gs005_message(s: Settings) -> str:
+    return (f"'GS005: ' + {SUBJECT} + ' mixes mem-only containers with core+mem containers; give every GPU "
+            f"container {s.names.resources.gpu_core} or none of them'")
+
+
+def _gs006(s: Settings) -> str:
+    r = s.names.resources
+    whole = f"({Res(r.gpu_exclusive).named()} || {Res(r.gpu_topology).named()})"
+    shared = f"({Res(r.gpu_mem).named()} || {Res(r.gpu_core).named()})"
+    return f"({CONTAINERS}.exists(c, {whole}) && {CONTAINERS}.exists(c, {shared}))"
+
+
+def _gs006_message(s: Settings) -> str:
+    r = s.names.resources
+    return (f"'GS006: ' + {SUBJECT} + ' asks for whole GPUs ({r.gpu_exclusive} or {r.gpu_topology}) and shared "
+            f"GPU ({r.gpu_mem}, {r.gpu_core}) together; a node runs one GPU mode, so use one kind'")
+
+
+# The covered rules. Extension point: a new stateless rule the API server does not enforce
+# itself is one more BackstopRule here. GS007 (near-miss resource names) is not among them: it
+# compares names by edit distance, which standard CEL cannot compute without extension
+# functions, and an approximation would deny what the webhook admits (docs/operations.md).
+BACKSTOP_RULES: tuple[BackstopRule, ...] = (
+    BackstopRule("GS001", _gs001, _gs001_message, "GS001: gpu-core.percentage must be a multiple of 5 in 5..100"),
+    BackstopRule("GS002", _gs002, _gs002_message, "GS002: gpu-core.percentage needs gpu-mem in the same container"),
+    BackstopRule("GS003", _gs003, _gs003_message, "GS003: gpu-mem must be a whole number of GiB without a unit"),
+    BackstopRule("GS005", _gs005, _gs005_message, "GS005: a pod must not mix mem-only and core+mem containers"),
+    BackstopRule("GS006", _gs006, _gs006_message, "GS006: whole GPUs and shared GPU are not mixed in one pod"),
+)
+SCHEDULER_RULE = "GM001"  # the optional rule stands in for the GM001 mutation while the webhook is down
+
+
+def covered_rules(settings: Settings) -> list[BackstopRule]:
+    """The covered rules that are enabled with severity deny (a warn rule must not deny in the backstop)."""
+    out = []
+    for entry in BACKSTOP_RULES:
+        override = settings.rules.get(entry.id)
+        if override is not None and (not override.enabled or override.severity == "warn"):
+            continue
+        out.append(entry)
+    return out
+
+
+# -- exemptions ---------------------------------------------------------------------------------
+
+def _annotation_value(settings: Settings, kind: str) -> str:
+    """The honoured exempt annotation of a kind's pod (template) metadata, else ''."""
+    meta = f"{_template_path(kind)}.metadata"
+    ann = f"{meta}.annotations"
+    key, reason = settings.names.exempt_annotation, settings.names.exempt_reason_annotation
+    return (f"(({_guarded(ann)} && {_q(key)} in {ann} && {_q(reason)} in {ann} && "
+            f"{ann}[{_q(reason)}].matches('[^ \\\\t\\\\n\\\\r\\\\f\\\\v]')) ? {ann}[{_q(key)}] : '')")
+
+
+def _label_test(labels: str, guard: str, key: str, op: str, value: str | None = None,
+                values: tuple[str, ...] = ()) -> str:
+    present = f"({guard} && {_q(key)} in {labels})"
+    if op == "Equals":
+        return f"({present} && {labels}[{_q(key)}] == {_q(value or '')})"
+    if op == "Exists":
+        return present
+    if op == "DoesNotExist":
+        return f"!{present}"
+    listed = "[" + ", ".join(_q(v) for v in values) + "]"
+    if op == "In":
+        return f"({present} && {labels}[{_q(key)}] in {listed})"
+    return f"(!{present} || !({labels}[{_q(key)}] in {listed}))"  # NotIn
+
+
+def _selector(selector: LabelSelector, kind: str) -> str:
+    labels = f"{_template_path(kind)}.metadata.labels"
+    guard = _guarded(labels)
+    tests = [_label_test(labels, guard, k, "Equals", v) for k, v in selector.match_labels.items()]
+    tests += [_label_test(labels, guard, r.key, r.operator, values=r.values) for r in selector.match_expressions]
+    return " && ".join(tests) or "true"
+
+
+def _grant(grant: ExemptionGrant) -> str:
+    tests = [f"request.namespace == {_q(grant.namespace)}"]
+    if grant.names is not None:
+        tests.append(f"variables.objectName.matches({_q(glob_regex(grant.names))})")
+    if grant.selector is not None:
+        selector = grant.selector
+        tests.append(_by_kind(lambda kind: f"({_selector(selector, kind)})", "false"))
+    return "(" + " && ".join(tests) + ")"
+
+
+def _variables(settings: Settings, rule_ids: list[str], known: frozenset[str]) -> list[dict[str, str]]:
+    ex = settings.exemptions
+    spec = _by_kind(lambda kind: ".".join(("object", *map(str, POD_SPEC_PATHS[kind]))), "object.spec")
+    label = ex.namespace_label
+    # Only namespaced resources match, so namespaceObject is always set (no null test: cel-python
+    # has no heterogeneous equality for map != null).
+    allowed = [f"(has(namespaceObject.metadata.labels) && {_q(label)} in "
+               f"namespaceObject.metadata.labels && namespaceObject.metadata.labels[{_q(label)}] == "
+               f"{_q(ex.namespace_label_value)})"]
+    if ex.annotation_namespaces:
+        allowed.insert(0, "request.namespace in [" + ", ".join(_q(n) for n in ex.annotation_namespaces) + "]")
+    variables = [
+        {"name": "spec", "expression": spec},
+        {"name": "containers", "expression": "variables.spec.containers + (has(variables.spec.initContainers) ? "
+                                             "variables.spec.initContainers : [])"},
+        {"name": "objectName", "expression": "has(object.metadata.name) && object.metadata.name != '' ? "
+                                             "object.metadata.name : (has(object.metadata.generateName) ? "
+                                             "object.metadata.generateName : '')"},
+        {"name": "subject", "expression": "object.kind + ' ' + request.namespace + '/' + variables.objectName"},
+        {"name": "annotationAllowed", "expression": " || ".join(allowed)},
+        {"name": "exemptIds", "expression": "variables.annotationAllowed ? "
+                                            + _by_kind(lambda kind: _annotation_value(settings, kind), "''")
+                                            + " : ''"},
+    ]
+    for rule_id in rule_ids:
+        parts = [f"variables.exemptIds.matches({_q(f'(?i)(^|{_SEPARATOR}){rule_id}($|{_SEPARATOR})')})"]
+        parts += [_grant(g) for g in ex.grants
+                  if rule_id in {r.upper() for r in g.rules} and rule_id in known]
+        variables.append({"name": f"exempt{rule_id}", "expression": " || ".join(parts)})
+    return variables
+
+
+# -- the objects ----------------------------------------------------------------------------------
+
+def _scheduler_validation(settings: Settings) -> dict[str, str]:
+    mem = Res(settings.names.resources.gpu_mem)
+    wanted = settings.names.injected_scheduler
+    assert wanted is not None
+    return {
+        "expression": f"variables.exempt{SCHEDULER_RULE} || object.kind != 'Pod' || "
+                      f"!{CONTAINERS}.exists(c, {mem.named()}) || "
+                      f"(has(object.spec.schedulerName) && object.spec.schedulerName == {_q(wanted)})",
+        "messageExpression": f"'{SCHEDULER_RULE}: ' + {SUBJECT} + ' asks for {mem.name} but names scheduler ' + "
+                             f"(has(object.spec.schedulerName) ? object.spec.schedulerName : 'default-scheduler') + "
+                             f"'; set schedulerName: {wanted} (the gpushare webhook sets it when it is up; "
+                             f"this backstop rule holds while it is not)'",
+        "message": f"{SCHEDULER_RULE}: a pod asking for {mem.name} must name schedulerName {wanted}",
+        "reason": "Forbidden",
+    }
+
+
+def backstop_policy(settings: Settings, known_ids: frozenset[str]) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy and its binding, as plain objects ready for YAML."""
+    backstop = settings.backstop
+    rules = covered_rules(settings)
+    # The scheduler rule stands in for GM001: with names.scheduler_name "none" there is no scheduler to require.
+    scheduler_rule = backstop.scheduler_rule and settings.names.injected_scheduler is not None
+    ids = [r.id for r in rules] + ([SCHEDULER_RULE] if scheduler_rule else [])
+    validations = [{"expression": f"variables.exempt{r.id} || !{r.bad(settings)}",
+                    "messageExpression": r.message(settings), "message": r.static, "reason": "Forbidden"}
+                   for r in rules]
+    if scheduler_rule:
+        validations.append(_scheduler_validation(settings))
+    labels = {"app.kubernetes.io/name": "gpushare-webhook", "app.kubernetes.io/component": "backstop"}
+    resource_rules = [{"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                       "resources": list(resources), "scope": "Namespaced"} for group, resources in RESOURCE_RULES]
+    policy = {
+        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": backstop.policy_name, "labels": labels,
+                     "annotations": {"gpushare.io/covers": ",".join(ids),
+                                     "gpushare.io/generated-by": "gpushare policy export"}},
+        "spec": {
+            # A CEL error (an object of an unexpected shape) denies, as the webhook's 400 would under Fail.
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": resource_rules},
+            "variables": _variables(settings, ids, known_ids),
+            "validations": validations,
+        },
+    }
+    binding = {
+        "apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": backstop.policy_name, "labels": labels},
+        "spec": {"policyName": backstop.policy_name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchExpressions": [
+                     {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                      "values": list(backstop.excluded_namespaces)}]}}},
+    }
+    return [policy, binding]

@@ -1,0 +1,173 @@
+"""Exemptions are granted by admins: where annotation exemptions are honoured (a Namespace label
+or the config), central grants in the config (namespace, name glob or selector, rules, reason,
+expiry), and GE001 saying why one is not honoured. Over the real server and CLI:
+tests/test_exemptions_served.py."""
+
+from __future__ import annotations
+
+import re
+from datetime import date, timedelta
+
+import pytest
+
+from policies.engine import Engine
+from policies.grants import StaticNamespaces, glob_regex
+from policies.settings import ConfigFileError, Settings, load_settings
+
+from .manifests import ALL_KINDS, MEM, container, pod_spec, workload
+
+REASON = "vendor image reads GPU memory in bytes"
+TOMORROW = date.today() + timedelta(days=1)  # grants are judged against today's date (UTC)
+
+
+def _bad(kind: str = "Pod", name: str = "legacy", namespace: str = "team-a") -> dict:
+    return workload(kind, pod_spec(container("c", limits={MEM: "2Gi"})), name=name, namespace=namespace)
+
+
+def _annotated(obj: dict, ids: str = "GS003") -> dict:
+    meta = obj["metadata"] if obj["kind"] == "Pod" else (
+        obj["spec"]["jobTemplate"]["spec"]["template"]["metadata"] if obj["kind"] == "CronJob"
+        else obj["spec"]["template"]["metadata"])
+    meta["annotations"] = {"gpushare.io/exempt": ids, "gpushare.io/exempt-reason": REASON}
+    return obj
+
+
+def _judge(engine: Engine, obj: dict, namespaces: dict | None = None, today: date | None = None):
+    subject = engine.subject(obj["kind"], obj, namespace=obj["metadata"]["namespace"],
+                             namespaces=StaticNamespaces(namespaces) if namespaces is not None else None)
+    subject.today = today
+    return engine.validate(subject)
+
+
+def test_secure_by_default_an_annotation_is_honoured_nowhere_and_ge001_says_why():
+    verdict = _judge(Engine(Settings()), _annotated(_bad()), {"team-a": {}})
+    assert not verdict.allowed and verdict.exempted == []
+    assert verdict.findings[0].message == (
+        "GE001: Pod team-a/legacy: gpushare.io/exempt=GS003 is not applied: namespace team-a does not allow "
+        "exemptions (an admin labels the Namespace gpushare.io/exemptions=allowed or lists it in "
+        "exemptions.annotation_namespaces)")
+    unknown = _judge(Engine(Settings()), _annotated(_bad()))
+    assert "the labels of namespace team-a are not known" in unknown.findings[0].message and not unknown.allowed
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_a_namespace_label_allows_annotation_exemptions_there_alone(kind):
+    engine = Engine(Settings())
+    labels = {"team-a": {"gpushare.io/exemptions": "allowed"}, "team-b": {"gpushare.io/exemptions": "no"}}
+    verdict = _judge(engine, _annotated(_bad(kind)), labels)
+    assert verdict.allowed and [f.rule for f in verdict.exempted] == ["GS003"]
+    assert verdict.exempted_by == ["annotation"] and verdict.exemption_reason == REASON
+    other = _judge(engine, _annotated(_bad(kind, namespace="team-b")), labels)
+    assert not other.allowed and other.exempted == []
+
+
+def test_the_label_key_and_value_are_configurable_and_config_namespaces_need_no_label():
+    engine = Engine(Settings(exemptions={"namespace_label": "example.com/gpu-exempt", "namespace_label_value": "yes",
+                                         "annotation_namespaces": ["team-c"]}))
+    assert _judge(engine, _annotated(_bad()), {"team-a": {"example.com/gpu-exempt": "yes"}}).allowed
+    assert not _judge(engine, _annotated(_bad()), {"team-a": {"gpushare.io/exemptions": "allowed"}}).allowed
+    assert _judge(engine, _annotated(_bad(namespace="team-c"))).allowed
+
+
+def test_node_annotations_need_allow_on_nodes():
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "annotations": {
+        "gpushare.io/exempt": "GN002", "gpushare.io/exempt-reason": REASON}}}
+    off = Engine(Settings()).subject("Node", node).exemption
+    on = Engine(Settings(exemptions={"allow_on_nodes": True})).subject("Node", node).exemption
+    assert off is not None and not off.honoured and "allow_on_nodes" in off.permission
+    assert on is not None and on.honoured
+
+
+def _grant(**overrides) -> dict:
+    grant = {"name": "legacy-bytes", "namespace": "team-a", "names": "legacy*", "rules": ["GS003"],
+             "reason": "vendor driver, replaced in Q3", "expires": TOMORROW.isoformat()}
+    grant.update(overrides)
+    return grant
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_a_config_grant_exempts_matching_objects_in_its_namespace_without_any_annotation(kind):
+    engine = Engine(Settings(exemptions={"grants": [_grant()]}))
+    verdict = _judge(engine, _bad(kind))
+    assert verdict.allowed and [f.rule for f in verdict.exempted] == ["GS003"]
+    assert verdict.exempted_by == ["grant:legacy-bytes"] and verdict.exemption_reason == "vendor driver, replaced in Q3"
+    assert not _judge(engine, _bad(kind, name="other")).allowed  # the glob does not match
+    assert not _judge(engine, _bad(kind, namespace="team-b")).allowed  # another namespace
+
+
+def test_a_grant_matches_a_pod_without_a_name_by_its_generate_name():
+    engine = Engine(Settings(exemptions={"grants": [_grant(names="legacy-7d9f-*")]}))
+    pod = _bad()
+    del pod["metadata"]["name"]
+    pod["metadata"]["generateName"] = "legacy-7d9f-"
+    assert _judge(engine, pod).allowed
+
+
+def test_a_grant_by_label_selector_reads_the_pod_template_labels():
+    selector = {"matchLabels": {"app": "legacy"}, "matchExpressions": [
+        {"key": "tier", "operator": "NotIn", "values": ["prod"]}, {"key": "app", "operator": "Exists"}]}
+    engine = Engine(Settings(exemptions={"grants": [_grant(names=None, selector=selector)]}))
+    assert _judge(engine, _bad("Deployment")).allowed  # template labels {"app": "legacy"}
+    prod = _bad("Deployment")
+    prod["spec"]["template"]["metadata"]["labels"]["tier"] = "prod"
+    assert not _judge(engine, prod).allowed
+    assert not _judge(engine, _bad("Deployment", name="other")).allowed
+
+
+def test_an_expired_grant_is_not_honoured_and_says_so():
+    engine = Engine(Settings(exemptions={"grants": [_grant(expires="2024-03-31")]}))
+    verdict = _judge(engine, _bad())
+    assert not verdict.allowed and verdict.exempted == []
+    assert verdict.findings[0].message == (
+        "GE001: Pod team-a/legacy: exemption grant 'legacy-bytes' (GS003) expired on 2024-03-31, so it is not "
+        "applied; an admin renews it in exemptions.grants")
+    # The expiry day itself still counts (through the end of the day, UTC).
+    assert _judge(engine, _bad(), today=date(2024, 3, 31)).allowed
+
+
+def test_a_grant_naming_unknown_rules_honours_the_known_ones_and_says_so():
+    engine = Engine(Settings(exemptions={"grants": [_grant(rules=["GS003", "GX999"])]}))
+    verdict = _judge(engine, _bad())
+    assert verdict.allowed and [f.rule for f in verdict.exempted] == ["GS003"]
+    assert [f.message for f in verdict.findings] == [
+        "GE001: Pod team-a/legacy: exemption grant 'legacy-bytes' names unknown rule id(s) GX999, which are not "
+        "applied; use ids listed by `gpushare rules`"]
+
+
+def test_pod_authors_cannot_widen_a_grant_with_an_annotation():
+    """A grant for GS003 does not make the namespace allow annotations for other rules."""
+    engine = Engine(Settings(exemptions={"grants": [_grant()]}))
+    spec = pod_spec(container("c", limits={MEM: "2Gi", "aliyun.com/gpu-core.percentage": 33}))
+    obj = _annotated(workload("Pod", spec, name="legacy", namespace="team-a"), "GS001,GS003")
+    verdict = _judge(engine, obj, {"team-a": {}})
+    assert [f.rule for f in verdict.exempted] == ["GS003"] and [f.rule for f in verdict.violations] == ["GS001"]
+    assert verdict.exempted_by == ["grant:legacy-bytes"]
+
+
+def test_a_grant_sets_mutations_aside_too():
+    engine = Engine(Settings(exemptions={"grants": [_grant(rules=["GM001"])]}))
+    pod = workload("Pod", pod_spec(container("c", limits={MEM: 2})), name="legacy", namespace="team-a")
+    assert "GM001" not in engine.mutate(engine.subject("Pod", pod, namespace="team-a")).patch_ids
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("exemptions:\n  grants:\n  - {name: g, namespace: a, rules: [GS003], reason: r, expires: 2030-01-01}\n",
+     "needs names (a glob) or selector"),
+    ("exemptions:\n  grants:\n  - {name: g, namespace: a, names: x, rules: [GS003], reason: r, expires: someday}\n",
+     "expires"),
+    ("exemptions:\n  grants:\n  - {name: g, namespace: a, names: x, rules: [GS003], reason: ' ', expires: 2030-01-01}\n"
+     "  - {name: g, namespace: b, names: x, rules: [GS003], reason: r, expires: 2030-01-01}\n", "reason"),
+])
+def test_a_malformed_grant_is_a_config_error(tmp_path, text, needle):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigFileError, match=re.escape(needle)):
+        load_settings(path)
+
+
+@pytest.mark.parametrize("pattern, name, matches", [
+    ("legacy*", "legacy-1", True), ("legacy*", "a-legacy", False), ("le?acy", "legacy", True),
+    ("a.b", "axb", False), ("a.b", "a.b", True), ("*", "", True), ("x[1]", "x[1]", True),
+])
+def test_name_globs_become_anchored_regexes(pattern, name, matches):
+    assert bool(re.match(glob_regex(pattern), name, re.DOTALL)) is matches
