@@ -111,6 +111,33 @@ def issue_serving(ca: Issued, dns_names: list[str], days: float, key_type: KeyTy
     return Issued(cert, key)
 
 
+def issue_client(ca: Issued, common_name: str, days: float, key_type: KeyType = "ecdsa-p256") -> Issued:
+    """A TLS client certificate signed by ``ca``: subject CN ``common_name`` (what
+    ``auth.client_names`` accepts), extended key usage clientAuth only, so it cannot serve."""
+    if not common_name:
+        raise ValueError("a client certificate needs a name")
+    key = new_key(key_type)
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE).not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True,
+                                     content_commitment=False, data_encipherment=False,
+                                     key_agreement=False, key_cert_sign=False, crl_sign=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
+                       critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
+    return Issued(cert, key)
+
+
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write a file by rename so readers see the old or the new content, never a mix."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")

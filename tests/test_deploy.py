@@ -9,6 +9,7 @@ the webhooks' matchConditions are evaluated as CEL (cel-python) on real objects.
 from __future__ import annotations
 
 import copy
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -221,7 +222,8 @@ def test_deployment_is_highly_available_and_probed(rendered):
     (container,) = pod["containers"]
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
-    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"},
+                                  {"name": "ops", "containerPort": 9443, "protocol": "TCP"}]
     assert "command" not in container  # the image's entrypoint: gpushare serve
     args = container["args"]
     assert args[args.index("--cert-dir") + 1] == "/etc/gpushare/tls"
@@ -229,7 +231,8 @@ def test_deployment_is_highly_available_and_probed(rendered):
     assert tls["secret"]["secretName"] == "gpushare-webhook-tls"
     service = one(rendered, "Service", "gpushare-webhook")
     assert service["spec"]["selector"].items() <= labels.items()
-    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"},
+                                        {"name": "ops", "port": 9443, "targetPort": "ops", "protocol": "TCP"}]
 
 
 def _rules_of(objects: list[Obj], kind: str, name: str) -> list[Obj]:
@@ -449,6 +452,106 @@ def test_scheduler_extender_stanza_reaches_this_service_under_a_certified_name(k
     assert url.hostname == f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
     # `gpushare certs` issues the serving certificate for exactly this name by default.
     assert extender["tlsConfig"]["serverName"] in CertSettings().service_dns_names()
+
+
+# --- who can reach what: the admission port, the ops port, the extender, the NetworkPolicy ---------
+
+def container_env(objects: list[Obj]) -> dict[str, str]:
+    (container,) = one(objects, "Deployment", "gpushare-webhook")["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def test_the_admission_port_carries_only_what_the_api_server_and_scheduler_call(rendered):
+    from webhook.settings import Settings
+
+    deployment = one(rendered, "Deployment", "gpushare-webhook")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    args = container["args"]
+    env = container_env(rendered)
+    # The server listens where the container ports say: --port on "https", the ops port on "ops".
+    assert int(args[args.index("--port") + 1]) == ports["https"]
+    assert int(env["GPUSHARE_SERVER__OPS_PORT"]) == ports["ops"]
+    server = Settings().server
+    assert set(server.ops_paths) == {"/metrics", "/dry-run", "/explain"}
+    assert set(server.probe_paths) == {"/healthz", "/readyz"}
+    # Every path on the ops port wants the token; the extender's paths want a client certificate.
+    assert set(yaml.safe_load(env["GPUSHARE_AUTH__BEARER_PATHS"])) == set(server.ops_paths)
+    assert yaml.safe_load(env["GPUSHARE_AUTH__CLIENT_CERT_PATHS"]) == ["/scheduler/filter", "/scheduler/prioritize"]
+    assert yaml.safe_load(env["GPUSHARE_AUTH__CLIENT_NAMES"]) == ["kube-scheduler"]
+    # The client CA and the token come from the mounted Secrets.
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert env["GPUSHARE_AUTH__CLIENT_CA_FILE"] == mounts["tls"] + "/ca.crt"
+    assert env["GPUSHARE_AUTH__BEARER_TOKEN_FILE"] == mounts["token"] + "/token"
+    assert volumes["token"]["secret"] == {"secretName": "gpushare-webhook-token", "optional": True,
+                                          "defaultMode": 0o440}
+    # The webhooks call the Service port whose target is the admission port, and only it.
+    service = one(rendered, "Service", "gpushare-webhook")
+    by_port = {p["port"]: p["targetPort"] for p in service["spec"]["ports"]}
+    for name, webhook in webhooks(rendered).items():
+        assert by_port[webhook["clientConfig"]["service"]["port"]] == "https", name
+    # Probes stay on the admission port, which serves them to anyone (the kubelet has no credentials).
+    assert container["readinessProbe"]["httpGet"]["port"] == "https"
+
+
+def test_the_extender_config_presents_a_client_certificate():
+    config = yaml.safe_load((ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    (extender,) = config["extenders"]
+    tls = extender["tlsConfig"]
+    # ExtenderTLSConfig (KubeSchedulerConfiguration v1): these are its only fields.
+    assert set(tls) <= {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData", "caData"}
+    assert tls["certFile"].endswith("/kube-scheduler.crt") and tls["keyFile"].endswith("/kube-scheduler.key")
+    assert tls["caFile"] and not tls.get("insecure")
+    assert extender["enableHTTPS"] is True
+
+
+NETWORK_POLICY = KUSTOMIZE / "components" / "network-policy"
+PLACEHOLDER = [{"ipBlock": {"cidr": "192.0.2.0/24"}}]
+
+
+@pytest.fixture(scope="module")
+def with_network_policy(tmp_path_factory) -> list[Obj]:
+    overlay = tmp_path_factory.mktemp("netpol")
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(KUSTOMIZE, overlay)], "components": [os.path.relpath(NETWORK_POLICY, overlay)]}))
+    return render_kustomize(overlay)
+
+
+def test_the_network_policy_renders_valid_and_the_same_from_both(with_network_policy):
+    kustomized = one(with_network_policy, "NetworkPolicy", "gpushare-webhook")
+    helm_objects = render_helm({"networkPolicy": {"enabled": True, "admissionFrom": PLACEHOLDER}})
+    assert one(helm_objects, "NetworkPolicy", "gpushare-webhook") == kustomized
+    for version in KUBE_VERSIONS:
+        kubernetes_validate.validate(kustomized, version, strict=True)
+    spec = kustomized["spec"]
+    deployment = one(with_network_policy, "Deployment", "gpushare-webhook")
+    assert spec["podSelector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert spec["policyTypes"] == ["Ingress"]  # egress stays open: the webhook watches the API server
+    admission, ops = spec["ingress"]
+    assert admission["ports"] == [{"port": "https", "protocol": "TCP"}] and admission["from"] == PLACEHOLDER
+    assert ops["ports"] == [{"port": "ops", "protocol": "TCP"}]
+    assert ops["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    # Off by default: not every network plugin enforces NetworkPolicy, and the sources are the operator's.
+    assert "NetworkPolicy" not in {o["kind"] for o in render_helm({})}
+
+
+def test_helm_refuses_a_network_policy_that_would_let_everyone_in():
+    with pytest.raises(Exception, match=r"networkPolicy\.admissionFrom is required"):
+        render_helm({"networkPolicy": {"enabled": True}})
+    objects = render_helm({"networkPolicy": {"enabled": True, "admissionFrom": [{"ipBlock": {"cidr": "10.0.0.0/24"}},
+                                                                                 {"ipBlock": {"cidr": "10.9.0.5/32"}}],
+                                             "opsFrom": []}, "ops": {"port": 9555}}, namespace="gpu")
+    policy = one(objects, "NetworkPolicy", "gpushare-webhook")
+    assert policy["metadata"]["namespace"] == "gpu"
+    (admission,) = policy["spec"]["ingress"]  # no ops sources: the ops port is closed to pods
+    assert [p["ipBlock"]["cidr"] for p in admission["from"]] == ["10.0.0.0/24", "10.9.0.5/32"]
+    kubernetes_validate.validate(policy, KUBE_VERSIONS[-1], strict=True)
+    assert container_env(objects)["GPUSHARE_SERVER__OPS_PORT"] == "9555"
+    service = one(objects, "Service", "gpushare-webhook")
+    assert {"name": "ops", "port": 9555, "targetPort": "ops", "protocol": "TCP"} in service["spec"]["ports"]
 
 
 # --- the opt-in kubelet /configz source (state.kubelet_configz) ---------------------------------

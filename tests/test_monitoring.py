@@ -207,7 +207,14 @@ def test_helm_and_kustomize_render_the_same_monitoring_objects(overlay, helm_mon
     monitor = kustomized[("ServiceMonitor", "gpushare-system", "gpushare-webhook")]
     service = next(o for o in overlay if o["kind"] == "Service")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    # ...on its ops port (the admission port does not serve /metrics), with the token the server reads.
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "ops" and "ops" in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["authorization"] == {"type": "Bearer",
+                                         "credentials": {"name": "gpushare-webhook-token", "key": "token"}}
+    deployment = next(o for o in overlay if o["kind"] == "Deployment")
+    token = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "token")
+    assert token["secret"]["secretName"] == endpoint["authorization"]["credentials"]["name"]
     assert service["metadata"]["name"] == GRAFANA_VARIABLES["$job"]
 
 

@@ -40,6 +40,14 @@ class ServerSettings(_Section):
     keepalive_seconds: int = Field(75, ge=1)
     request_timeout_seconds: int = Field(30, ge=1)
     graceful_timeout_seconds: int = Field(25, ge=1)
+    # A second listener (same TLS) for people and tools: with it set, ``ops_paths`` are served
+    # only there and everything else only on ``port``, so the port the API server and the
+    # scheduler call carries nothing else, and a NetworkPolicy, which sees ports but not paths,
+    # can open the two to different clients (docs/deploy.md, "Who can reach what").
+    ops_port: int | None = Field(None, ge=1, le=65535)
+    ops_paths: tuple[str, ...] = ("/metrics", "/dry-run", "/explain")
+    # Served on both listeners: kubelet probes may use either.
+    probe_paths: tuple[str, ...] = ("/healthz", "/readyz")
 
 
 class CheckSettings(_Section):
@@ -141,6 +149,9 @@ class AuthSettings(_Section):
     # File holding the bearer token that ``bearer_paths`` require (re-read when it changes).
     bearer_token_file: Path | None = None
     bearer_paths: tuple[str, ...] = ("/dry-run", "/explain")
+    # Start even when the token file is missing or empty (an optional Secret volume the operator
+    # fills later): the bearer paths then refuse every request until a token appears.
+    bearer_token_optional: bool = False
 
 
 class ScoringSettings(_Section):

@@ -236,3 +236,45 @@ def rotate_command(renew_after: float | None, force: bool, force_ca: bool, injec
     request = RotationRequest(target.dns_names, settings.certs, rotation, force_serving=force, force_ca=force_ca)
     publish = _publisher(target, inject, mutating, validating)
     _report(target, _run(lambda: rotate(target.store, request, publish)))
+
+
+@certs.command(name="client")
+@click.argument("name")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="YAML config file.")
+@click.option("--cert-dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              help="Sign with the CA in this directory (ca.crt, ca.key).")
+@click.option("--secrets", is_flag=True, help="Sign with the CA in the Secret cert_rotation.ca_secret.")
+@click.option("--namespace", "-n", help="Namespace of the Secrets (default from config).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Write NAME.crt, NAME.key and ca.crt (the bundle that verifies the webhook) here.")
+@click.option("--days", type=click.IntRange(1), default=365, show_default=True, help="Lifetime in days.")
+@click.option("--key-type", type=click.Choice(KEY_TYPES), help="Key type (default from config: ecdsa-p256).")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path), help="Kubeconfig file.")
+@click.option("--context", help="Kubeconfig context.")
+def client_command(name: str, config: Path | None, cert_dir: Path | None, secrets: bool, namespace: str | None,
+                   out_dir: Path, days: int, key_type: str | None, kubeconfig: Path | None,
+                   context: str | None) -> None:
+    """Issue a TLS client certificate for NAME (e.g. kube-scheduler) signed by the webhook's CA.
+
+    The cluster deploy requires one on the scheduler extender's paths (auth.client_cert_paths,
+    auth.client_names); kube-scheduler presents it through its extender tlsConfig certFile/keyFile.
+    """
+    from certs.issue import issue_client, write_atomic, write_pair
+    from certs.material import bundle_pem
+
+    target = _target(config, cert_dir, secrets, None, namespace, (), key_type, None, None, kubeconfig, context)
+
+    def action() -> Any:
+        current = target.store.load()
+        if current.ca is None:
+            raise UsageFailure(f"{target.store.describe()} holds no CA yet; run `gpushare certs rotate` first")
+        issued = issue_client(current.ca, name, days, target.settings.certs.key_type)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_pair(out_dir, issued, f"{name}.crt", f"{name}.key")
+        write_atomic(out_dir / "ca.crt", bundle_pem(current.ca.cert, current.previous_ca))
+        return issued
+
+    issued = _run(action)
+    click.echo(f"client certificate CN={name} signed by the CA of {target.store.describe()}, valid until "
+               f"{issued.cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC: {out_dir / (name + '.crt')}, "
+               f"{out_dir / (name + '.key')}, {out_dir / 'ca.crt'}")

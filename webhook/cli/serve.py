@@ -35,6 +35,9 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
         raise UsageFailure("give --snapshot or --kubeconfig, not both")
 
     settings = load_cli_settings(config, host=host, port=port, cert_dir=cert_dir)
+    if settings.server.ops_port is not None and settings.server.ops_port == settings.server.port:
+        raise UsageFailure(f"server.ops_port {settings.server.ops_port} is the admission port too; "
+                           "give it a port of its own")
     configure_logging(settings.logging)
     try:
         run_server(settings, settings.server.cert_dir, snapshot, kubeconfig)

@@ -24,6 +24,7 @@ from webhook.server.cert_metrics import CertificateCollector
 from webhook.server.deadline import budget_seconds
 from webhook.server.http_errors import error_response
 from webhook.server.jsonbody import LargeBodyGate
+from webhook.server.listeners import install_listener_split
 from webhook.server.logs import RequestLog
 from webhook.server.metrics import Metrics, endpoint_label
 from webhook.server.state_health import StateHealthCollector
@@ -49,8 +50,13 @@ def create_app(services: Services) -> Flask:
     observer = Observer(metrics, RequestLog(settings.logging) if settings.logging.requests else None, telemetry)
     gate = LargeBodyGate(settings.overload.large_body_bytes, settings.overload.large_body_concurrency,
                          budget_seconds(None, settings.overload))
-    install_auth(app, settings.auth, lambda status, reason: observer.refused(endpoint_label(request.path),
-                                                                             status, reason))
+
+    def refused(status: int, reason: str) -> None:
+        observer.refused(endpoint_label(request.path), status, reason)
+
+    # The listener split runs first: a path its listener does not serve is a 404, not a 401.
+    install_listener_split(app, settings.server, refused)
+    install_auth(app, settings.auth, refused)
     metrics.registry.register(CertificateCollector(settings.server.cert_dir))
     metrics.registry.register(StateHealthCollector(lambda: services.state))
     if services.allocation is not None:

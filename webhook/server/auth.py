@@ -4,8 +4,9 @@
   without one still connect) and verifies any presented against ``auth.client_ca_file``;
   the guard then requires a verified certificate, optionally with an accepted name, on
   ``auth.client_cert_paths`` (the admission endpoints).
-- Bearer token: ``auth.bearer_paths`` (``/dry-run``) require ``Authorization: Bearer`` with
-  the token in ``auth.bearer_token_file``, re-read when the file changes (Secret rotation).
+- Bearer token: ``auth.bearer_paths`` (``/dry-run``, ``/explain``; the cluster deploy adds
+  ``/metrics``) require ``Authorization: Bearer`` with the token in ``auth.bearer_token_file``,
+  re-read when the file changes (Secret rotation).
 
 A guard is a function that returns None to let the request through or an error Response;
 ``guarded`` applies one to a single view, ``install_auth`` applies the configured ones by path.
@@ -37,16 +38,24 @@ class AuthConfigError(ValueError):
 
 
 class BearerToken:
-    """The token in a file; re-read when the file's mtime or size changes."""
+    """The token in a file; re-read when the file's mtime or size changes.
 
-    def __init__(self, path: Path) -> None:
+    ``required`` (the default) refuses a missing or empty file at start. Without it the file may
+    appear later (an optional Secret volume): until then ``matches`` is false for every token.
+    """
+
+    def __init__(self, path: Path, *, required: bool = True) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._stamp: tuple[float, int] | None = None
         self._token = b""
+        self._problem = ""
         self._load()
         if not self._token:
-            raise AuthConfigError(f"{path}: bearer token file is empty or unreadable")
+            if required:
+                raise AuthConfigError(f"{path}: bearer token file is empty or unreadable{self._problem}")
+            log.warning("no bearer token yet in %s: the bearer paths refuse every request until one "
+                        "appears", path)
 
     def _load(self) -> None:
         try:
@@ -56,17 +65,23 @@ class BearerToken:
                 return
             token = self.path.read_bytes().strip()
         except OSError as exc:
-            if not self._token:
-                raise AuthConfigError(f"{self.path}: cannot read bearer token: {exc.strerror}") from None
-            log.warning("keeping the previous bearer token: cannot read %s: %s", self.path, exc.strerror)
+            self._problem = f" ({exc.strerror})"
+            if self._token:
+                log.warning("keeping the previous bearer token: cannot read %s: %s", self.path, exc.strerror)
             return
         if token:
             self._token, self._stamp = token, stamp
 
+    @property
+    def present(self) -> bool:
+        with self._lock:
+            self._load()
+            return bool(self._token)
+
     def matches(self, presented: bytes) -> bool:
         with self._lock:
             self._load()
-            return bool(presented) and hmac.compare_digest(presented, self._token)
+            return bool(presented) and bool(self._token) and hmac.compare_digest(presented, self._token)
 
 
 def bearer_guard(token: BearerToken) -> Guard:
@@ -76,6 +91,9 @@ def bearer_guard(token: BearerToken) -> Guard:
         if scheme.lower() != "bearer" or not credentials.strip():
             return _unauthorized("this endpoint needs an Authorization: Bearer <token> header")
         if not token.matches(credentials.strip().encode("utf-8", "replace")):
+            if not token.present:
+                return _unauthorized(f"no bearer token is configured yet: {token.path} is missing or empty "
+                                     "(auth.bearer_token_file; in the cluster, the token Secret)")
             return _unauthorized("the bearer token is not valid")
         return None
 
@@ -137,7 +155,8 @@ def configured_guards(auth: AuthSettings) -> list[tuple[frozenset[str], Guard]]:
             raise AuthConfigError(f"{auth.client_ca_file}: client CA file not found (auth.client_ca_file)")
         guards.append((frozenset(auth.client_cert_paths), client_cert_guard(auth.client_names)))
     if auth.bearer_token_file is not None:
-        guards.append((frozenset(auth.bearer_paths), bearer_guard(BearerToken(auth.bearer_token_file))))
+        token = BearerToken(auth.bearer_token_file, required=not auth.bearer_token_optional)
+        guards.append((frozenset(auth.bearer_paths), bearer_guard(token)))
     return guards
 
 

@@ -28,7 +28,8 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
     server = settings.server
     directory = cert_dir or server.cert_dir
     return {
-        "bind": [bind_address(server.host, server.port)],
+        # The admission port, and the ops port when configured (webhook.server.listeners).
+        "bind": [bind_address(server.host, p) for p in (server.port, server.ops_port) if p is not None],
         "worker_class": worker_class(settings.overload),
         "workers": server.workers,
         "threads": server.threads,

@@ -92,3 +92,45 @@ spec:
     securityContext:
       {{- include "gpushare.containerSecurityContext" . | nindent 6 }}
 {{- end }}
+
+{{/* Who may call what (docs/deploy.md, "Who can reach what"): environment, so that a
+replaced config file keeps it. Text equal to the kustomize base's at the defaults. */}}
+{{- define "gpushare.isolationEnv" -}}
+- {name: GPUSHARE_SERVER__OPS_PORT, value: {{ .Values.ops.port | toString | quote }}}
+- {name: GPUSHARE_AUTH__BEARER_TOKEN_FILE, value: /etc/gpushare/token/token}
+- {name: GPUSHARE_AUTH__BEARER_PATHS, value: '["/dry-run", "/explain", "/metrics"]'}
+- {name: GPUSHARE_AUTH__BEARER_TOKEN_OPTIONAL, value: "true"}
+- {name: GPUSHARE_AUTH__CLIENT_CA_FILE, value: /etc/gpushare/tls/ca.crt}
+- {name: GPUSHARE_AUTH__CLIENT_NAMES, value: {{ .Values.extender.clientNames | toJson | squote }}}
+- {name: GPUSHARE_AUTH__CLIENT_CERT_PATHS, value: '["/scheduler/filter", "/scheduler/prioritize"]'}
+{{- end }}
+
+{{- define "gpushare.networkPolicy" -}}
+# Ingress to the webhook pods by port: NetworkPolicy sees addresses and ports, never paths.
+# Traffic from the pod's own node (kubelet probes) is always allowed.
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: gpushare-webhook
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "gpushare.labels" "webhook" | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "gpushare.labels" "webhook" | nindent 6 }}
+  policyTypes: [Ingress]
+  ingress:
+  # The admission port: the API server (and kube-scheduler), by address.
+  - ports:
+    - {port: https, protocol: TCP}
+    from:
+      {{- toYaml .admissionFrom | nindent 6 }}
+  # The ops port: Prometheus and whoever runs /dry-run or /explain.
+  {{- if .opsFrom }}
+  - ports:
+    - {port: ops, protocol: TCP}
+    from:
+      {{- toYaml .opsFrom | nindent 6 }}
+  {{- end }}
+{{- end }}

@@ -1,0 +1,55 @@
+"""Which listener serves which path (``server.ops_port``).
+
+With an ops port configured, ``server.ops_paths`` (``/metrics``, ``/dry-run``, ``/explain``) are
+served only on it and every other path only on the admission port; ``server.probe_paths`` on
+both. A request on the wrong listener gets a JSON 404 that names the right one. The listener is
+the connection's local port, never the Host header, which the client writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flask import Flask, Response, request
+
+from webhook.server.http_errors import error_response
+from webhook.settings import ServerSettings
+
+
+def local_port(environ: dict[str, Any]) -> int | None:
+    """The port the request's connection arrived on; None outside gunicorn (a test client)."""
+    sock = environ.get("gunicorn.socket")
+    try:
+        return int(sock.getsockname()[1]) if sock is not None else None
+    except (OSError, IndexError, TypeError, ValueError):
+        return None
+
+
+def listener_refusal(server: ServerSettings, path: str, port: int | None) -> str | None:
+    """Why ``path`` is not served on ``port`` (None: it is)."""
+    if server.ops_port is None or port is None or path in server.probe_paths:
+        return None
+    on_ops, ops_path = port == server.ops_port, path in server.ops_paths
+    if ops_path and not on_ops:
+        return f"{path} is served on the ops port {server.ops_port}, not on the admission port (server.ops_port)"
+    if on_ops and not ops_path:
+        return (f"{path} is not served on the ops port {server.ops_port}; it serves "
+                f"{', '.join(server.ops_paths + server.probe_paths)} (server.ops_paths)")
+    return None
+
+
+def install_listener_split(app: Flask, server: ServerSettings,
+                           on_refused: Callable[[int, str], None] | None = None) -> None:
+    """Refuse, before anything else runs, a path asked for on the listener that does not serve it."""
+    if server.ops_port is None:
+        return
+
+    @app.before_request
+    def by_listener() -> Response | None:
+        reason = listener_refusal(server, request.path, local_port(request.environ))
+        if reason is None:
+            return None
+        if on_refused is not None:
+            on_refused(404, reason)
+        return error_response(404, reason)
