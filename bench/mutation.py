@@ -1,0 +1,283 @@
+"""Mutation testing of the domain core (``policies/``): which changes to the code do the tests notice?
+
+Each module is mutated by cosmic-ray's operators (it sees decorated functions, so every
+``@rule`` body is mutated too) and each mutant is run against that module's fast tests
+(``FAST_TESTS`` below): a mutant is *killed* when a test fails, errors or times out, and
+*survives* when they all pass. Mutants judged unable to change behaviour are listed, one
+line of reason each, in ``bench/equivalent_mutants.txt`` and set aside.
+
+Prints one line per module and, last, ``mutation score: N %`` (killed / (mutants - equivalent),
+over every module run). Survivors are written with their diff to ``--survivors FILE``.
+Nothing is asserted and this is not part of CI: a full run takes tens of minutes.
+
+    .venv/bin/python bench/mutation.py                       # every module, every mutant
+    .venv/bin/python bench/mutation.py --sample 40           # 40 random mutants per module
+    .venv/bin/python bench/mutation.py policies/quantity.py --survivors /tmp/s.txt
+
+Speed: the project is copied to a temporary directory (the work tree is never touched), one
+parent process imports the third-party libraries once, and each mutant runs ``pytest -x`` in a
+forked child that imports the (mutated) project afresh. ``--sample K`` draws K mutants per
+module with a fixed seed (``--seed``), so two runs of the same code draw the same mutants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import difflib
+import importlib
+import os
+import random
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EQUIVALENTS = ROOT / "bench" / "equivalent_mutants.txt"
+
+# Each module and the fast tests (no server, no subprocess) that pin it down.
+_RULE_TESTS = ["tests/test_pod_rules.py", "tests/test_gs_rules.py", "tests/test_rule_families.py",
+               "tests/test_exemptions.py", "tests/test_node_rules.py", "tests/test_placement_rules.py"]
+FAST_TESTS: dict[str, list[str]] = {
+    "policies/rules/base.py": _RULE_TESTS,
+    "policies/rules/pod_resources.py": ["tests/test_pod_rules.py", "tests/test_gs_rules.py",
+                                        "tests/test_rule_families.py"],
+    "policies/rules/exemptions.py": ["tests/test_exemptions.py"],
+    "policies/rules/node_rules.py": ["tests/test_node_rules.py"],
+    "policies/rules/placement_rules.py": ["tests/test_placement_rules.py"],
+    "policies/quantity.py": ["tests/test_quantity.py", "tests/test_gs_rules.py"],
+    "policies/mutations.py": ["tests/test_mutations.py"],
+    "policies/exemptions.py": ["tests/test_exemptions.py"],
+    "policies/cards.py": ["tests/test_cards.py", "tests/test_scoring.py", "tests/test_placement_rules.py",
+                          "tests/test_placement_properties.py"],
+    "policies/placement.py": ["tests/test_placement_rules.py", "tests/test_placement_properties.py",
+                              "tests/test_scoring.py"],
+    "policies/scoring.py": ["tests/test_scoring.py", "tests/test_selectors.py", "tests/test_placement_properties.py"],
+    "policies/selectors.py": ["tests/test_selectors.py", "tests/test_scoring.py"],
+}
+# Third-party libraries the parent imports once, so a child only imports the project.
+_WARM = ["pytest", "_pytest.python", "_pytest.assertion.rewrite", "hypothesis", "hypothesis.strategies",
+         "pydantic", "pydantic_settings", "yaml", "jsonpatch", "msgspec", "flask", "kubernetes.client",
+         "cryptography.x509", "rich.console", "click", "prometheus_client", "pythonjsonlogger.json",
+         "requests", "jsonschema"]
+_COPY = ["policies", "webhook", "certs", "tests", "pyproject.toml"]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    module: str
+    operator: str
+    occurrence: int
+    line: int
+    col: int
+    source: str  # the mutated module
+
+    def key(self, original_lines: list[str]) -> str:
+        """How the equivalents file names a mutant: stable while its line of code is unchanged."""
+        text = original_lines[self.line - 1]
+        indent = len(text) - len(text.lstrip())
+        return f"{self.module} :: {self.operator} :: {text.strip()} :: @{self.col - indent}"
+
+    def diff(self, original: str) -> str:
+        lines = difflib.unified_diff(original.splitlines(), self.source.splitlines(), lineterm="", n=0)
+        return "\n".join(line for line in lines if not line.startswith(("---", "+++")))
+
+
+def mutants_of(module: str, root: Path) -> list[Mutant]:
+    """Every mutant cosmic-ray's operators make of one module, in a stable order."""
+    from cosmic_ray import plugins
+    from cosmic_ray.ast import ast_nodes, get_ast_from_path
+    from cosmic_ray.mutating import mutate_code
+
+    path = root / module
+    source = path.read_text(encoding="utf-8")
+    found: list[Mutant] = []
+    for name in sorted(plugins.operator_names()):
+        operator_class = plugins.get_operator(name)
+        if operator_class.arguments():
+            continue  # parameterised operators need a configuration; the defaults are enough
+        operator = operator_class()
+        positions = [start for node in ast_nodes(get_ast_from_path(path))
+                     for start, _end in operator.mutation_positions(node)]
+        for occurrence, (line, col) in enumerate(positions):
+            mutated = mutate_code(source, operator, occurrence)
+            if mutated is not None and mutated != source:
+                found.append(Mutant(module, name, occurrence, line, col, mutated))
+    return found
+
+
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Where the type annotations are, in a module that never evaluates them (PEP 563)."""
+    tree = ast.parse(source)
+    if not any(isinstance(node, ast.ImportFrom) and node.module == "__future__"
+               and any(alias.name == "annotations" for alias in node.names) for node in tree.body):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg | ast.AnnAssign):
+            annotation = node.annotation
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            annotation = node.returns
+        else:
+            continue
+        if annotation is not None:
+            found.append(((annotation.lineno, annotation.col_offset),
+                          (annotation.end_lineno, annotation.end_col_offset)))
+    return found
+
+
+def read_equivalents(path: Path = EQUIVALENTS) -> dict[str, str]:
+    """``key  # reason`` lines: the mutants set aside, each with why it cannot change behaviour."""
+    judged: dict[str, str] = {}
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        if not raw.strip() or raw.startswith("#"):
+            continue
+        key, _, reason = raw.partition("  # ")
+        if not reason.strip():
+            raise SystemExit(f"{path.name}: an equivalent mutant without a reason: {raw}")
+        judged[key.strip()] = reason.strip()
+    return judged
+
+
+def run_tests(tests: list[str], timeout: float) -> tuple[str, float]:
+    """Run pytest in a forked child; ('killed' | 'survived' | 'timeout', seconds)."""
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # child: quiet, then a fresh import of the project under pytest
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        import pytest
+
+        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests])
+        os._exit(int(code))
+    fd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "timeout", time.monotonic() - started
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 5:
+        raise SystemExit(f"no tests collected from {tests}")
+    return ("survived" if code == 0 else "killed"), time.monotonic() - started
+
+
+def prepare_copy() -> Path:
+    copy = Path(tempfile.mkdtemp(prefix="gpushare-mutation-"))
+    ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
+    for name in _COPY:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=ignore)
+        else:
+            shutil.copy2(source, copy / name)
+    return copy
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help="modules to mutate (default: all of FAST_TESTS)")
+    parser.add_argument("--sample", type=int, metavar="K", help="K random mutants per module")
+    parser.add_argument("--seed", type=int, default=20, help="seed of --sample (default 20)")
+    parser.add_argument("--survivors", type=Path, help="write each survivor's diff to this file")
+    parser.add_argument("--all-equivalents", action="store_true",
+                        help="also run the mutants listed as equivalent (to see whether tests now kill them)")
+    args = parser.parse_args(argv)
+    modules = args.modules or list(FAST_TESTS)
+    for module in modules:
+        if module not in FAST_TESTS:
+            parser.error(f"no fast tests are known for {module}")
+    judged = read_equivalents()
+
+    copy = prepare_copy()
+    os.chdir(copy)
+    sys.path.insert(0, str(copy))
+    sys.dont_write_bytecode = True  # a mutant of the same size in the same second must not reuse a .pyc
+    for name in _WARM:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    survivors: list[str] = []
+    matched: set[str] = set()
+    total_killed = total_scored = 0
+    try:
+        for module in modules:
+            tests = [t for t in FAST_TESTS[module] if (copy / t).exists()]
+            path = copy / module
+            original = path.read_text(encoding="utf-8")
+            lines = original.splitlines()
+            annotations = annotation_spans(original)
+            outcome, seconds = run_tests(tests, timeout=600)
+            if outcome != "survived":
+                raise SystemExit(f"{module}: the unmutated tests fail ({outcome}); fix them first")
+            timeout = max(10.0, 5 * seconds)
+            # Annotations are never evaluated under `from __future__ import annotations`: a mutant
+            # there ("str | None" -> "str - None") cannot change behaviour, so none is made.
+            everything = [m for m in mutants_of(module, copy)
+                          if not any(start <= (m.line, m.col) < end for start, end in annotations)]
+            chosen = everything
+            if args.sample is not None and args.sample < len(everything):
+                chosen = sorted(random.Random(f"{args.seed}:{module}").sample(everything, args.sample),
+                                key=lambda m: (m.operator, m.occurrence))
+            killed = survived = equivalent = 0
+            module_started = time.monotonic()
+            for index, mutant in enumerate(chosen, 1):
+                key = mutant.key(lines)
+                if key in judged:
+                    matched.add(key)
+                    if not args.all_equivalents:
+                        equivalent += 1
+                        continue
+                path.write_text(mutant.source, encoding="utf-8")
+                try:
+                    result, _ = run_tests(tests, timeout)
+                finally:
+                    path.write_text(original, encoding="utf-8")
+                if key in judged:
+                    equivalent += 1
+                    if result != "survived":
+                        print(f"  note: listed as equivalent but killed: {key}", file=sys.stderr)
+                    continue
+                if result == "survived":
+                    survived += 1
+                    survivors.append(f"{key}\n{mutant.diff(original)}\n")
+                else:
+                    killed += 1
+                print(f"  {module} {index}/{len(chosen)} {result:8} {mutant.operator} line {mutant.line}",
+                      file=sys.stderr, flush=True)
+            scored = killed + survived
+            total_killed += killed
+            total_scored += scored
+            score = 100 * killed / scored if scored else 100.0
+            scope = f"sample {len(chosen)} of {len(everything)}" if chosen is not everything else \
+                f"all {len(everything)}"
+            print(f"{module}: {score:.1f} % killed ({killed}/{scored}; {survived} survived, "
+                  f"{equivalent} equivalent set aside; {scope} mutants; {time.monotonic() - module_started:.0f} s)",
+                  flush=True)
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    if args.survivors is not None:
+        args.survivors.write_text("\n".join(survivors), encoding="utf-8")
+    if args.sample is None:
+        stale = [k for k in judged if k.split(" :: ")[0] in modules and k not in matched]
+        for key in stale:
+            print(f"  note: listed as equivalent but no such mutant now: {key}", file=sys.stderr)
+    overall = 100 * total_killed / total_scored if total_scored else 100.0
+    if args.sample is not None:
+        print(f"sampled: K={args.sample} mutants per module, seed {args.seed}")
+    print(f"mutation score: {overall:.0f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
