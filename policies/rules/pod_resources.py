@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 
+from ..quantity import multiplier_suffix
 from ..resources import POD_SPEC_PATHS, ContainerRequest, Path, ResourceValue
 from .base import Subject, rule
 
@@ -12,8 +13,7 @@ POD_KINDS = tuple(POD_SPEC_PATHS)
 Found = Iterator[tuple[str, Path]]
 
 CORE_STEP, CORE_MIN, CORE_MAX = 5, 5, 100
-_UNIT_SCALE = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-               "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+GIB = 2**30  # bytes
 
 
 def _raw(value: ResourceValue) -> str:
@@ -98,16 +98,14 @@ def core_needs_memory(subject: Subject) -> Found:
 
 def mem_suggestion(value: ResourceValue) -> str:
     """What a gpu-mem value should have been: whole GiB, unit dropped."""
-    raw = value.raw.strip() if isinstance(value.raw, str) else value.raw
     quantity = value.quantity
-    suffix = next((s for s in sorted(_UNIT_SCALE, key=len, reverse=True)
-                   if isinstance(raw, str) and raw.endswith(s)), None)
-    if quantity is not None and suffix is not None and quantity >= 1:
-        gib_scale = _UNIT_SCALE["Gi"] if suffix.endswith("i") else _UNIT_SCALE["G"]
-        gib = max(1, int((quantity / gib_scale).to_integral_value(ROUND_HALF_UP)))
-        return f"use {gib}"
     if quantity is None or quantity < 1:
         return "use a whole number of GiB, 1 or more"
+    if multiplier_suffix(value.raw) is not None:
+        # Written as a size ("2Gi", "10G"): the bytes it names, in whole GiB (10G is 9.3 GiB: 9).
+        return f"use {max(1, int((quantity / GIB).to_integral_value(ROUND_HALF_UP)))}"
+    if quantity == quantity.to_integral_value():
+        return f"use {int(quantity)}"  # "4000m" is 4
     low = int(quantity // 1)
     return f"use {low} or {low + 1}"
 
@@ -122,8 +120,12 @@ def memory_whole_gib(subject: Subject) -> Found:
         for value in _written_values(container, mem):
             if value.whole_count is not None:
                 continue
-            why = ("carries a unit, but the resource already counts GiB" if value.has_unit
-                   else "is not a whole number of GiB >= 1")
+            if value.quantity is None:
+                why = f"is not a quantity ({value.error})"
+            elif value.has_unit:
+                why = "carries a unit, but the resource already counts GiB"
+            else:
+                why = "is not a whole number of GiB >= 1"
             yield (f"{subject.where(container)}: {mem}={_raw(value)} {why}; {mem_suggestion(value)}",
                    value.path)
 
