@@ -174,8 +174,10 @@ DS_NAME = "gpushare-device-plugin-ds"
 SIDECAR = container("istio-proxy", limits={"cpu": "100m"})
 
 
-@pytest.mark.parametrize(("spec_extra", "op"), [({}, "add"), ({"schedulerName": "default-scheduler"}, "replace"),
-                                               ({"schedulerName": ""}, "replace"), ({"schedulerName": None}, "replace")])
+@pytest.mark.parametrize(("spec_extra", "op"), [
+    ({}, "add"), ({"schedulerName": "default-scheduler"}, "replace"), ({"schedulerName": ""}, "replace"),
+    ({"schedulerName": None}, "replace"),
+])
 def test_gm001_exact_operation(engine, spec_extra, op):
     verdict, _ = mutate(engine, pod(pod_spec(SIDECAR, container("app", limits={MEM: 2}), **spec_extra)))
     assert verdict.patch[0] == {"op": op, "path": "/spec/schedulerName", "value": "ack-co-scheduler"}
@@ -227,7 +229,8 @@ def test_gm003_every_gpu_container_gets_its_own_share(engine, demo_state):
               {"op": "add", "path": "/spec/containers/0/env/-",
                "value": {"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "15"}}]),
         ([{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "9"}, "junk"],
-         [{"op": "add", "path": "/spec/containers/0/env/-", "value": {"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "15"}}]),
+         [{"op": "add", "path": "/spec/containers/0/env/-",
+           "value": {"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "15"}}]),
         ([{"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "1"}, {"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "1"}],
          []),
     ],
