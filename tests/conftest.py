@@ -6,6 +6,8 @@ from policies.engine import Engine
 from policies.settings import Settings, load_settings
 from webhook.state import load_demo_snapshot
 
+from . import profiles  # noqa: F401  (registers and loads the hypothesis profile)
+
 
 @pytest.fixture(scope="session")
 def settings() -> Settings:
