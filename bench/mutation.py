@@ -41,26 +41,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "bench" / "equivalent_mutants.txt"
 
-# Each module and the fast tests (no server, no subprocess) that pin it down.
-_RULE_TESTS = ["tests/test_pod_rules.py", "tests/test_gs_rules.py", "tests/test_rule_families.py",
-               "tests/test_exemptions.py", "tests/test_node_rules.py", "tests/test_placement_rules.py"]
-FAST_TESTS: dict[str, list[str]] = {
-    "policies/rules/base.py": _RULE_TESTS,
-    "policies/rules/pod_resources.py": ["tests/test_pod_rules.py", "tests/test_gs_rules.py",
-                                        "tests/test_rule_families.py"],
-    "policies/rules/exemptions.py": ["tests/test_exemptions.py"],
-    "policies/rules/node_rules.py": ["tests/test_node_rules.py"],
-    "policies/rules/placement_rules.py": ["tests/test_placement_rules.py"],
-    "policies/quantity.py": ["tests/test_quantity.py", "tests/test_gs_rules.py"],
-    "policies/mutations.py": ["tests/test_mutations.py"],
-    "policies/exemptions.py": ["tests/test_exemptions.py"],
-    "policies/cards.py": ["tests/test_cards.py", "tests/test_scoring.py", "tests/test_placement_rules.py",
-                          "tests/test_placement_properties.py"],
-    "policies/placement.py": ["tests/test_placement_rules.py", "tests/test_placement_properties.py",
-                              "tests/test_scoring.py"],
-    "policies/scoring.py": ["tests/test_scoring.py", "tests/test_selectors.py", "tests/test_placement_properties.py"],
-    "policies/selectors.py": ["tests/test_selectors.py", "tests/test_scoring.py"],
+# Each module and the fast tests (no server, no subprocess) that pin it down, most telling first:
+# tests/test_<name>.py for each name.
+_RULES = "pod_rules gs_rules rule_families exemptions node_rules placement_rules"
+_FAST = {
+    "policies/rules/base.py": _RULES,
+    "policies/rules/pod_resources.py": "gs_rules pod_rules rule_families",
+    "policies/rules/exemptions.py": "exemptions",
+    "policies/rules/node_rules.py": "node_rules",
+    "policies/rules/placement_rules.py": "placement_rules",
+    "policies/quantity.py": "quantity gs_rules",
+    "policies/mutations.py": "mutations",
+    "policies/exemptions.py": "exemptions",
+    "policies/cards.py": "cards placement scoring placement_rules placement_properties",
+    "policies/placement.py": "placement placement_rules placement_properties scoring",
+    "policies/scoring.py": "scoring selectors placement_properties",
+    "policies/selectors.py": "selectors scoring",
 }
+FAST_TESTS: dict[str, list[str]] = {module: [f"tests/test_{name}.py" for name in names.split()]
+                                    for module, names in _FAST.items()}
 # Third-party libraries the parent imports once, so a child only imports the project.
 _WARM = ["pytest", "_pytest.python", "_pytest.assertion.rewrite", "hypothesis", "hypothesis.strategies",
          "pydantic", "pydantic_settings", "yaml", "jsonpatch", "msgspec", "flask", "kubernetes.client",
@@ -199,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         if module not in FAST_TESTS:
             parser.error(f"no fast tests are known for {module}")
     judged = read_equivalents()
+    # A plain `kill` ends the run through the finally below, which removes the copy.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
     copy = prepare_copy()
     os.chdir(copy)
@@ -207,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in _WARM:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    survivors: list[str] = []
+    # Survivors are written as they are found, so a long run can be read while it goes on.
+    survivors = args.survivors.open("w", encoding="utf-8") if args.survivors is not None else None
     matched: set[str] = set()
     total_killed = total_scored = 0
     try:
@@ -250,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 if result == "survived":
                     survived += 1
-                    survivors.append(f"{key}\n{mutant.diff(original)}\n")
+                    if survivors is not None:
+                        survivors.write(f"{key}\n{mutant.diff(original)}\n\n")
+                        survivors.flush()
                 else:
                     killed += 1
                 print(f"  {module} {index}/{len(chosen)} {result:8} {mutant.operator} line {mutant.line}",
@@ -266,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     finally:
         shutil.rmtree(copy, ignore_errors=True)
-    if args.survivors is not None:
-        args.survivors.write_text("\n".join(survivors), encoding="utf-8")
+        if survivors is not None:
+            survivors.close()
     if args.sample is None:
         stale = [k for k in judged if k.split(" :: ")[0] in modules and k not in matched]
         for key in stale:
