@@ -55,8 +55,8 @@ _FAST = {
     "policies/exemptions.py": "exemptions",
     "policies/cards.py": "cards placement scoring placement_rules placement_properties",
     "policies/placement.py": "placement placement_rules placement_properties scoring",
-    "policies/scoring.py": "scoring selectors placement_properties",
-    "policies/selectors.py": "selectors scoring",
+    "policies/scoring.py": "scoring_numbers scoring selectors placement_properties",
+    "policies/selectors.py": "selectors scoring_numbers scoring",
 }
 FAST_TESTS: dict[str, list[str]] = {module: [f"tests/test_{name}.py" for name in names.split()]
                                     for module, names in _FAST.items()}
