@@ -43,12 +43,12 @@ EQUIVALENTS = ROOT / "bench" / "equivalent_mutants.txt"
 
 # Each module and the example-based tests (no server, no subprocess, no property search) that pin it
 # down, most telling first: tests/test_<name>.py for each name.
-_RULES = "pod_rules gs_rules exemptions node_rules placement_messages placement_rules"
+_RULES = "pod_rules gs_rules exemptions node_messages node_rules placement_messages placement_rules"
 _FAST = {
     "policies/rules/base.py": _RULES,
     "policies/rules/pod_resources.py": "gs_rules pod_rules",
     "policies/rules/exemptions.py": "exemptions",
-    "policies/rules/node_rules.py": "node_rules",
+    "policies/rules/node_rules.py": "node_messages node_rules",
     "policies/rules/placement_rules.py": "placement_messages placement_rules",
     "policies/quantity.py": "quantity gs_rules",
     "policies/mutations.py": "mutations",
