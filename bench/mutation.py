@@ -43,7 +43,7 @@ EQUIVALENTS = ROOT / "bench" / "equivalent_mutants.txt"
 
 # Each module and the example-based tests (no server, no subprocess, no property search) that pin it
 # down, most telling first: tests/test_<name>.py for each name.
-_RULES = "pod_rules gs_rules exemptions node_messages node_rules placement_messages placement_rules"
+_RULES = "rule_base pod_rules gs_rules exemptions node_messages node_rules placement_messages placement_rules"
 _FAST = {
     "policies/rules/base.py": _RULES,
     "policies/rules/pod_resources.py": "gs_rules pod_rules",
