@@ -290,3 +290,26 @@ def test_place_pod_on_a_node_without_cards():
     chosen, why = place_pod(NodeCards("n", "share", "binpack", []), "ns/p", [gpu(1, container="a")])
     assert chosen is None
     assert (why.container, why.reasons) == ("a", ("the node has no shared GPU cards",))
+
+
+# ---- what `inspect -d` lists per pod ---------------------------------------------------------------
+
+def test_inspect_details_list_each_pod_per_card():
+    from policies.allocation import cluster_usage
+    from webhook.inspect_view import detail_table
+
+    from .cluster_builders import gpu_node, gpu_pod, snapshot
+
+    split = gpu_pod("split", "n1", mem=6, annotations={ALLOCATION: json.dumps({"0": {"0": 2, "1": 4}})})
+    two = gpu_pod("two", "n1", mem=3, namespace="ml")
+    two["spec"]["containers"].append({"name": "second", "resources": {"limits": {MEM: 2}}})
+    packed = gpu_pod("packed", "n1", mem=5)
+    state = snapshot(gpu_node("n1", "cgpu", 2, 10), split, two, packed, names=NAMES)
+    [usage] = cluster_usage(state, NAMES).nodes
+    # split is charged as recorded; then, by key, packed binpacks onto GPU1 (the fuller) and both containers
+    # of ml/two onto GPU0, their GiB summed
+    assert [(p.namespace, p.name, p.mem_by_card) for p in usage.pods] == [
+        ("default", "packed", {1: 5}), ("default", "split", {0: 2, 1: 4}), ("ml", "two", {0: 5})]
+    rows = {line.split()[0]: line.split()[1:] for line in detail_table(cluster_usage(state, NAMES)).splitlines()
+            if line.split() and line.split()[0] in ("split", "two", "packed")}
+    assert rows == {"packed": ["default", "0", "5"], "split": ["default", "2", "4"], "two": ["ml", "5", "0"]}
