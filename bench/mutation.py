@@ -77,7 +77,6 @@ class Mutant:
     occurrence: int
     line: int
     col: int
-    source: str  # the mutated module
 
     def key(self, original_lines: list[str]) -> str:
         """How the equivalents file names a mutant: stable while its line of code is unchanged."""
@@ -85,31 +84,33 @@ class Mutant:
         indent = len(text) - len(text.lstrip())
         return f"{self.module} :: {self.operator} :: {text.strip()} :: @{self.col - indent}"
 
-    def diff(self, original: str) -> str:
-        lines = difflib.unified_diff(original.splitlines(), self.source.splitlines(), lineterm="", n=0)
-        return "\n".join(line for line in lines if not line.startswith(("---", "+++")))
+    def source(self, original: str) -> str | None:
+        """The mutated module (made only for the mutants that run: parsing costs)."""
+        from cosmic_ray import plugins
+        from cosmic_ray.mutating import mutate_code
+
+        return mutate_code(original, plugins.get_operator(self.operator)(), self.occurrence)
+
+
+def diff(original: str, mutated: str) -> str:
+    lines = difflib.unified_diff(original.splitlines(), mutated.splitlines(), lineterm="", n=0)
+    return "\n".join(line for line in lines if not line.startswith(("---", "+++")))
 
 
 def mutants_of(module: str, root: Path) -> list[Mutant]:
     """Every mutant cosmic-ray's operators make of one module, in a stable order."""
     from cosmic_ray import plugins
     from cosmic_ray.ast import ast_nodes, get_ast_from_path
-    from cosmic_ray.mutating import mutate_code
 
-    path = root / module
-    source = path.read_text(encoding="utf-8")
     found: list[Mutant] = []
     for name in sorted(plugins.operator_names()):
         operator_class = plugins.get_operator(name)
         if operator_class.arguments():
             continue  # parameterised operators need a configuration; the defaults are enough
         operator = operator_class()
-        positions = [start for node in ast_nodes(get_ast_from_path(path))
+        positions = [start for node in ast_nodes(get_ast_from_path(root / module))
                      for start, _end in operator.mutation_positions(node)]
-        for occurrence, (line, col) in enumerate(positions):
-            mutated = mutate_code(source, operator, occurrence)
-            if mutated is not None and mutated != source:
-                found.append(Mutant(module, name, occurrence, line, col, mutated))
+        found.extend(Mutant(module, name, occurrence, line, col) for occurrence, (line, col) in enumerate(positions))
     return found
 
 
@@ -244,7 +245,10 @@ def main(argv: list[str] | None = None) -> int:
                     if not args.all_equivalents:
                         equivalent += 1
                         continue
-                path.write_text(mutant.source, encoding="utf-8")
+                mutated = mutant.source(original)
+                if mutated is None or mutated == original:
+                    continue  # an operator position that makes no change
+                path.write_text(mutated, encoding="utf-8")
                 try:
                     result, _ = run_tests(tests, timeout)
                 finally:
@@ -257,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                 if result == "survived":
                     survived += 1
                     if survivors is not None:
-                        survivors.write(f"{key}\n{mutant.diff(original)}\n\n")
+                        survivors.write(f"{key}\n{diff(original, mutated)}\n\n")
                         survivors.flush()
                 else:
                     killed += 1
