@@ -10,8 +10,8 @@ from pathlib import Path
 from flask import Flask, Response, request
 
 from policies.settings import load_settings
-from webhook.gunicorn_conf import gunicorn_options
-from webhook.server import run_gunicorn
+from webhook.server.gunicorn import run_gunicorn
+from webhook.server.gunicorn_conf import gunicorn_options
 
 
 def create_bare_app() -> Flask:

@@ -55,29 +55,41 @@ def rss_mib(pid: int) -> float:
 
 
 @contextmanager
-def https_server(command: list[str], ca_file: Path, port: int, log: Path,
-                 timeout: float = 60) -> Iterator[subprocess.Popen[bytes]]:
+def https_server(command: list[str], ca_file: Path, port: int, log: Path, timeout: float = 60, *,
+                 ready_path: str = "/healthz", cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``command`` (a server on ``port`` over TLS), output to ``log``, until it answers
+    ``ready_path`` with 200 and a certificate that ``ca_file`` verifies; stop it afterwards.
+
+    The one way benchmarks and tests start a server: it polls with a deadline (never a fixed
+    sleep), fails at once with the server's output if it exits, and always reaps it."""
     with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+                                   env={**os.environ, **env} if env is not None else None)
     try:
         deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"{command[0]} exited: {log.read_text(errors='replace')}")
-            try:
-                if ca_file.exists():
+                raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text(errors='replace')}")
+            if ca_file.exists():
+                try:
                     context = ssl.create_default_context(cafile=str(ca_file))
-                    with urllib.request.urlopen(f"https://localhost:{port}/healthz", context=context, timeout=2):
-                        break
-            except OSError:
-                pass
+                    url = f"https://localhost:{port}{ready_path}"
+                    with urllib.request.urlopen(url, context=context, timeout=2) as answer:
+                        if answer.status == 200:
+                            break
+                except OSError as exc:  # not listening yet, or not ready (HTTPError is an OSError)
+                    last_error = exc
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{command[0]} did not answer within {timeout}s")
-            time.sleep(0.05)  # poll pacing under a deadline
+                raise TimeoutError(f"{command[0]} did not answer {ready_path} within {timeout}s "
+                                   f"(last error: {last_error!r})")
+            time.sleep(0.02)  # poll pacing under a deadline, not synchronisation
         yield process
     finally:
         process.terminate()
         try:
-            process.wait(timeout=30)
+            process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()

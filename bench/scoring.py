@@ -36,7 +36,7 @@ from collections.abc import Callable
 from policies.cluster import ClusterSnapshot, NodeInfo, PodGPU, PodInfo
 from policies.scoring import PodRequest, Scorer, pod_request
 from policies.settings import Names, Settings, load_settings
-from webhook.extender import Extender, ExtenderArgs
+from webhook.routes.extender import Extender, ExtenderArgs
 
 CARDS = 8
 GIB_PER_CARD = 16

@@ -53,7 +53,7 @@ def _pod_template(gpu: bool) -> str:
 
 
 def _node_template() -> str:
-    from tests.cluster_objects import node
+    from .cluster_objects import node
 
     obj = node("__NAME__", mode="cgpu", resource_version="__RV__")
     obj["metadata"]["uid"] = "__UID__"
@@ -82,7 +82,7 @@ def cluster(nodes: int, pods: int, gpu_share: float):
 
 def serve(args: argparse.Namespace) -> None:
     """Child process: the fake API server with the cluster, in list or watch mode."""
-    from tests.fake_apiserver import FakeApiServer
+    from .fake_apiserver import FakeApiServer
 
     node_items, pod_items = cluster(args.nodes, args.pods, args.gpu_share)
     api = FakeApiServer().start()
@@ -119,7 +119,7 @@ def measure(args: argparse.Namespace, via: str) -> dict[str, float]:
 
 def _load(url: str, args: argparse.Namespace) -> dict[str, float]:
     from policies.settings import Settings
-    from webhook.live_state import LiveClusterState, core_api
+    from webhook.state.live import LiveClusterState, core_api
 
     every = round(1 / args.gpu_share) if args.gpu_share > 0 else 0
     gpu_pods = len(range(0, args.pods, every)) if every else 0

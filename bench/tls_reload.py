@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.processes import free_port, https_server
-from webhook.tls_reload import ReloadingContext
+from webhook.server.tls_reload import ReloadingContext
 
 GPUSHARE = str(Path(sys.executable).parent / "gpushare")
 

@@ -4,7 +4,7 @@ import pytest
 
 from policies.engine import Engine
 from policies.settings import Settings, load_settings
-from webhook.state import load_demo_snapshot
+from webhook.state.snapshot import load_demo_snapshot
 
 from . import profiles  # noqa: F401  (registers and loads the hypothesis profile)
 

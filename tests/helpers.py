@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +16,8 @@ from typing import Any, TypeVar
 
 import requests
 
+from bench.processes import free_port, https_server
+
 DATA = Path(__file__).parent / "data"
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 T = TypeVar("T")
@@ -29,12 +29,6 @@ def gpushare_executable() -> str:
     if not candidate.exists():
         raise RuntimeError(f"gpushare is not installed beside {sys.executable}; run pip install -e .")
     return str(candidate)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(probe: Callable[[], T | None], timeout: float = 20.0, interval: float = 0.02,
@@ -90,28 +84,9 @@ def gpushare_server(workdir: Path, *args: str, env: dict[str, str] | None = None
     log_path = workdir / f"server-{port}.log"
     command = [gpushare_executable(), "serve", "--host", "127.0.0.1", "--port", str(port),
                "--cert-dir", str(cert_dir), *args]
-    environment = {**os.environ, **(env or {})}
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, cwd=workdir,
-                                   env=environment)
-    server = RunningServer(process, f"https://localhost:{port}", cert_dir, log_path)
-    try:
-        def healthy() -> bool:
-            if process.poll() is not None:
-                raise RuntimeError(f"server exited with {process.returncode}:\n{server.log()}")
-            if not (cert_dir / "ca.crt").exists():
-                return False
-            return requests.get(server.url + ready_path, verify=server.ca, timeout=2).status_code == 200
-
-        wait_until(healthy, timeout=30, what="gpushare serve answering /healthz")
-        yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with https_server(command, cert_dir / "ca.crt", port, log_path, timeout=30, ready_path=ready_path,
+                      cwd=workdir, env=env or {}) as process:
+        yield RunningServer(process, f"https://localhost:{port}", cert_dir, log_path)
 
 
 def load_json(name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from flask import Flask
 
 from certs.issue import Issued, issue_ca, new_key, write_pair
 from policies.settings import AuthSettings
-from webhook.auth import AuthConfigError, BearerToken, bearer_guard, guarded, install_auth
+from webhook.server.auth import AuthConfigError, BearerToken, bearer_guard, guarded, install_auth
 
 from .helpers import admission_review, gpushare_server, load_json
 

@@ -296,7 +296,7 @@ def test_place_pod_on_a_node_without_cards():
 
 def test_inspect_details_list_each_pod_per_card():
     from policies.allocation import cluster_usage
-    from webhook.inspect_view import detail_table
+    from webhook.report.inspect_view import detail_table
 
     from .cluster_builders import gpu_node, gpu_pod, snapshot
 

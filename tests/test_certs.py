@@ -16,7 +16,7 @@ from certs.material import signed_by, subject_names
 from certs.rotate import RotationRequest, rotate
 from certs.store import DirectoryStore
 from policies.settings import CertRotationSettings, CertSettings
-from webhook.tls_reload import ReloadingContext
+from webhook.server.tls_reload import ReloadingContext
 
 from .helpers import gpushare_executable
 

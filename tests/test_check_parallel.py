@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook import checking
-from webhook.checking import Checker
+from webhook.report import checking
+from webhook.report.checking import Checker
 
 from .check_helpers import write_yaml
 from .manifests import CORE, MEM, container, pod_spec, workload

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.cli import main
+from webhook.cli.commands import main
 
 from .profiles import examples
 

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from policies.rules.base import REGISTRY, Subject, rule
-from webhook.cli import main
-from webhook.state import DEMO_SNAPSHOT
+from webhook.cli.commands import main
+from webhook.state.snapshot import DEMO_SNAPSHOT
 
 from .check_helpers import SEED_JOBS, run_gpushare, write_yaml
 from .manifests import MEM, container, pod_spec, workload

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.door import one_complete_request
+from webhook.server.door import one_complete_request
 
 
 def _request(body: bytes = b'{"a":1}', extra: bytes = b"", version: bytes = b"HTTP/1.1") -> bytes:

@@ -7,7 +7,7 @@ import pytest
 from policies.engine import Engine
 from policies.exemptions import Exemption, annotations_path, parse_ids, read_exemption
 from policies.settings import Names
-from webhook.review import build_response, parse_review
+from webhook.routes.review import build_response, parse_review
 
 from .helpers import admission_review
 from .manifests import ALL_KINDS, CORE, MEM, container, pod_spec, workload

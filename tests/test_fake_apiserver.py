@@ -7,7 +7,7 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from webhook.live_state import core_api
+from webhook.state.live import core_api
 
 from .fake_apiserver import FakeApiServer, running
 

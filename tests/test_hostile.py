@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.resources import POD_SPEC_PATHS, ShapeError
-from webhook.app import Services, create_app
-from webhook.manifests import ManifestError, parse_manifests
+from webhook.documents.manifests import ManifestError, parse_manifests
+from webhook.routes.app import create_app
+from webhook.routes.services import Services
 
 from .helpers import admission_review, load_json
 from .hostile import ERROR_SCHEMA, check_answer, good_reviews, hostile_reviews, json_values
@@ -26,7 +27,7 @@ FAST = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 
 @pytest.fixture(scope="module")
 def client(settings, engine):
-    from webhook.state import load_demo_snapshot
+    from webhook.state.snapshot import load_demo_snapshot
 
     app = create_app(Services(settings, engine, load_demo_snapshot(settings.names)))
     return app.test_client()

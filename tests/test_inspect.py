@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from policies.settings import Settings
-from webhook.cluster_read import read_cluster
-from webhook.kube_client import api_client
+from webhook.state.cluster_read import read_cluster
+from webhook.state.kube_client import api_client
 
 from .fake_apiserver import FakeApiServer, running
 from .helpers import DATA, SEEDS, gpushare_executable

@@ -11,8 +11,8 @@ from certs.issue import ensure_serving_certs
 from policies.assume import PlacementLedger
 from policies.engine import Engine
 from policies.settings import Settings
-from webhook.live_state import LiveClusterState, StateSourceError, core_api
-from webhook.state import load_snapshot
+from webhook.state.live import LiveClusterState, StateSourceError, core_api
+from webhook.state.snapshot import load_snapshot
 
 from .cluster_objects import binding, gpu_pod, node, plain_pod, with_mode
 from .fake_apiserver import FakeApiServer, running
@@ -275,7 +275,7 @@ def test_in_cluster_config_when_running_in_a_pod(tmp_path, monkeypatch):
     """The service-account path: KUBERNETES_SERVICE_HOST/PORT, the mounted token and CA."""
     from kubernetes.config import incluster_config
 
-    from webhook import live_state
+    from webhook.state import kube_client
 
     certs = tmp_path / "api-certs"
     ensure_serving_certs(certs, ["localhost", "127.0.0.1"])
@@ -287,8 +287,8 @@ def test_in_cluster_config_when_running_in_a_pod(tmp_path, monkeypatch):
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(api.port))
         monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
         monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(certs / "ca.crt"))
-        monkeypatch.setattr(live_state, "_SERVICE_ACCOUNT_TOKEN", token)
-        assert live_state.in_cluster()
+        monkeypatch.setattr(kube_client, "SERVICE_ACCOUNT_TOKEN", token)
+        assert kube_client.in_cluster()
         client, host = core_api(None)
         assert host == f"https://127.0.0.1:{api.port}"
         live = LiveClusterState(client, Settings().names, Settings(state=FAST).state)
@@ -298,4 +298,4 @@ def test_in_cluster_config_when_running_in_a_pod(tmp_path, monkeypatch):
         finally:
             live.stop()
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
-    assert not live_state.in_cluster()
+    assert not kube_client.in_cluster()

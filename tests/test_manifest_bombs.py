@@ -6,7 +6,7 @@ import tracemalloc
 
 import pytest
 
-from webhook.manifests import ManifestError, parse_manifests
+from webhook.documents.manifests import ManifestError, parse_manifests
 
 BILLION_LAUGHS = "\n".join(
     ["apiVersion: v1", "kind: ConfigMap", "metadata: {name: lol}", "data:", '  a: &a ["lol","lol","lol","lol","lol"]']

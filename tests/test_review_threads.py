@@ -1,7 +1,7 @@
 """The first AdmissionReviews a fresh worker parses may arrive on 16 threads at once.
 
 msgspec builds a Struct type's conversion info on first use and crashed the process (SIGSEGV)
-when threads raced to build it; webhook.review builds it at import. Each attempt is a fresh
+when threads raced to build it; webhook.routes.review builds it at import. Each attempt is a fresh
 interpreter (the info lives for the process) that switches threads every microsecond to make
 the race likely: without the warm-up most attempts died.
 """
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 RACE = """
 import sys, threading
-from webhook.review import parse_review
+from webhook.routes.review import parse_review
 sys.setswitchinterval(1e-6)
 payload = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
     "uid": "u", "kind": {"kind": "Pod"}, "operation": "CREATE", "resource": {"resource": "pods"},

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from policies.engine import Engine
 from policies.rules.base import REGISTRY, StateUnavailable
 from policies.settings import load_settings
-from webhook.state import load_demo_snapshot
+from webhook.state.snapshot import load_demo_snapshot
 
 from .profiles import examples
 

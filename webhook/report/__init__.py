@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from policies.settings import Settings
-
-    from ..checking import Report
+    from webhook.report.checking import Report
 
 FORMATS = ("text", "json", "junit", "sarif", "github")
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import TextIO
 
 from policies.settings import Settings
-
-from ..checking import Report
-from . import summary_line
+from webhook.report import summary_line
+from webhook.report.checking import Report
 
 
 def escape_data(text: str) -> str:

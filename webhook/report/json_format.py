@@ -6,9 +6,8 @@ import json
 from typing import Any, TextIO
 
 from policies.settings import Settings
-
-from ..checking import Located, Report
-from . import tool_version
+from webhook.report import tool_version
+from webhook.report.checking import Located, Report
 
 
 def finding_dict(finding: Located, report: Report) -> dict[str, Any]:

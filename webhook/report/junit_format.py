@@ -14,8 +14,7 @@ from collections import defaultdict
 from typing import TextIO
 
 from policies.settings import Settings
-
-from ..checking import Located, Report
+from webhook.report.checking import Located, Report
 
 # Characters XML 1.0 cannot carry (a YAML double-quoted string can hold them).
 _NOT_XML = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -16,9 +16,8 @@ from urllib.parse import quote
 
 from policies.rule_index import RuleEntry, rule_entries
 from policies.settings import Settings
-
-from ..checking import Located, Problem, Report
-from . import tool_version
+from webhook.report import tool_version
+from webhook.report.checking import Located, Problem, Report
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 SRCROOT = "%SRCROOT%"

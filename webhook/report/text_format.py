@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import TextIO
 
 from policies.settings import Settings
-
-from ..checking import Located, Report
-from . import summary_line
+from webhook.report import summary_line
+from webhook.report.checking import Located, Report
 
 STYLES = {"deny": "bold red", "warn": "yellow", "exempt": "dim"}
 

@@ -1,16 +1,26 @@
-"""From an AdmissionReview to an engine call and back; no policy is decided here."""
+"""``POST /validate`` and ``POST /mutate``: from an AdmissionReview to an engine call and back;
+no policy is decided here."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
+
+from flask import Blueprint, Response
 
 from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
 from policies.engine import Engine
 from policies.resources import ShapeError
 from policies.rules.base import UserInfo
-
-from .review import AdmissionReview, ReviewError, build_response
+from webhook.routes.body import BadRequest
+from webhook.routes.observe import Observer
+from webhook.routes.review import AdmissionReview, ReviewError, build_response, parse_review
+from webhook.routes.services import Services
+from webhook.server.http_errors import error_response, json_response
+from webhook.server.metrics import register_endpoint
 
 Mode = Literal["mutate", "validate"]
 
@@ -43,3 +53,25 @@ def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState |
     except ShapeError as exc:
         raise ReviewError(f"request.object: {kind} {subject.label.split(' ', 1)[-1]}: {exc}") from None
     return build_response(review, verdict)
+
+
+def admission_routes(services: Services, observer: Observer, read_json: Callable[[], Any]) -> Blueprint:
+    """``POST /validate`` and ``POST /mutate``: an AdmissionReview in, an AdmissionReview out."""
+    routes = Blueprint("admission", __name__)
+
+    def review_route(mode: Mode) -> Response:
+        started = time.perf_counter()
+        review: AdmissionReview | None = None
+        try:
+            review = parse_review(read_json())
+            body = answer_review(review, services.engine, services.state, mode, services.ledger)
+        except (BadRequest, ReviewError) as exc:
+            observer.refused(mode, 400, str(exc), time.perf_counter() - started, review)
+            return error_response(400, str(exc))
+        observer.answered(mode, review, body, time.perf_counter() - started)
+        return json_response(body)
+
+    for mode in ("validate", "mutate"):
+        register_endpoint(f"/{mode}")
+        routes.add_url_rule(f"/{mode}", mode, partial(review_route, mode), methods=["POST"])
+    return routes

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import click
 
-from .report import FORMATS
+from webhook.report import FORMATS
 
 DEFAULT_CONFIG = ".gpushare.yaml"
 
@@ -125,11 +125,10 @@ def check(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | 
 def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | None, snapshot: Path | None,
          namespace: str, exclude: tuple[str, ...], stdin_filename: str, color: str) -> int:
     from policies.engine import Engine
-
-    from .checking import Checker, Report
-    from .manifests import ManifestError
-    from .report import render
-    from .sources import STDIN, select_files
+    from webhook.documents.manifests import ManifestError
+    from webhook.documents.sources import STDIN, select_files
+    from webhook.report import render
+    from webhook.report.checking import Checker, Report
 
     settings = load_config(config)
     try:
@@ -156,7 +155,7 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
 
 def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
     """The snapshot as cluster state, and its raw Node objects by name."""
-    from .state import SnapshotError, snapshot_from_objects, snapshot_objects
+    from webhook.state.snapshot import SnapshotError, snapshot_from_objects, snapshot_objects
 
     try:
         text = path.read_text(encoding="utf-8")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .cli import UsageFailure, _settings
+from webhook.cli.common import UsageFailure, load_cli_settings
 
 
 @click.command()
@@ -24,10 +24,9 @@ def inspect(nodes: tuple[str, ...], snapshot: Path | None, output: str, details:
             context: str | None, config: Path | None) -> None:
     """Show allocated/total GPU memory per card, node and cluster (optionally only NODES)."""
     from policies.allocation import cluster_usage
+    from webhook.report.inspect_view import as_json, detail_table, summary_table
 
-    from .inspect_view import as_json, detail_table, summary_table
-
-    names = _settings(config).names
+    names = load_cli_settings(config).names
     state = _snapshot_state(snapshot, names) if snapshot is not None else _live_state(kubeconfig, context, names)
     missing = [n for n in nodes if state.get_node(n) is None]
     if missing:
@@ -42,7 +41,7 @@ def inspect(nodes: tuple[str, ...], snapshot: Path | None, output: str, details:
 
 
 def _snapshot_state(path: Path, names):  # type: ignore[no-untyped-def]
-    from .state import SnapshotError, load_snapshot
+    from webhook.state.snapshot import SnapshotError, load_snapshot
 
     try:
         return load_snapshot(path, names)
@@ -54,8 +53,8 @@ def _live_state(kubeconfig: Path | None, context: str | None, names):  # type: i
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    from .cluster_read import read_cluster
-    from .kube_client import KubeConfigError, api_client
+    from webhook.state.cluster_read import read_cluster
+    from webhook.state.kube_client import KubeConfigError, api_client
 
     try:
         return read_cluster(api_client(kubeconfig, context), names)

@@ -10,14 +10,20 @@ extender's weight) into its own 0..100 scale.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
+
+from flask import Blueprint
 
 from policies.cluster import ClusterState, node_from_manifest
 from policies.resources import ShapeError
 from policies.scoring import NodeScore, Scorer, pod_request
 from policies.settings import Settings
+from webhook.routes.observe import Observer, Refusal, observed
+from webhook.routes.services import Services
+from webhook.server.metrics import register_endpoint
 
 
 class ExtenderInputError(ValueError):
@@ -107,3 +113,28 @@ class Extender:
         if score is None or not score.fits:
             return 0
         return round(score.score * self.max_priority / 100)
+
+
+def extender_routes(services: Services, observer: Observer, extender: Extender,
+                    read_json: Callable[[], Any]) -> Blueprint:
+    """``POST /scheduler/filter`` and ``/scheduler/prioritize`` for kube-scheduler's extender."""
+    routes = Blueprint("extender", __name__)
+
+    def answer(call: Callable[[ExtenderArgs, ClusterState], Any]) -> Any:
+        try:
+            args = parse_extender_args(read_json())
+        except ValueError as exc:  # ExtenderInputError, and the reader's refusals of bad JSON
+            raise Refusal(400, str(exc)) from None
+        state = services.state
+        if state is None:
+            raise Refusal(503, "no cluster state to filter or score nodes against")
+        try:
+            return call(args, state)
+        except ValueError as exc:
+            raise Refusal(400, str(exc)) from None
+
+    for path, call in (("/scheduler/filter", extender.filter), ("/scheduler/prioritize", extender.prioritize)):
+        label = register_endpoint(path)
+        routes.add_url_rule(path, label.replace("-", "_"), observed(observer, label, partial(answer, call)),
+                            methods=["POST"])
+    return routes

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from .cli import UsageFailure, _settings
+from webhook.cli.common import UsageFailure, load_cli_settings
 
 KEY_TYPES = ("ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-4096")
 
@@ -32,7 +32,7 @@ class Target:
     _api: Any = None
 
     def api(self) -> Any:
-        from .kube_client import KubeConfigError, api_client
+        from webhook.state.kube_client import KubeConfigError, api_client
 
         if self._api is None:
             try:
@@ -73,7 +73,7 @@ def _target(config: Path | None, cert_dir: Path | None, secrets: bool, service: 
 
     if (cert_dir is None) == (not secrets):
         raise UsageFailure("say where the certificates live: --cert-dir DIR or --secrets (one of them)")
-    settings = _settings(config)
+    settings = load_cli_settings(config)
     overrides = {"service_name": service, "namespace": namespace, "key_type": key_type,
                  "ca_days": ca_days, "cert_days": cert_days}
     certs = CertSettings.model_validate({**settings.certs.model_dump(),
@@ -188,7 +188,7 @@ def inject_command(config: Path | None, ca_bundle: Path | None, cert_dir: Path |
     """Patch the CA bundle into the named Mutating/ValidatingWebhookConfigurations."""
     if sum(x is not None and x is not False for x in (ca_bundle, cert_dir, secrets)) != 1:
         raise UsageFailure("say which bundle to inject: --ca-bundle FILE, --cert-dir DIR or --secrets (one)")
-    settings = _settings(config)
+    settings = load_cli_settings(config)
     target = Target(settings, None, [], kubeconfig, context)
     bundle = _run(lambda: _read_bundle(target, ca_bundle, cert_dir, secrets, namespace))
     _run(lambda: _publisher(target, True, mutating, validating)(bundle))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import os
 import random
 import socket
 import sys
@@ -30,9 +29,7 @@ from typing import Any
 import msgspec
 import urllib3
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from policies.cluster import (
     USABLE,
@@ -45,15 +42,15 @@ from policies.cluster import (
 )
 from policies.resources import watched_resources
 from policies.settings import Names, StateSettings
-
-from .kube_schema import NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
-from .state_status import StateStatus
+from webhook.state.kube_client import KubeConfigError, api_client
+from webhook.state.kube_schema import NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
+from webhook.state.paging import list_pages
+from webhook.state.status import StateStatus
 
 log = logging.getLogger("gpushare.state")
-_SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
-class StateSourceError(ValueError):
+class StateSourceError(KubeConfigError):
     """The cluster cannot be reached with the given configuration (bad kubeconfig, no in-cluster config)."""
 
 
@@ -65,22 +62,13 @@ class WatchError(Exception):
     """The watch stream reported an error other than 410."""
 
 
-def in_cluster() -> bool:
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and _SERVICE_ACCOUNT_TOKEN.exists()
-
-
 def core_api(kubeconfig: Path | None) -> tuple[k8s.CoreV1Api, str]:
     """A CoreV1Api from the kubeconfig file, else from the in-cluster service account; and its server URL."""
-    configuration = k8s.Configuration()
     try:
-        if kubeconfig is not None:
-            k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-        else:
-            k8s_config.load_incluster_config(client_configuration=configuration)
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        where = str(kubeconfig) if kubeconfig is not None else "in-cluster config"
-        raise StateSourceError(f"{where}: cannot configure the Kubernetes client: {exc}") from None
-    return k8s.CoreV1Api(k8s.ApiClient(configuration)), configuration.host
+        client = api_client(kubeconfig)
+    except KubeConfigError as exc:
+        raise StateSourceError(str(exc)) from None
+    return k8s.CoreV1Api(client), client.configuration.host
 
 
 @dataclass(frozen=True)
@@ -202,28 +190,16 @@ class Reflector:
     def _list(self) -> str:
         """A full paged list into the snapshot; objects that vanished are dropped. Returns its resourceVersion."""
         seen: set[str] = set()
-        token: str | None = None
         resource_version = ""
-        while True:
-            kwargs: dict[str, Any] = {"limit": self.settings.list_page_size}
-            if token:
-                kwargs["_continue"] = token
-            response = self.resource.call(**kwargs, _preload_content=False,
-                                          _request_timeout=(self.settings.connect_timeout_seconds, 60))
-            try:
-                page = self.resource.decoders.list.decode(response.data)
-            finally:
-                response.release_conn()
+        pages = list_pages(self.resource.call, self.resource.decoders.list.decode, self.settings.list_page_size,
+                           (self.settings.connect_timeout_seconds, 60), self._stop.is_set)
+        for page in pages:
             self._connected()
             self._failures = 0
             for obj in page.get("items") or ():
                 self.resource.apply("ADDED", obj)
                 seen.add(self.resource.key_of(obj))
-            meta = page.get("metadata") or {}
-            resource_version = meta.get("resourceVersion", "") or resource_version
-            token = meta.get("continue")
-            if not token or self._stop.is_set():
-                break
+            resource_version = (page.get("metadata") or {}).get("resourceVersion", "") or resource_version
         for key in self.resource.keys() - seen:
             self.resource.remove(key)
         self.lists += 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .cli_check import DEFAULT_CONFIG, OneLineUsage, load_config
+from webhook.cli.check import DEFAULT_CONFIG, OneLineUsage, load_config
 
 
 @click.command(cls=OneLineUsage)

@@ -25,8 +25,7 @@ from typing import Any, TypeVar
 from flask import Flask, Response, request
 
 from policies.settings import AuthSettings
-
-from .http_errors import error_response
+from webhook.server.http_errors import error_response
 
 log = logging.getLogger("gpushare.auth")
 Guard = Callable[[], Response | None]

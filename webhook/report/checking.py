@@ -17,9 +17,8 @@ from policies.engine import Engine
 from policies.resources import ShapeError, render_path
 from policies.rules.base import Finding
 from policies.settings import Severity
-
-from .manifests import Manifest, ManifestError, parse_manifests
-from .sources import STDIN, read_text
+from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
+from webhook.documents.sources import STDIN, read_text
 
 CLUSTER_SCOPED = frozenset({"Node"})
 

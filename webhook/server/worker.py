@@ -9,7 +9,7 @@ What it adds to gunicorn's threaded worker:
 - **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; a
   Content-Length body is read before a thread takes a slot, so slow senders cannot hold one.
   With the GIL, more evaluating threads only contend, and starve the poller.
-- **Refusal at the door** (``webhook.door``). While a new request would wait over half the
+- **Refusal at the door** (``webhook.server.door``). While a new request would wait over half the
   queue budget, the poller reads a kept-alive connection's request itself and answers a
   complete POST with a prepared JSON 503: no thread, no HTTP parser, no WSGI request.
 - **Load shedding.** A POST that waited longer than ``overload.queue_budget_seconds`` for a
@@ -52,11 +52,10 @@ from gunicorn.workers.gthread import TConn, ThreadWorker
 from werkzeug.exceptions import RequestTimeout
 
 from policies.settings import OverloadSettings
-
-from . import door
-from .http_errors import error_body
-from .metrics import Metrics, endpoint_label
-from .telemetry import Telemetry
+from webhook.server import door
+from webhook.server.http_errors import error_body
+from webhook.server.metrics import Metrics, endpoint_label
+from webhook.server.telemetry import Telemetry
 
 log = logging.getLogger("gpushare.worker")
 LINGER_SECONDS = 2.0
@@ -239,7 +238,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
             self._metrics.in_flight.set_function(lambda: len(self._busy))
 
     def _count(self, fn: Callable[..., None], *args: Any) -> None:
-        """Metrics are updated in the telemetry thread, off the request path (webhook.telemetry)."""
+        """Metrics are updated in the telemetry thread, off the request path (webhook.server.telemetry)."""
         if self._telemetry is not None:
             self._telemetry.call(fn, *args)
 
@@ -328,7 +327,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         while self._lingering and (self._lingering[0][0] <= now or self._lingering[0][1].fileno() < 0):
             self._unlinger(self._lingering.popleft()[1])
 
-    # -- refusing at the door (webhook.door): kept-alive connections, read by the poller
+    # -- refusing at the door (webhook.server.door): kept-alive connections, read by the poller
 
     def _requests_waiting(self) -> int:
         """Requests not yet evaluating: queued for a thread, or in one (being read, or waiting

@@ -1,6 +1,6 @@
 """``POST /dry-run``: manifests in (YAML or JSON), verdicts, patches and rankings out.
 
-The body is parsed by ``webhook.manifests.parse_manifests`` (multi-document YAML, a JSON
+The body is parsed by ``webhook.documents.manifests.parse_manifests`` (multi-document YAML, a JSON
 object, a ``List`` or an AdmissionReview); the policy work is ``policies.dryrun``. Nothing
 is written: not the state, not the binding assume-cache.
 """
@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request
+from flask import Blueprint, request
 
 from policies.cluster import ClusterState
 from policies.dryrun import DryRun, ObjectReport
 from policies.resources import ShapeError
 from policies.rules.base import Finding
 from policies.scoring import ranking_entry
-
-from .manifests import Manifest, ManifestError, parse_manifests
+from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
+from webhook.routes.observe import Observer, Refusal, observed
+from webhook.routes.services import Services
+from webhook.server.metrics import register_endpoint
 
 BODY_SOURCE = "body"
 
@@ -91,3 +93,20 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
             raise DryRunInputError(f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}") from None
         results.append(_render(report, manifest))
     return results
+
+
+def dry_run_routes(services: Services, observer: Observer, dry_run: DryRun) -> Blueprint:
+    """``POST /dry-run[?node=NAME]``: verdicts, patches and rankings, no side effects."""
+    routes = Blueprint("dry_run", __name__)
+
+    def answer() -> Any:
+        node = request.args.get("node", "")
+        try:
+            results = dry_run_body(read_text_body(), dry_run, services.state, node)
+        except DryRunInputError as exc:
+            raise Refusal(400, str(exc)) from None
+        return {"state": services.state_source, "results": results}
+
+    routes.add_url_rule("/dry-run", "dry_run", observed(observer, register_endpoint("/dry-run"), answer),
+                        methods=["POST"])
+    return routes

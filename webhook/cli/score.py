@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from webhook.cli_check import InputFailure, OneLineUsage, load_config
+from webhook.cli.check import InputFailure, OneLineUsage, load_config
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from policies.dryrun import ObjectReport
-    from webhook.manifests import Manifest
+    from webhook.documents.manifests import Manifest
 
 
 def _read(file: Path) -> tuple[str, str]:
@@ -90,8 +90,8 @@ def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top
     from policies.engine import Engine
     from policies.resources import ShapeError
     from policies.scoring import Scorer
-    from webhook.manifests import ManifestError, parse_manifests
-    from webhook.state import SnapshotError, load_demo_snapshot, load_snapshot
+    from webhook.documents.manifests import ManifestError, parse_manifests
+    from webhook.state.snapshot import SnapshotError, load_demo_snapshot, load_snapshot
 
     settings = load_config(config)
     text, source = _read(file)

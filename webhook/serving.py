@@ -1,4 +1,5 @@
-"""Wiring for ``gpushare serve``: settings + state source + certificates -> a running server."""
+"""The composition root of ``gpushare serve``: settings + state source + certificates + the Flask
+app (routes/) + gunicorn (server/) -> a running server. It is the one module that sees every room."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from certs.issue import ensure_serving_certs
 from policies.assume import PlacementLedger
 from policies.engine import Engine
 from policies.settings import Settings
-
-from .app import Services, create_app
-from .auth import configured_guards
-from .gunicorn_conf import gunicorn_options
-from .server import run_gunicorn
-from .state import load_demo_snapshot, load_snapshot
-from .state_status import StateStatus
+from webhook.routes.app import create_app
+from webhook.routes.services import Services
+from webhook.server.auth import configured_guards
+from webhook.server.gunicorn import run_gunicorn
+from webhook.server.gunicorn_conf import gunicorn_options
+from webhook.state.snapshot import load_demo_snapshot, load_snapshot
+from webhook.state.status import StateStatus
 
 log = logging.getLogger("gpushare.serve")
 
@@ -37,7 +38,8 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
     survive gunicorn's fork, so the live source is configured here (failing fast on a bad
     kubeconfig) and started by ``Services.start`` in the worker.
     """
-    from .live_state import LiveClusterState, core_api, in_cluster
+    from webhook.state.kube_client import in_cluster
+    from webhook.state.live import LiveClusterState, core_api
 
     engine = Engine(settings)
     ledger = new_ledger(settings)
@@ -73,7 +75,7 @@ def prepare_certificates(settings: Settings, cert_dir: Path) -> bool:
     return generated
 
 
-def serve(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig: Path | None = None) -> None:
+def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig: Path | None = None) -> None:
     """Generate certificates if missing, then run the webhook under gunicorn until signalled."""
     prepare_certificates(settings, cert_dir)
     # Fail fast on a bad snapshot or kubeconfig, before forking.

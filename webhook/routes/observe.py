@@ -2,18 +2,22 @@
 
 Rule ids come from the response's auditAnnotations, so audit, metrics and logs cannot
 disagree. Object bodies are never logged. A request thread only picks out the few fields
-it needs; counting and formatting run in the telemetry thread (webhook.telemetry).
+it needs; counting and formatting run in the telemetry thread (webhook.server.telemetry).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-from .logs import RequestLog
-from .metrics import Metrics, outcome_for_status
-from .review import AdmissionReview
-from .telemetry import Telemetry
+from flask import Response
+
+from webhook.routes.review import AdmissionReview
+from webhook.server.http_errors import error_response, json_response
+from webhook.server.logs import RequestLog
+from webhook.server.metrics import Metrics, outcome_for_status
+from webhook.server.telemetry import Telemetry
 
 MAX_REASON = 300
 
@@ -48,8 +52,6 @@ class Observer:
         self.metrics = metrics
         self.request_log = request_log
         self.telemetry = telemetry
-        if request_log is not None:
-            telemetry.after_flush(request_log.emit)
 
     def answered(self, endpoint: str, review: AdmissionReview, body: dict[str, Any], seconds: float) -> None:
         """An AdmissionReview answer was sent."""
@@ -95,6 +97,31 @@ class Observer:
             if seconds is not None:
                 line["duration_ms"] = round(seconds * 1000, 3)
             self.request_log.write(line, when)
+
+
+class Refusal(Exception):
+    """A route's answer is an HTTP error with a JSON reason."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def observed(observer: Observer, endpoint: str, route: Callable[[], Any]) -> Callable[[], Response]:
+    """A view for a route without an allow/deny decision (/dry-run, the scheduler extender):
+    ``route`` returns a JSON-able answer or raises Refusal; either way it is counted and logged."""
+
+    def view() -> Response:
+        started = time.perf_counter()
+        try:
+            body = route()
+        except Refusal as refusal:
+            observer.refused(endpoint, refusal.status, refusal.reason, time.perf_counter() - started)
+            return error_response(refusal.status, refusal.reason)
+        observer.served(endpoint, time.perf_counter() - started)
+        return json_response(body)
+
+    return view
 
 
 def admission_kinds() -> frozenset[str]:

@@ -1,6 +1,6 @@
 """Gunicorn settings for the webhook, derived from the one Settings object.
 
-Worker model: one ``gthread`` process (``webhook.worker.WebhookWorker``, which adds client
+Worker model: one ``gthread`` process (``webhook.server.worker.WebhookWorker``, which adds client
 deadlines, load shedding and JSON protocol errors; see docs/operations.md).
 The API server keeps TLS connections alive and
 reuses them; gthread keeps idle keep-alive connections in a poller instead of pinning a
@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from policies.settings import Settings
-
-from .logs import gunicorn_logconfig
-from .tls_reload import reloading_ssl_context
-from .worker import worker_class
+from webhook.server.logs import gunicorn_logconfig
+from webhook.server.tls_reload import reloading_ssl_context
+from webhook.server.worker import worker_class
 
 
 def bind_address(host: str, port: int) -> str:
@@ -46,7 +45,7 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
         "limit_request_line": 4094,
         "limit_request_fields": 64,
         "limit_request_field_size": 8190,
-        # Requests are logged by the app (webhook.observe), one JSON line each; gunicorn's access log stays off.
+        # Requests are logged by the app (webhook.routes.observe), one JSON line each; gunicorn's access log stays off.
         "accesslog": None,
         "errorlog": "-",
         "loglevel": "warning",
@@ -58,10 +57,10 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
 
 
 def _client_certificates(settings: Settings) -> dict[str, Any]:
-    """Ask TLS clients for a certificate and verify it against the configured CA (webhook.auth).
+    """Ask TLS clients for a certificate and verify it against the configured CA (webhook.server.auth).
 
     CERT_OPTIONAL, not REQUIRED: kubelet probes and Prometheus scrapes come without one; the
-    guard in webhook.auth requires it on the admission paths.
+    guard in webhook.server.auth requires it on the admission paths.
     """
     ca_file = settings.auth.client_ca_file
     if ca_file is None:

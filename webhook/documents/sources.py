@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from .manifests import ManifestError
+from webhook.documents.manifests import ManifestError
 
 STDIN = "-"
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")

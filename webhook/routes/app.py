@@ -1,0 +1,73 @@
+"""Flask app factory: one Blueprint per surface (routes/admission, dry_run, extender, ops), body limits
+and JSON errors. Policy lives in ``policies``."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from policies.dryrun import DryRun
+from policies.scoring import Scorer
+from webhook.routes.admission import admission_routes
+from webhook.routes.body import read_json_body
+from webhook.routes.dry_run import dry_run_routes
+from webhook.routes.extender import Extender, extender_routes
+from webhook.routes.observe import Observer, admission_kinds
+from webhook.routes.ops import ops_routes
+from webhook.routes.services import Services
+from webhook.server.auth import install_auth
+from webhook.server.http_errors import error_response
+from webhook.server.jsonbody import LargeBodyGate
+from webhook.server.logs import RequestLog
+from webhook.server.metrics import Metrics, endpoint_label
+from webhook.server.telemetry import Telemetry
+
+log = logging.getLogger("gpushare.webhook")
+
+
+def create_app(services: Services) -> Flask:
+    """The webhook WSGI app over the given services."""
+    app = Flask("gpushare-webhook")
+    app.config["MAX_CONTENT_LENGTH"] = services.settings.server.max_body_bytes
+    app.extensions["gpushare"] = services
+    settings = services.settings
+    max_bytes = settings.server.max_body_bytes
+    metrics = Metrics(admission_kinds(), lambda: services.state_status)
+    telemetry = Telemetry()
+    metrics.before_scrape(telemetry.flush)
+    # The worker counts what it refuses before the app runs through these too (webhook.server.worker).
+    app.extensions["gpushare.metrics"] = metrics
+    app.extensions["gpushare.telemetry"] = telemetry
+    observer = Observer(metrics, RequestLog(settings.logging) if settings.logging.requests else None, telemetry)
+    gate = LargeBodyGate(settings.overload.large_body_bytes, settings.overload.large_body_concurrency,
+                         settings.overload.queue_budget_seconds)
+    install_auth(app, settings.auth, lambda status, reason: observer.refused(endpoint_label(request.path),
+                                                                             status, reason))
+    read_json = partial(read_json_body, max_bytes, gate)
+    scorer = Scorer(settings.names)  # one per process: its per-node cache serves /dry-run and the extender
+    if services.state is not None:
+        scorer.profiles(services.state)  # build the per-node cache now, not on the scheduler's first call
+    app.register_blueprint(ops_routes(services, metrics))
+    app.register_blueprint(admission_routes(services, observer, read_json))
+    app.register_blueprint(dry_run_routes(services, observer, DryRun(services.engine, scorer)))
+    app.register_blueprint(extender_routes(services, observer, Extender(settings, scorer), read_json))
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        reason = exc.description or exc.name
+        if isinstance(exc, RequestEntityTooLarge):
+            reason = f"body larger than {max_bytes} bytes"
+        observer.refused(endpoint_label(request.path), exc.code or 500, reason)
+        return error_response(exc.code or 500, reason)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        reason = f"internal error: {type(exc).__name__}"
+        observer.refused(endpoint_label(request.path), 500, reason)
+        return error_response(500, reason)
+
+    return app

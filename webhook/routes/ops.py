@@ -1,0 +1,29 @@
+"""Operational routes: ``GET /healthz``, ``GET /readyz`` and ``GET /metrics`` (Prometheus text format)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from webhook.routes.services import Services
+from webhook.server.http_errors import json_response
+from webhook.server.metrics import Metrics
+
+
+def ops_routes(services: Services, metrics: Metrics) -> Blueprint:
+    routes = Blueprint("ops", __name__)
+
+    @routes.get("/healthz")
+    def healthz() -> Response:
+        return json_response({"status": "ok"})
+
+    @routes.get("/readyz")
+    def readyz() -> Response:
+        ready = services.ready()
+        return json_response({"ready": ready, "state": services.state_source}, 200 if ready else 503)
+
+    @routes.get("/metrics")
+    def metrics_route() -> Response:
+        return Response(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
+
+    return routes

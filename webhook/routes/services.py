@@ -1,0 +1,29 @@
+"""What the routes need, built once per process by the composition root (``webhook.serving``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from policies.assume import PlacementLedger
+from policies.cluster import ClusterState
+from policies.engine import Engine
+from policies.settings import Settings
+from webhook.state.status import StateStatus
+
+
+@dataclass
+class Services:
+    """What the routes need, built once per process."""
+
+    settings: Settings
+    engine: Engine
+    state: ClusterState | None
+    ready: Callable[[], bool] = field(default=lambda: True)
+    state_source: str = "none"
+    # Filled by the state source (snapshot: once at load; live: per watch event); read by /metrics.
+    state_status: StateStatus | None = None
+    # Admission side effects (the assume-cache); None where nothing may be recorded.
+    ledger: PlacementLedger | None = None
+    # Run in the serving process before it answers (threads do not survive gunicorn's fork).
+    start: Callable[[], None] = field(default=lambda: None)
