@@ -67,7 +67,7 @@ _WARM = ["pytest", "_pytest.python", "_pytest.assertion.rewrite", "hypothesis", 
          "pydantic", "pydantic_settings", "yaml", "jsonpatch", "msgspec", "flask", "kubernetes.client",
          "cryptography.x509", "rich.console", "click", "prometheus_client", "pythonjsonlogger.json",
          "requests", "jsonschema"]
-_COPY = ["policies", "webhook", "certs", "tests", "pyproject.toml"]
+_COPY = ["policies", "webhook", "certs", "tests", "bench", "pyproject.toml"]
 
 
 @dataclass(frozen=True)

@@ -321,3 +321,17 @@ def test_gm002_pods_are_not_changed_on_update(engine):
     owners = [{"kind": "DaemonSet", "name": DS_NAME}]
     verdict, _ = mutate(engine, pod(pod_spec(container("x")), ownerReferences=owners), operation="UPDATE")
     assert verdict.patch == []
+
+
+@pytest.mark.parametrize("first", [
+    container("sidecar", limits={"nvidia.com/gpu": 1}),  # a GPU resource, but no GPU memory
+    container("sidecar", limits={CORE: 30}),
+    container("sidecar", limits={MEM: "1Gi"}),  # GPU memory that is not a whole GiB count (GS003)
+])
+def test_gm003_a_container_it_skips_does_not_stop_it(engine, first):
+    """The mutating webhook runs before validation: a container GM003 has nothing for comes first,
+    and the GPU container after it still gets its share."""
+    verdict, patched = mutate(engine, pod(pod_spec(first, container("app", limits={MEM: 3}))))
+    assert {"op": "add", "path": "/spec/containers/1/env",
+            "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "3"}]} in verdict.patch
+    assert "env" not in patched["spec"]["containers"][0]
