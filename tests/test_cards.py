@@ -313,3 +313,13 @@ def test_inspect_details_list_each_pod_per_card():
     rows = {line.split()[0]: line.split()[1:] for line in detail_table(cluster_usage(state, NAMES)).splitlines()
             if line.split() and line.split()[0] in ("split", "two", "packed")}
     assert rows == {"packed": ["default", "0", "5"], "split": ["default", "2", "4"], "two": ["ml", "5", "0"]}
+
+
+def test_a_pod_already_on_a_crowded_card_later_in_the_order_may_add_a_container():
+    fuller = Card(0, 100, 50, 0, tuple(f"ns/a{i}" for i in range(20)))
+    mine = Card(1, 100, 20, 0, (*(f"ns/b{i}" for i in range(19)), "ns/mine"))
+    order = CardOrder([fuller, mine], "binpack")
+    assert [c.index for c in order.cards] == [0, 1]
+    assert order.first_fit(gpu(1), "ns/mine", 20) is mine
+    assert order.first_fit(gpu(1), "ns/a3", 20) is fuller
+    assert order.first_fit(gpu(1), "ns/new", 20) is None

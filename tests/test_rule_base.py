@@ -101,3 +101,13 @@ def test_finding_path_text():
     assert Finding("GS001", "deny", "m", ("spec", "containers", 0, "resources", "limits", MEM)).path_text == (
         f'spec.containers[0].resources.limits["{MEM}"]')
     assert Finding("GS001", "deny", "m").path_text == ""
+
+
+def test_findings_and_rules_cannot_be_changed_once_made():
+    import dataclasses
+
+    finding = Finding("GS001", "deny", "m")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        finding.message = "changed"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        REGISTRY["GS001"].severity = "warn"  # type: ignore[misc]
