@@ -103,9 +103,13 @@ def test_finding_path_text():
     assert Finding("GS001", "deny", "m").path_text == ""
 
 
-def test_findings_and_rules_cannot_be_changed_once_made():
+def test_findings_rules_and_users_cannot_be_changed_once_made():
     import dataclasses
 
+    from policies.rules.base import UserInfo
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        UserInfo("alice").username = "mallory"  # type: ignore[misc]
     finding = Finding("GS001", "deny", "m")
     with pytest.raises(dataclasses.FrozenInstanceError):
         finding.message = "changed"  # type: ignore[misc]
