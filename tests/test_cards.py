@@ -323,3 +323,11 @@ def test_a_pod_already_on_a_crowded_card_later_in_the_order_may_add_a_container(
     assert order.first_fit(gpu(1), "ns/mine", 20) is mine
     assert order.first_fit(gpu(1), "ns/a3", 20) is fuller
     assert order.first_fit(gpu(1), "ns/new", 20) is None
+
+
+def test_a_memory_only_container_ignores_compute_even_when_a_record_overfills_it():
+    overfilled = Card(0, 15, 2, 120)  # two recorded pods of 60 % each
+    assert CardOrder([overfilled], "binpack").first_fit(gpu(4), "ns/p", None) is overfilled
+    assert choose_card([overfilled], gpu(4), "ns/p", "spread", None) == (overfilled, [])
+    assert choose_card([overfilled], gpu(4, 5), "ns/p", "spread", None) == (
+        None, ["GPU0 has -20% compute free, needs 5%"])
