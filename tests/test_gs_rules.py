@@ -7,14 +7,15 @@ import pytest
 
 from policies.engine import Engine
 
-from .manifests import ALL_KINDS, CORE, MEM, container, pod_spec, workload
+from .manifests import ALL_KINDS, CORE, MEM, container, pod_spec, received, workload
 
 TOPOLOGY, EXCLUSIVE = "aliyun.com/gpu", "nvidia.com/gpu"
 
 
 def found(engine: Engine, obj, operation: str = "CREATE") -> list[tuple[str, str, str]]:
     """(rule, message, path) of every finding, in the engine's order."""
-    subject = engine.subject(obj["kind"], obj, operation=operation, namespace="default")
+    sent = received(obj)
+    subject = engine.subject(sent["kind"], sent, operation=received(operation), namespace="default")
     return [(f.rule, f.message, f.path_text) for f in engine.validate(subject).findings]
 
 

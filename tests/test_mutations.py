@@ -10,13 +10,15 @@ import pytest
 from policies.engine import Engine
 
 from .helpers import load_json
-from .manifests import CORE, MEM, container, pod, pod_spec, workload
+from .manifests import CORE, MEM, container, pod, pod_spec, received, workload
 
 CORE_MEM_NODE = "cn-beijing.192.168.1.10"
 
 
 def mutate(engine: Engine, obj, state=None, operation="CREATE"):
-    verdict = engine.mutate(engine.subject(obj["kind"], obj, operation=operation, namespace="default", state=state))
+    sent = received(obj)
+    verdict = engine.mutate(engine.subject(sent["kind"], sent, operation=received(operation), namespace="default",
+                                           state=state))
     patched = jsonpatch.apply_patch(obj, verdict.patch) if verdict.patch else copy.deepcopy(obj)
     return verdict, patched
 

@@ -9,14 +9,15 @@ from policies.rules.base import UserInfo
 from policies.rules.node_rules import region_of, shows_mps_daemon
 
 from .cluster_objects import gpu_pod, node, relabel, with_mode
+from .manifests import received
 
 NAME = "cn-beijing.192.168.1.10"
 SCHEDULE, PLACEMENT, POLICY = "ack.node.gpu.schedule", "ack.node.gpu.placement", "gpushare.io/cpu-manager-policy"
 
 
 def findings(engine, obj, *, old=None, user=None, state=None, rule=None):
-    subject = engine.subject("Node", obj, operation="UPDATE" if old is not None else "CREATE", old=old,
-                             user=user, state=state)
+    subject = engine.subject(received("Node"), received(obj), operation=received("UPDATE" if old else "CREATE"),
+                             old=received(old), user=user, state=state)
     return [(f.rule, f.severity, f.message, f.path_text) for f in engine.validate(subject).findings
             if rule is None or f.rule == rule]
 

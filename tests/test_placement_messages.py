@@ -9,6 +9,7 @@ from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manif
 from policies.rules.placement_rules import placed_pod, placement_of
 
 from .cluster_objects import binding, gpu_pod, node, relabel
+from .manifests import received
 
 NODE = "cn-beijing.192.168.1.10"
 
@@ -23,7 +24,8 @@ def state_of(settings, nodes, pods) -> ClusterSnapshot:
 
 
 def judged(engine, kind, obj, state, operation="CREATE", namespace="default"):
-    subject = engine.subject(kind, obj, operation=operation, namespace=namespace, state=state)
+    subject = engine.subject(received(kind), received(obj), operation=received(operation), namespace=namespace,
+                             state=state)
     return [(f.rule, f.message, f.path_text) for f in engine.validate(subject).findings]
 
 
@@ -35,7 +37,7 @@ def judged(engine, kind, obj, state, operation="CREATE", namespace="default"):
 def test_which_bindings_are_placements(engine, settings, target, found):
     obj = binding("p", NODE)
     obj["target"] = target
-    subject = engine.subject("Binding", obj, namespace="default")
+    subject = engine.subject(received("Binding"), received(obj), namespace="default")
     where = placement_of(subject)
     assert (where is not None) == found
     if found:
@@ -50,9 +52,11 @@ def test_which_bindings_are_placements(engine, settings, target, found):
     ("Pod", {"kind": "Pod", "metadata": {"name": "p"}, "spec": "x"}, "CREATE", False),
     ("Pod", {"kind": "Pod", "metadata": {"generateName": "p-"}, "spec": {"nodeName": NODE}}, "CREATE", False),
     ("Deployment", {"kind": "Deployment", "metadata": {"name": "p"}, "spec": {"nodeName": NODE}}, "CREATE", False),
+    ("StatefulSet", {"kind": "StatefulSet", "metadata": {"name": "p"}, "spec": {"nodeName": NODE}}, "CREATE", False),
+    ("APIService", {"kind": "APIService", "metadata": {"name": "p"}, "target": {"name": NODE}}, "CREATE", False),
 ])
 def test_which_objects_are_placements(engine, kind, obj, operation, found):
-    subject = engine.subject(kind, obj, operation=operation, namespace="")
+    subject = engine.subject(received(kind), received(obj), operation=received(operation), namespace="")
     where = placement_of(subject)
     assert (where is not None) == found
     if found:
