@@ -331,3 +331,10 @@ def test_a_memory_only_container_ignores_compute_even_when_a_record_overfills_it
     assert choose_card([overfilled], gpu(4), "ns/p", "spread", None) == (overfilled, [])
     assert choose_card([overfilled], gpu(4, 5), "ns/p", "spread", None) == (
         None, ["GPU0 has -20% compute free, needs 5%"])
+
+
+@pytest.mark.parametrize(("used_core", "request_core"), [(50, 10), (120, 0)])
+def test_a_crowded_card_is_reported_as_crowded_whatever_its_compute(used_core, request_core):
+    crowded = Card(0, 15, 2, used_core, tuple(f"ns/p{i}" for i in range(20)))
+    assert choose_card([crowded], gpu(4, request_core), "ns/new", "binpack", 20) == (
+        None, ["GPU0 already runs 20 pods, the cGPU limit is 20"])
