@@ -221,3 +221,22 @@ def test_gb004_not_enough_whole_gpus_names_three_holders():
         ("GB004", "node n1 has 1 of 6 GPUs free (held by default/h0, default/h1, default/h2 and 2 more), needs 2")]
     assert problems(PodDemand("default/t", (), 0, 3), node("topology", cards=2)) == [
         ("GB004", "node n1 has 2 of 2 GPUs free, needs 3")]
+
+
+def test_a_pod_asking_for_no_gpu_goes_on_any_node():
+    cpu_only = PodDemand("default/web", ())
+    for mode in ("share", "cgpu", "core_mem", "default", "topology", None):
+        assert problems(cpu_only, node(mode)) == []
+
+
+def test_gb001_with_exactly_four_others_names_three_and_one_more():
+    pods = [pod(f"c{i}", 1, 10) for i in range(4)]
+    assert problems(shared(("a", 1, 0)), node("core_mem", gib=20), pods) == [
+        ("GB001", "node n1 already runs core+mem pods (default/c0, default/c1, default/c2 and 1 more); a mem-only pod "
+                  "cannot share the node with them")]
+
+
+def test_gb004_whole_gpus_held_by_exactly_four_pods():
+    pods = [pod(f"h{i}", topology=1) for i in range(4)]
+    assert problems(PodDemand("default/t", (), 0, 2), node("topology", cards=5), pods) == [
+        ("GB004", "node n1 has 1 of 5 GPUs free (held by default/h0, default/h1, default/h2 and 1 more), needs 2")]
