@@ -337,3 +337,10 @@ def test_gm003_a_container_it_skips_does_not_stop_it(engine, first):
     assert {"op": "add", "path": "/spec/containers/1/env",
             "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "3"}]} in verdict.patch
     assert "env" not in patched["spec"]["containers"][0]
+
+
+def test_gm003_a_container_that_has_its_env_does_not_stop_the_next(engine):
+    ready = container("a", limits={MEM: 2}, env=[{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "2"}])
+    verdict, _ = mutate(engine, pod(pod_spec(ready, container("b", limits={MEM: 3}), schedulerName="volcano")))
+    assert verdict.patch == [{"op": "add", "path": "/spec/containers/1/env",
+                              "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "3"}]}]

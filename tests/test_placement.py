@@ -240,3 +240,8 @@ def test_gb004_whole_gpus_held_by_exactly_four_pods():
     pods = [pod(f"h{i}", topology=1) for i in range(4)]
     assert problems(PodDemand("default/t", (), 0, 2), node("topology", cards=5), pods) == [
         ("GB004", "node n1 has 1 of 5 GPUs free (held by default/h0, default/h1, default/h2 and 1 more), needs 2")]
+
+
+def test_an_exclusive_pod_is_not_refused_by_a_mode_label_gn001_judges():
+    # an unknown mode label is GN001's finding on the node; placement refuses only the topology mode
+    assert problems(PodDemand("default/w", (), 1, 0), node("vgpu")) == []
