@@ -95,7 +95,8 @@ def other(kind: str, name: str, rng: random.Random) -> dict[str, Any]:
         mode = rng.choice(["cgpu", "share", "core_mem"])
         return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
             "ack.node.gpu.schedule": mode, "ack.node.gpu.placement": "binpack",
-            "topology.kubernetes.io/region": "cn-beijing"}}, "spec": {"providerID": f"alicloud://cn-beijing.{name}"}}
+            "topology.kubernetes.io/region": "cn-beijing"}}, "spec": {
+            "providerID": "cn-beijing.i-" + "".join(ch for ch in name if ch.isalnum()).lower()}}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ml"},
             "data": {"config.yaml": "batch: 8\nthreads: 4\n", "LOG_LEVEL": "info"}}
 

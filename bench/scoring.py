@@ -64,7 +64,7 @@ def build_cluster(node_count: int, names: Names, seed: int = 7) -> ClusterSnapsh
                        labels.card_name: rng.choice(["Tesla-V100-SXM2-16GB", "Tesla-T4", "NVIDIA-A10"]),
                        labels.card_count: str(CARDS), labels.cpu_manager_policy: "none"}
         resources = {r.gpu_mem: CARDS * GIB_PER_CARD, r.gpu_count: CARDS}
-        snapshot.upsert_node(NodeInfo(name, node_labels, {}, f"alicloud://i-{n}", f"10.0.{n // 250}.{n % 250}",
+        snapshot.upsert_node(NodeInfo(name, node_labels, {}, f"cn-beijing.i-bench{n}", f"10.0.{n // 250}.{n % 250}",
                                       dict(resources), dict(resources)))
         full = rng.random() < 0.1
         for p in range(PODS_PER_NODE):

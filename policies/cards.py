@@ -30,7 +30,11 @@ Placement = Literal["binpack", "spread"]
 CORE_PER_CARD = 100
 # cGPU cannot create more than 20 instances on one card (seed 002).
 MAX_PODS_PER_CARD = 20
-CARD_LIMITED_MODES = frozenset({"cgpu", "core_mem"})
+# The modes built on cGPU: cgpu and core_mem (002), and mps, "NVIDIA MPS isolation technology
+# combined with Alibaba Cloud cGPU technology" (003). What 002 states for cGPU (ECS only, the
+# memory-isolation regions, the version matrix, 20 pods per card) applies to all three.
+CGPU_MODES = frozenset({"cgpu", "core_mem", "mps"})
+CARD_LIMITED_MODES = CGPU_MODES
 STRIDE = 4  # fields per card in ``CardOrder.hot``: free GiB, free compute, pods, card index
 
 

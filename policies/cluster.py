@@ -7,6 +7,7 @@ in, so 150,000 pods cost little memory and nothing mutable leaks into policy cod
 
 from __future__ import annotations
 
+import sys
 import threading
 from bisect import bisect_right
 from collections.abc import Iterable
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .quantity import QuantityError, parse_quantity
-from .resources import ContainerRequest, container_requests
+from .resources import ContainerRequest, ShapeError, container_requests
+from .selectors import NodeSelector, node_selector_from_spec
 from .settings import Names
 
 
@@ -63,6 +65,10 @@ class PodInfo:
     annotations: dict[str, str]
     topology_gpus: int = 0
     exclusive_gpus: int = 0
+    scheduler_name: str = ""
+    # The hard node constraints of a pod not bound yet (``explain`` ranks it); None once bound,
+    # so 150,000 running pods carry nothing here.
+    selector: NodeSelector | None = None
 
     @property
     def key(self) -> str:
@@ -198,10 +204,23 @@ def pod_gpus(obj: dict[str, Any], names: Names,
 
 
 def pod_card_annotations(names: Names) -> tuple[str, ...]:
-    """The pod annotations that record which cards a pod holds; a PodInfo keeps only these."""
+    """The pod annotations a PodInfo keeps: which cards a pod holds, whether the device plugin
+    assigned them yet (the audit's GA006), and its exemption (the audit honours it too)."""
     cards = names.card_annotations
+    assignment = tuple(name for pair in names.assignment.pairs for name in pair)
     return (names.allocation_annotation, names.card_index_annotation, cards.core_allocation,
-            cards.topology_visible)
+            cards.topology_visible, *assignment, names.exempt_annotation, names.exempt_reason_annotation)
+
+
+def _pending_selector(spec: Any) -> NodeSelector | None:
+    """The node constraints of an unbound pod (None when it has none or they are malformed)."""
+    if not isinstance(spec, dict) or spec.get("nodeName") or not (spec.get("nodeSelector") or spec.get("affinity")):
+        return None
+    try:
+        selector = node_selector_from_spec(spec, ("spec",))
+    except ShapeError:
+        return None
+    return None if selector.empty else selector
 
 
 def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[ContainerRequest] | None = None) -> PodInfo:
@@ -230,6 +249,8 @@ def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[Containe
         annotations=kept,
         topology_gpus=topology,
         exclusive_gpus=exclusive,
+        scheduler_name=sys.intern(str(_mapping(spec).get("schedulerName") or "")),
+        selector=_pending_selector(spec),
     )
 
 

@@ -14,7 +14,7 @@ import jsonpatch
 
 from .cluster import ClusterState
 from .engine import Engine, Verdict
-from .resources import POD_SPEC_PATHS
+from .resources import POD_SPEC_PATHS, WORKLOAD_KINDS
 from .rules.base import REGISTRY, Finding
 from .scoring import NO_STATE, NodeScore, PodRequest, Scorer, pod_request
 from .settings import Settings, Severity
@@ -32,6 +32,45 @@ class ObjectReport:
     request: PodRequest | None = None
     ranking: list[NodeScore] | None = None
     judged_node: str = ""  # the node the placement was judged on (?node= or spec.nodeName)
+    # For a workload: the pod its template creates, and what the mutating webhook does to each one.
+    pod_preview: PodPreview | None = None
+
+
+APPLIED_TO_EACH_POD = "applied to each pod at creation"
+
+
+@dataclass
+class PodPreview:
+    """A workload's mutations target its pods, not the workload: the pod the template creates,
+    the patch the webhook applies to each such pod at creation, and the template as it would be."""
+
+    pod: dict[str, Any]
+    patch: list[Any]
+    patch_ids: list[str]
+    mutated_pod: dict[str, Any]
+    mutated_template: dict[str, Any]
+    applied: str = APPLIED_TO_EACH_POD
+
+
+def template_pod(kind: str, obj: dict[str, Any], namespace: str) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+    """The Pod a workload's template creates (as its controller sends it) and the template's path."""
+    path = POD_SPEC_PATHS[kind][:-1]
+    template: Any = obj
+    for part in path:
+        template = template.get(part) if isinstance(template, dict) else None
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        return None
+    meta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    owner = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+    pod_meta = {**copy.deepcopy(meta), "namespace": namespace}
+    pod_meta.pop("name", None)
+    pod_meta["generateName"] = f"{owner or kind.lower()}-"
+    # The controller that creates the pods: a Deployment's are a ReplicaSet's, a CronJob's a Job's.
+    direct = {"Deployment": ("apps/v1", "ReplicaSet"), "CronJob": ("batch/v1", "Job")}
+    api_version, owner_kind = direct.get(kind, (str(obj.get("apiVersion", "")), kind))
+    pod_meta["ownerReferences"] = [{"apiVersion": api_version, "kind": owner_kind, "name": str(owner or ""),
+                                    "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(template["spec"])}, path
 
 
 def placement_severity(settings: Settings, rule_id: str) -> Severity | None:
@@ -68,6 +107,8 @@ class DryRun:
             verdict.patch, verdict.patch_ids = planned.patch, planned.patch_ids
             if verdict.patch:
                 report.mutated = jsonpatch.apply_patch(copy.deepcopy(obj), verdict.patch)
+            if kind in WORKLOAD_KINDS:
+                report.pod_preview = self._pod_preview(kind, report.mutated, subject.ns or namespace, state)
         if kind not in POD_SPEC_PATHS:
             return report
         request = pod_request(kind, report.mutated, self.names, key=f"{subject.ns}/{subject.name}",
@@ -87,6 +128,20 @@ class DryRun:
             reported = {f.rule for f in verdict.findings}
             verdict.findings += [f for f in self._placement_findings(report, subject.label) if f.rule not in reported]
         return report
+
+    def _pod_preview(self, kind: str, obj: dict[str, Any], namespace: str,
+                     state: ClusterState | None) -> PodPreview | None:
+        made = template_pod(kind, obj, namespace)
+        if made is None:
+            return None
+        pod, path = made
+        planned = self.engine.mutate(self.engine.subject("Pod", pod, namespace=namespace, state=state))
+        mutated_pod = jsonpatch.apply_patch(copy.deepcopy(pod), planned.patch) if planned.patch else pod
+        template: Any = obj
+        for part in path:
+            template = template[part]
+        mutated_template = {**copy.deepcopy(template), "spec": copy.deepcopy(mutated_pod["spec"])}
+        return PodPreview(pod, planned.patch, planned.patch_ids, mutated_pod, mutated_template)
 
     def _placement_findings(self, report: ObjectReport, label: str) -> list[Finding]:
         assert report.ranking is not None

@@ -28,14 +28,18 @@ MUTATIONS: dict[str, Mutation] = {
     m.id: m
     for m in (
         Mutation("GM001", "Shared-GPU pods use the GPU-sharing scheduler",
-                 "Pods requesting aliyun.com/gpu-mem get schedulerName ack-co-scheduler when it is "
-                 "unset or default-scheduler; another scheduler the user chose is kept.", "001"),
+                 "Pods requesting aliyun.com/gpu-mem get the configured schedulerName (names.scheduler_name: "
+                 "ack-co-scheduler on registered clusters; none on ACK Pro, whose own kube-scheduler places "
+                 "shared GPUs) when it is unset or default-scheduler; another scheduler the user chose is kept.",
+                 "001"),
         Mutation("GM002", "GPU-sharing DaemonSets run at system-node-critical",
                  "The GPU-sharing DaemonSets (gpushare-device-plugin-ds by default) and their pods get "
                  "priorityClassName system-node-critical so they are not preempted.", "001, 002"),
         Mutation("GM003", "Apps see their GPU memory share",
-                 "Containers requesting aliyun.com/gpu-mem get ALIYUN_COM_GPU_MEM_CONTAINER, and "
-                 "ALIYUN_COM_GPU_MEM_DEV when the card size is known.", "004"),
+                 "Containers requesting aliyun.com/gpu-mem get ALIYUN_COM_GPU_MEM_CONTAINER, their gpu-mem "
+                 "count: the value the GPU-sharing device plugin sets too. ALIYUN_COM_GPU_MEM_DEV is never "
+                 "written: it is the card's memory as the device plugin measures it on the node, which the "
+                 "webhook cannot know for sure, and a pod's own value would override the plugin's.", "004"),
     )
 }
 
@@ -47,7 +51,8 @@ def pointer(path: tuple[str | int, ...]) -> str:
 
 
 def _scheduler_ops(subject: Subject) -> list[Op]:
-    if subject.kind != "Pod":
+    scheduler = subject.names.injected_scheduler
+    if subject.kind != "Pod" or scheduler is None:
         return []
     mem = subject.names.resources.gpu_mem
     for container in subject.containers:
@@ -60,7 +65,7 @@ def _scheduler_ops(subject: Subject) -> list[Op]:
     if current not in (None, "", subject.names.default_scheduler):
         return []
     op = "replace" if "schedulerName" in spec else "add"
-    return [{"op": op, "path": "/spec/schedulerName", "value": subject.names.scheduler_name}]
+    return [{"op": op, "path": "/spec/schedulerName", "value": scheduler}]
 
 
 def _owned_by_gpushare_daemonset(subject: Subject) -> bool:
@@ -90,7 +95,17 @@ def _priority_ops(subject: Subject) -> list[Op]:
     return ops
 
 
-def _env_ops(subject: Subject, card_gib: int | None) -> list[Op]:
+def _env_ops(subject: Subject) -> list[Op]:
+    """ALIYUN_COM_GPU_MEM_CONTAINER only (docs/scoring.md, "Environment variables", says why).
+
+    The open-source gpushare device plugin (AliyunContainerService/gpushare-device-plugin,
+    pkg/gpu/nvidia/allocate.go) sets ALIYUN_COM_GPU_MEM_CONTAINER to len(DevicesIDs), the
+    number of gpu-mem units the kubelet allocated to the container: its gpu-mem count, known
+    here exactly. It sets ALIYUN_COM_GPU_MEM_DEV to getGPUMemory(), the first card's memory as
+    NVML reports it on the node (pkg/gpu/nvidia/nvidia.go), which is not known at admission.
+    The kubelet puts a container's own env after the plugin's, so a value written here wins:
+    writing only what equals the plugin's value keeps the app's ratio right.
+    """
     if subject.kind != "Pod":
         return []
     names = subject.names
@@ -104,8 +119,6 @@ def _env_ops(subject: Subject, card_gib: int | None) -> list[Op]:
             continue
         container, path = spec[request.group][request.index], request.path
         wanted = [(names.env_mem_container, str(gib))]
-        if card_gib is not None:
-            wanted.append((names.env_mem_dev, str(card_gib)))
         env = container.get("env")
         present = {e.get("name") for e in env if isinstance(e, dict)} if isinstance(env, list) else set()
         missing = [{"name": n, "value": v} for n, v in wanted if n not in present]
@@ -119,22 +132,11 @@ def _env_ops(subject: Subject, card_gib: int | None) -> list[Op]:
     return ops
 
 
-def known_card_gib(subject: Subject) -> int | None:
-    """GiB per card when the pod is pinned to a node the state knows."""
-    if subject.kind != "Pod" or subject.state is None:
-        return None
-    node_name = (subject.obj.get("spec") or {}).get("nodeName")
-    if not isinstance(node_name, str) or not node_name:
-        return None
-    node = subject.state.get_node(node_name)
-    return node.gpu_mem_per_card(subject.names) if node is not None else None
-
-
 PatchPlanner = Callable[[Subject], list[Op]]
 _PLANNERS: tuple[tuple[str, PatchPlanner], ...] = (
     ("GM001", _scheduler_ops),
     ("GM002", _priority_ops),
-    ("GM003", lambda subject: _env_ops(subject, known_card_gib(subject))),
+    ("GM003", _env_ops),
 )
 
 

@@ -162,6 +162,12 @@ def _mode_problems(demand: PodDemand, profile: NodeProfile, names: Names) -> lis
     return problems
 
 
+def mode_problems(demand: PodDemand, profile: NodeProfile, names: Names) -> list[tuple[str, str]]:
+    """GB001, GB002, GB005 for a pod on a node: whether the node takes this kind of pod at all
+    (the audit asks it of pods already running there)."""
+    return _mode_problems(demand, profile, names)
+
+
 def _place_shared(demand: PodDemand, profile: NodeProfile, result: PlacementResult, keep_state: bool) -> None:
     """GB003/GB004: a card for every container, or why not."""
     if len(demand.gpus) == 1 and not keep_state:

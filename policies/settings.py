@@ -11,12 +11,15 @@ variable is set: it costs a third of ``gpushare check``'s start-up otherwise.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Severity = Literal["deny", "warn"]
+# names.scheduler_name value that turns GM001 off (ACK Pro clusters).
+NO_SCHEDULER = "none"
 
 
 class _Section(BaseModel):
@@ -53,22 +56,76 @@ class CardAnnotationNames(_Section):
     node_topology: str = "gpushare.io/gpu-topology"
 
 
+class AssignmentAnnotationNames(_Section):
+    """Pod annotations the GPU-sharing scheduler and device plugin use to say whether a bound pod
+    got its card yet (read, never written). The scheduler writes assigned="false" and the assume
+    time (Unix nanoseconds) at binding; the device plugin flips assigned to "true" when the
+    container starts. Sources: the open-source gpushare-scheduler-extender (pkg/utils/const.go,
+    pkg/utils/pod.go: EnvAssignedFlag, EnvResourceAssumeTime) and gpushare-device-plugin
+    (pkg/gpu/nvidia/podutils.go); ACK's v2 names as Koordinator's ACK compatibility constants
+    spell them (AnnotationACKGPUShareAssigned, AnnotationACKGPUShareAssumeTime)."""
+
+    # (assigned flag, assume time) pairs, tried in order; the first pair present on a pod wins.
+    pairs: tuple[tuple[str, str], ...] = (
+        ("scheduler.framework.gpushare.assigned", "scheduler.framework.gpushare.assume-time"),
+        ("ALIYUN_COM_GPU_MEM_ASSIGNED", "ALIYUN_COM_GPU_MEM_ASSUME_TIME"),
+    )
+
+
 class Names(_Section):
     resources: ResourceNames = ResourceNames()
     labels: LabelNames = LabelNames()
     card_annotations: CardAnnotationNames = CardAnnotationNames()
-    scheduler_name: str = "ack-co-scheduler"
+    # GM001: the scheduler set on shared-GPU pods, or "none" to set none. Registered clusters run
+    # ack-co-scheduler (Shared GPU scheduling in registered clusters); ACK Pro clusters schedule
+    # shared GPUs with their own kube-scheduler, where "none" is right. The deploy manifests make
+    # the installer choose; outside a deployment (serve on a snapshot, check, /dry-run) this
+    # default applies.
+    scheduler_name: str = Field("ack-co-scheduler", min_length=1)
     default_scheduler: str = "default-scheduler"
     priority_class: str = "system-node-critical"
     gpushare_daemonsets: tuple[str, ...] = ("gpushare-device-plugin-ds",)
     env_mem_container: str = "ALIYUN_COM_GPU_MEM_CONTAINER"
-    env_mem_dev: str = "ALIYUN_COM_GPU_MEM_DEV"
-    ecs_provider_prefixes: tuple[str, ...] = ("alicloud://",)
+    # ECS nodes' spec.providerID: REGION.INSTANCEID, bare or behind alicloud:// (policies/ecs.py
+    # cites the cloud provider). Named groups "region" and "instance" are required.
+    ecs_provider_id_pattern: str = r"(?:alicloud://)?(?P<region>[a-z]+(?:-[a-z0-9]+)+)\.(?P<instance>i-[a-z0-9]+)"
     # Where the GPU-sharing scheduler records the card it chose for a pod (read, never written).
     allocation_annotation: str = "scheduler.framework.gpushare.allocation"
     card_index_annotation: str = "ALIYUN_COM_GPU_MEM_IDX"
     exempt_annotation: str = "gpushare.io/exempt"
     exempt_reason_annotation: str = "gpushare.io/exempt-reason"
+    assignment: AssignmentAnnotationNames = AssignmentAnnotationNames()
+
+    @property
+    def injected_scheduler(self) -> str | None:
+        """The scheduler GM001 sets, or None when configured as "none"."""
+        return None if self.scheduler_name.strip().lower() == NO_SCHEDULER else self.scheduler_name
+
+    @field_validator("ecs_provider_id_pattern")
+    @classmethod
+    def _pattern_with_groups(cls, value: str) -> str:
+        try:
+            groups = re.compile(value).groupindex
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        if not {"region", "instance"} <= set(groups):
+            raise ValueError("needs the named groups (?P<region>...) and (?P<instance>...)")
+        return value
+
+
+class NearMissSettings(_Section):
+    """GS007: resource names that look like the shared-GPU names but are not them."""
+
+    # Domains a near miss may be written under: the real one, Alibaba's other names, and
+    # (always) typos within two edits of the real domain or no domain at all.
+    # alibabacloud.com is not here: Alibaba's open-gpu-share and unified device scheduling use
+    # alibabacloud.com/gpu-mem, gpu-core, ... as real, different resources.
+    lookalike_domains: tuple[str, ...] = ("aliyun.com", "alibaba.com", "alicloud.com", "aliyun.cn", "aliyuncs.com")
+    # Real resources that are never near misses, whatever they look like (aliyun.com/gpu is
+    # topology-aware whole GPUs, gpu-count the node's card count; fpga, npu and rdma are
+    # resources Alibaba Cloud's device plugins publish).
+    allowed: tuple[str, ...] = ("aliyun.com/gpu", "aliyun.com/gpu-count", "aliyun.com/fpga", "aliyun.com/npu",
+                                "aliyun.com/rdma")
 
 
 class RuleOverride(_Section):
@@ -134,6 +191,8 @@ class WhenStateUnavailable(_Section):
     # A node mode change that cannot be checked is refused: it is rare, done by a person
     # who can retry, and getting it wrong breaks running GPU pods (seed 002).
     node_mode_change: FailMode = "closed"
+    # GC001 (can any node hold this pod?) only advises: never block a pod because it could not be judged.
+    capacity: FailMode = "open"
 
 
 class StateSettings(_Section):
@@ -234,7 +293,31 @@ class AuthSettings(_Section):
     client_cert_paths: tuple[str, ...] = ("/mutate", "/validate")
     # File holding the bearer token that ``bearer_paths`` require (re-read when it changes).
     bearer_token_file: Path | None = None
-    bearer_paths: tuple[str, ...] = ("/dry-run",)
+    bearer_paths: tuple[str, ...] = ("/dry-run", "/explain")
+
+
+ReportKind = Literal["none", "auto", "openreports", "policyreport"]
+
+
+class AuditSettings(_Section):
+    """``gpushare audit`` and the server's periodic audit of the live state (docs/audit.md)."""
+
+    # Seconds between audits in the server on a live state; 0 turns it off. Never on snapshots
+    # (a snapshot does not change, `gpushare audit --snapshot` judges it once).
+    interval_seconds: float = Field(300.0, ge=0)
+    # A bound pod still marked not assigned (see names.assignment) this long after its assume
+    # time is reported (GA006): the device plugin never picked it up.
+    unassigned_after_seconds: float = Field(600.0, gt=0)
+    # GA007: GPU pods must be scheduled by this scheduler; empty turns the check off (a cluster
+    # running the open-source extender schedules with default-scheduler).
+    expected_scheduler: str = ""
+    # Report objects for report UIs: none, auto (whichever CRD the cluster serves, OpenReports
+    # first), openreports (openreports.io/v1alpha1 Report) or policyreport (wgpolicyk8s.io/v1alpha2).
+    reports: ReportKind = "none"
+    # One report per namespace holds at most this many results; the rest are counted in its summary.
+    max_results_per_report: int = Field(200, ge=1, le=5000)
+    # Report objects written at most for this many namespaces (those with the most findings).
+    max_reports: int = Field(100, ge=1, le=5000)
 
 
 class ScoringSettings(_Section):
@@ -264,6 +347,8 @@ class Settings(_Section):
     state: StateSettings = StateSettings()
     nodes: NodePolicySettings = NodePolicySettings()
     catalog: CatalogSettings = CatalogSettings()
+    near_miss: NearMissSettings = NearMissSettings()
+    audit: AuditSettings = AuditSettings()
 
 
 class ConfigFileError(ValueError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
@@ -36,7 +37,7 @@ def gpu_node(name: str, mode: str, cards: int = 4, gib_per_card: int = 15, *, pl
             resources[CORE] = str(cards * 100)
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": node_labels, "annotations": annotations or {}},
-            "spec": {"providerID": f"alicloud://cn-beijing.i-{name}"},
+            "spec": {"providerID": "cn-beijing.i-" + re.sub("[^a-z0-9]", "", name.lower())},
             "status": {"allocatable": {**resources, "cpu": "32"}, "capacity": {**resources, "cpu": "32"}}}
 
 

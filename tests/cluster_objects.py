@@ -14,7 +14,7 @@ _uids = itertools.count(1)
 
 
 def node(name: str = "cn-beijing.192.168.1.10", *, mode: str | None = "cgpu", region: str | None = "cn-beijing",
-         provider_id: str | None = "alicloud://cn-beijing.i-2ze0demo", cards: int = 4, card_gib: int = 15,
+         provider_id: str | None = "cn-beijing.i-2ze0demo", cards: int = 4, card_gib: int = 15,
          labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
          kubelet: str = "v1.28.3-aliyun.1", runtime: str = "containerd://1.6.20",
          os_image: str = "Alibaba Cloud Linux 3.2104 U8 (OpenAnolis Edition)",

@@ -19,7 +19,7 @@ import requests
 from bench.processes import free_port, https_server
 
 DATA = Path(__file__).parent / "data"
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+SEEDS = DATA / "seeds"  # copies of the ACK documentation pages (tests/data/SOURCES.md)
 T = TypeVar("T")
 
 

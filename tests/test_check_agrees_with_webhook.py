@@ -49,7 +49,8 @@ EXPECTED = {  # name -> (allowed, rule ids denying, rule ids warning, rule ids e
     "misplaced": (False, ["GS003"], ["GE001"], []),
     "in-template-pod": (True, [], [], ["GS003"]),
     "core-33": (True, [], ["GS001"], []),
-    "old-resource-name": (True, [], [], []),  # aliyun.com/gpu-mem is not the configured name
+    # aliyun.com/gpu-mem is not the configured name, and one edit from it: a near miss (GS007).
+    "old-resource-name": (False, ["GS007"], [], []),
 }
 
 
@@ -90,7 +91,8 @@ def test_the_webhook_reads_the_same_file_and_agrees(setup):
         for obj in _objects():
             name = obj["metadata"]["name"]
             response = server.post_json("/validate", admission_review(obj), session=session).json()["response"]
-            warnings = [w.split(":", 1)[0] for w in response.get("warnings", [])]
+            # GC001 needs cluster state: the server has its demo cluster, this check run has none.
+            warnings = [w.split(":", 1)[0] for w in response.get("warnings", []) if not w.startswith("GC001")]
             denials = [] if response["allowed"] else RULE_PREFIX.findall(response["status"]["message"])
             audit = response.get("auditAnnotations", {})
             exempted = audit["exempted"].split(",") if "exempted" in audit else []

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from .helpers import load_json
+from .near_miss_cases import NEAR_MISSES, NOT_NEAR_MISSES, cronjob_with, deployment_with, pod_with
 
 ROOT = Path(__file__).resolve().parents[1]
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
@@ -39,9 +40,12 @@ def render_kustomize(directory: Path = KUSTOMIZE) -> list[Obj]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-def render_helm(values: Obj | None = None, namespace: str = NS) -> list[Obj]:
+def render_helm(values: Obj | None = None, namespace: str = NS, *, scheduler: str | None = "ack-co-scheduler"
+                ) -> list[Obj]:
+    """The chart rendered; ``scheduler`` is the required choice (None leaves it unset)."""
+    chosen = {"scheduler": scheduler} if scheduler is not None else {}
     with helm.Chart.load(str(CHART)) as chart:
-        manifests = chart.render(values or {}, name="gpushare", namespace=namespace)
+        manifests = chart.render({**chosen, **(values or {})}, name="gpushare", namespace=namespace)
     return [d for text in manifests.values() for d in yaml.safe_load_all(text) if d]
 
 
@@ -121,10 +125,35 @@ def test_kustomize_and_helm_render_the_same_objects(kustomized, helm_rendered):
 
 
 def test_helm_lint_finds_no_error():
-    report = helm.lint(str(CHART))
+    report = helm.lint(str(CHART), {"scheduler": "none"})
     assert report["total_charts_linted"] == 1 and report["errors"] == []
     # Only informational findings (severity 1, e.g. "icon is recommended") are tolerated.
     assert all(m["severity"] <= 1 for m in report["messages"]), report["messages"]
+
+
+def test_helm_fails_until_the_scheduler_is_chosen():
+    with pytest.raises(Exception, match="scheduler is required") as failed:
+        render_helm(scheduler=None)
+    message = str(failed.value)
+    assert "scheduler=ack-co-scheduler on registered clusters" in message and "scheduler=none on ACK Pro" in message
+    for chosen in ("none", "ack-co-scheduler", "my-gpu-scheduler"):
+        objects = render_helm({"config": {"names": {"priority_class": "x"}}}, scheduler=chosen)
+        config = yaml.safe_load(one(objects, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"])
+        assert config["names"] == {"priority_class": "x", "scheduler_name": chosen}
+
+
+def test_kustomize_states_the_scheduler_explicitly_with_both_choices_explained(kustomized):
+    text = one(kustomized, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"]
+    assert yaml.safe_load(text) == {"names": {"scheduler_name": "ack-co-scheduler"}}
+    comments = " ".join(line.strip("# ") for line in text.splitlines() if line.startswith("#"))
+    assert "ack-co-scheduler registered clusters" in " ".join(comments.split())
+    assert "none ACK Pro clusters" in " ".join(comments.split())
+
+
+def test_the_extender_example_does_not_shadow_acks_scheduler():
+    config = yaml.safe_load((ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    names = [p["schedulerName"] for p in config["profiles"]]
+    assert "ack-co-scheduler" not in names and "gpushare-scheduler" in names
 
 
 def test_helm_values_reach_the_objects():
@@ -143,7 +172,7 @@ def test_helm_values_reach_the_objects():
     assert pods["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "gpu-webhook"]
     assert "['a-ds', 'b-ds']" in mutating["webhooks"][1]["matchConditions"][0]["expression"]
     config = yaml.safe_load(one(objects, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"])
-    assert config == {"rules": {"GS001": {"severity": "warn"}}}
+    assert config == {"rules": {"GS001": {"severity": "warn"}}, "names": {"scheduler_name": "ack-co-scheduler"}}
     for obj in objects:
         kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
 
@@ -336,6 +365,29 @@ def test_pod_webhooks_see_exactly_the_pods_that_share_gpus(rendered, webhook):
     assert not matches(program, pod([CPU, BARE]))
     assert not matches(program, pod([BARE], init=[CPU]))
     assert not matches(program, pod([{**CPU, "resources": {"limits": {"nvidia.com/gpu": "1"}}}]))
+
+
+@pytest.mark.parametrize(("resource", "value", "meant"), NEAR_MISSES)
+def test_validating_webhooks_see_near_misses_and_the_mutating_one_does_not(rendered, resource, value, meant):
+    validate, mutate = condition(rendered, "pods.validate.gpushare.io"), condition(rendered, "pods.mutate.gpushare.io")
+    for section in ("limits", "requests"):
+        assert matches(validate, pod_with(resource, value, section=section)), (resource, section)
+        assert matches(validate, pod_with(resource, value, section=section, init=True)), (resource, section)
+        assert not matches(mutate, pod_with(resource, value, section=section))  # nothing to mutate
+    assert matches(condition(rendered, "workloads.validate.gpushare.io"), deployment_with(resource, value),
+                   resource="deployments")
+    assert matches(condition(rendered, "cronjobs.validate.gpushare.io"), cronjob_with(resource, value),
+                   resource="cronjobs")
+
+
+@pytest.mark.parametrize("resource", NOT_NEAR_MISSES)
+def test_pods_asking_only_for_real_other_resources_do_not_depend_on_the_webhook(rendered, resource):
+    for webhook in ("pods.validate.gpushare.io", "pods.mutate.gpushare.io"):
+        assert not matches(condition(rendered, webhook), pod_with(resource, 1)), (webhook, resource)
+    assert not matches(condition(rendered, "workloads.validate.gpushare.io"), deployment_with(resource, 1),
+                       resource="deployments")
+    assert not matches(condition(rendered, "cronjobs.validate.gpushare.io"), cronjob_with(resource, 1),
+                       resource="cronjobs")
 
 
 def test_workload_webhooks_see_templates_that_share_gpus(rendered):

@@ -31,14 +31,24 @@ def test_the_overlay_of_the_guide_renders_with_the_users_image(tmp_path):
     shutil.copytree(ROOT / "deploy" / "kustomize", tmp_path / "deploy" / "kustomize")
     overlay = tmp_path / "gpushare-install"
     overlay.mkdir()
-    text = heredoc("cat > gpushare-install/kustomization.yaml").replace("$REGISTRY", "registry.example.com/p")
-    (overlay / "kustomization.yaml").write_text(text)
-    done = subprocess.run([shutil.which("kubectl") or "kubectl", "kustomize", str(overlay)],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    images = {c["image"] for d in yaml.safe_load_all(done.stdout) if d and d["kind"] in ("Deployment", "Job")
-              for c in d["spec"]["template"]["spec"]["containers"]}
-    assert images == {"registry.example.com/p/gpushare-webhook:0.1.0"}
+    for scheduler in ("ack-co-scheduler", "none"):
+        text = heredoc("cat > gpushare-install/kustomization.yaml").replace("$REGISTRY", "registry.example.com/p")
+        (overlay / "kustomization.yaml").write_text(text.replace("$SCHEDULER", scheduler))
+        done = subprocess.run([shutil.which("kubectl") or "kubectl", "kustomize", str(overlay)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        objects = [d for d in yaml.safe_load_all(done.stdout) if d]
+        images = {c["image"] for d in objects if d["kind"] in ("Deployment", "Job")
+                  for c in d["spec"]["template"]["spec"]["containers"]}
+        assert images == {"registry.example.com/p/gpushare-webhook:0.1.0"}
+        (config,) = [d["data"]["config.yaml"] for d in objects if d["kind"] == "ConfigMap"]
+        assert yaml.safe_load(config) == {"names": {"scheduler_name": scheduler}}
+
+
+def test_the_guide_asks_for_the_scheduler_before_installing():
+    first = DOC.index("## First: which scheduler places shared GPUs in your cluster?")
+    assert first < DOC.index("## 2. Install") and "SCHEDULER=ack-co-scheduler" in DOC[first:DOC.index("## 0.")]
+    assert "`SCHEDULER=none`" in DOC and "--set scheduler=$SCHEDULER" in DOC
 
 
 def test_the_readme_overlay_line_renders_with_the_users_image(tmp_path):
@@ -48,12 +58,13 @@ def test_the_readme_overlay_line_renders_with_the_users_image(tmp_path):
     (overlay_line,) = [line for line in block.splitlines() if line.startswith("mkdir -p gpushare-install")]
     shutil.copytree(ROOT / "deploy" / "kustomize", tmp_path / "deploy" / "kustomize")
     made = subprocess.run(["bash", "-c", overlay_line], cwd=tmp_path, capture_output=True, text=True, timeout=30,
-                          env={"REGISTRY": "registry.example.com/q", "PATH": "/usr/bin:/bin"})
+                          env={"REGISTRY": "registry.example.com/q", "SCHEDULER": "none", "PATH": "/usr/bin:/bin"})
     assert made.returncode == 0, made.stderr
     done = subprocess.run([shutil.which("kubectl") or "kubectl", "kustomize", str(tmp_path / "gpushare-install")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "image: registry.example.com/q/gpushare-webhook:0.1.0" in done.stdout
+    assert "config.yaml: 'names: {scheduler_name: none}'" in done.stdout
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,9 @@ FORBIDDEN = {
     "webhook.report": ("webhook.state", "webhook.routes", "webhook.server", "webhook.cli", "webhook.serving",
                        "flask"),
     "webhook.server": ("webhook.routes", "webhook.cli", "webhook.serving", "webhook.report"),
-    "webhook.routes": ("webhook.cli", "webhook.serving"),
+    "webhook.routes": ("webhook.cli", "webhook.serving", "webhook.dashboard"),
+    # The dashboard is its own small app over routes' dry-run words; only the CLI starts it.
+    "webhook.dashboard": ("webhook.cli", "webhook.serving", "webhook.server"),
     "webhook.serving": ("webhook.cli",),
 }
 

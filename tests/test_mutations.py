@@ -58,12 +58,11 @@ def test_gm003_env_without_known_card(engine):
     assert "env" not in patched["spec"]["containers"][1]
 
 
-def test_gm003_env_dev_from_the_pinned_node(engine, demo_state):
+def test_gm003_never_writes_dev_even_on_a_pinned_node(engine, demo_state):
     obj = pod(pod_spec(container("a", limits={MEM: 4, CORE: 30}), nodeName=CORE_MEM_NODE))
     _, patched = mutate(engine, obj, state=demo_state)
-    # seed 000's node: 60 GiB over 4 cards = 15 GiB per card
-    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4",
-                                                         "ALIYUN_COM_GPU_MEM_DEV": "15"}
+    # The device plugin measures the card; a value written here would override its own.
+    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}
 
 
 def test_gm003_unknown_node_gives_no_dev(engine, demo_state):
@@ -101,7 +100,7 @@ def test_mutation_is_idempotent(engine, demo_state):
     assert second.patch == []
     assert twice == once
     names = [e["name"] for e in once["spec"]["containers"][0]["env"]]
-    assert names == ["X", "ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV"]
+    assert names == ["X", "ALIYUN_COM_GPU_MEM_CONTAINER"]
 
 
 def test_gm002_daemonset_gets_system_node_critical(engine):
@@ -211,9 +210,9 @@ def test_gm003_every_gpu_container_gets_its_own_share(engine, demo_state):
                        nodeName=CORE_MEM_NODE))
     _, patched = mutate(engine, obj, state=demo_state)
     containers = patched["spec"]["containers"]
-    assert env_of(containers[0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "2", "ALIYUN_COM_GPU_MEM_DEV": "15"}
+    assert env_of(containers[0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "2"}
     assert "env" not in containers[1]
-    assert env_of(containers[2]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "5", "ALIYUN_COM_GPU_MEM_DEV": "15"}
+    assert env_of(containers[2]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "5"}
 
 
 # How GM003 writes the env it adds, by what the container already has (an easy table to update).
@@ -221,20 +220,15 @@ def test_gm003_every_gpu_container_gets_its_own_share(engine, demo_state):
     ("env", "expected"),
     [
         ("absent", [{"op": "add", "path": "/spec/containers/0/env",
-                     "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"},
-                               {"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "15"}]}]),
+                     "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"}]}]),
         (None, [{"op": "replace", "path": "/spec/containers/0/env",
-                 "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"},
-                           {"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "15"}]}]),
+                 "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"}]}]),
         ([], [{"op": "add", "path": "/spec/containers/0/env/-",
-               "value": {"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"}},
-              {"op": "add", "path": "/spec/containers/0/env/-",
-               "value": {"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "15"}}]),
-        ([{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "9"}, "junk"],
+               "value": {"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"}}]),
+        (["junk", {"name": "OTHER", "value": "1"}],
          [{"op": "add", "path": "/spec/containers/0/env/-",
-           "value": {"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "15"}}]),
-        ([{"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "1"}, {"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "1"}],
-         []),
+           "value": {"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"}}]),
+        ([{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "1"}], []),
     ],
 )
 def test_gm003_operations_by_existing_env(engine, demo_state, env, expected):
@@ -242,19 +236,6 @@ def test_gm003_operations_by_existing_env(engine, demo_state, env, expected):
     obj = pod(pod_spec(container("a", limits={MEM: 4}, **extra), nodeName=CORE_MEM_NODE, schedulerName="volcano"))
     verdict, _ = mutate(engine, obj, state=demo_state)
     assert verdict.patch == expected
-
-
-@pytest.mark.parametrize("node_name", ["", None, 7, "not-a-node"])
-def test_gm003_dev_needs_a_known_pinned_node(engine, demo_state, node_name):
-    obj = pod(pod_spec(container("a", limits={MEM: 4}), nodeName=node_name))
-    _, patched = mutate(engine, obj, state=demo_state)
-    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}
-
-
-def test_gm003_dev_needs_the_cluster_state(engine):
-    obj = pod(pod_spec(container("a", limits={MEM: 4}), nodeName=CORE_MEM_NODE))
-    _, patched = mutate(engine, obj, state=None)
-    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}
 
 
 def test_gm003_a_pod_without_spec_gets_nothing(engine):

@@ -112,9 +112,10 @@ def test_gn003_on_update_only_when_mode_or_region_changes(engine):
 def test_gn004_word_for_word(engine):
     obj = node(mode="core_mem", provider_id="aws:///us-east-1a/i-1")
     assert findings(engine, obj, rule="GN004") == [(
-        "GN004", "deny", f"GN004: Node {NAME}: {SCHEDULE}=core_mem needs an ECS node (spec.providerID starting with "
-                         f"alicloud://), but spec.providerID is aws:///us-east-1a/i-1; use {SCHEDULE}=share on "
-                         "non-ECS nodes", f'metadata.labels["{SCHEDULE}"]')]
+        "GN004", "deny", f"GN004: Node {NAME}: {SCHEDULE}=core_mem needs an ECS node (spec.providerID "
+                         "REGION.INSTANCEID, e.g. cn-hangzhou.i-bp16uimj7fl6ze8q5rf3, bare or behind alicloud://), "
+                         f"but spec.providerID is aws:///us-east-1a/i-1; use {SCHEDULE}=share on non-ECS nodes",
+        f'metadata.labels["{SCHEDULE}"]')]
     assert "spec.providerID is empty;" in findings(engine, node(mode="cgpu", provider_id=None), rule="GN004")[0][2]
     assert findings(engine, node(mode="share", provider_id=None), rule="GN004") == []
 

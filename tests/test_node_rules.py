@@ -93,13 +93,14 @@ def test_gn003_region_from_provider_id_and_unknown_region_warns(engine):
     assert unknown.severity == "warn" and "shows no region" in unknown.message
 
 
-@pytest.mark.parametrize("mode", ["cgpu", "core_mem"])
+@pytest.mark.parametrize("mode", ["cgpu", "core_mem", "mps"])
 def test_gn004_isolation_needs_an_ecs_provider_id(engine, mode):
     obj = node(mode=mode, provider_id="kind://docker/kind/worker")
     [finding] = by_rule(judge(engine, obj), "GN004")
     assert finding.severity == "deny"
-    assert ("needs an ECS node (spec.providerID starting with alicloud://), but spec.providerID is "
-            "kind://docker/kind/worker; use ack.node.gpu.schedule=share on non-ECS nodes") in finding.message
+    assert ("needs an ECS node (spec.providerID REGION.INSTANCEID, e.g. cn-hangzhou.i-bp16uimj7fl6ze8q5rf3, bare "
+            "or behind alicloud://), but spec.providerID is kind://docker/kind/worker; use "
+            "ack.node.gpu.schedule=share on non-ECS nodes") in finding.message
     assert by_rule(judge(engine, node(mode=mode)), "GN004") == []
     assert by_rule(judge(engine, node(mode="share", provider_id=None)), "GN004") == []
 

@@ -18,6 +18,7 @@ from webhook.routes.services import Services
 from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options
+from webhook.state.audit_loop import AuditLoop
 from webhook.state.snapshot import load_demo_snapshot, load_snapshot
 from webhook.state.status import StateStatus
 
@@ -49,8 +50,15 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         status = StateStatus(source)
         live = LiveClusterState(api, settings.names, settings.state, status=status)
         log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
+        audit = AuditLoop(live, settings, live.synced) if settings.audit.interval_seconds > 0 else None
+
+        def start() -> None:
+            live.start()
+            if audit is not None:
+                audit.start()
+
         return Services(settings=settings, engine=engine, state=live, ready=live.synced,
-                        state_source=source, state_status=status, ledger=ledger, start=live.start)
+                        state_source=source, state_status=status, ledger=ledger, start=start, audit=audit)
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"
@@ -75,12 +83,22 @@ def prepare_certificates(settings: Settings, cert_dir: Path) -> bool:
     return generated
 
 
+def scheduler_notice(settings: Settings) -> str:
+    """What GM001 does in this process, said once at start (the choice matters: docs/install.md)."""
+    scheduler = settings.names.injected_scheduler
+    if scheduler is None:
+        return ("GM001: names.scheduler_name is none: shared-GPU pods keep their schedulerName "
+                "(the cluster's own kube-scheduler places them)")
+    return f"GM001: shared-GPU pods without a scheduler get schedulerName {scheduler} (names.scheduler_name)"
+
+
 def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig: Path | None = None) -> None:
     """Generate certificates if missing, then run the webhook under gunicorn until signalled."""
     prepare_certificates(settings, cert_dir)
     # Fail fast on a bad snapshot or kubeconfig, before forking.
     services = build_services(settings, snapshot, kubeconfig)
     configured_guards(settings.auth)  # and on an unusable CA or token file
+    log.info("%s", scheduler_notice(settings))
     if settings.server.workers > 1:
         log.warning("server.workers=%d: each process keeps its own /metrics registry and binding "
                     "assume-cache; see docs/operations.md", settings.server.workers)

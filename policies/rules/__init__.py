@@ -1,6 +1,8 @@
 """Rule families; importing this package registers every rule."""
 
 from . import (  # noqa: F401  (each import registers a family)
+    capacity_rules,
+    cluster_invariants,
     exemptions,
     node_rules,
     placement_rules,

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
 
+from ..cards import CGPU_MODES
 from ..catalog import Catalog, default_catalog
 from ..cluster import NodeInfo, node_from_manifest
 from ..compatibility import node_mismatches
+from ..ecs import ecs_instance
 from ..placement import ALL_MODES, SHARED_MODES, cpu_manager_policy
 from ..resources import Path
 from ..settings import NodePolicySettings
@@ -19,8 +21,8 @@ from .base import Subject, rule
 
 NODE = ("Node",)
 PLACEMENTS = ("binpack", "spread")
-# cGPU isolation runs only on ECS instances (002).
-ECS_ONLY_MODES = frozenset({"cgpu", "core_mem"})
+# cGPU isolation runs only on ECS instances (002); mps is built on cGPU too (policies/cards.py).
+ECS_ONLY_MODES = CGPU_MODES
 Found = Iterator[tuple[str, Path] | tuple[str, Path, str]]
 
 
@@ -61,15 +63,13 @@ def _label_path(key: str) -> Path:
 
 
 def region_of(node: NodeInfo, subject: Subject) -> str:
-    """The region label, else the region an ECS provider ID starts with (alicloud://cn-beijing.i-...)."""
+    """The region label, else the region part of an ECS provider ID (cn-beijing.i-..., with or
+    without alicloud://)."""
     region = node.labels.get(subject.names.labels.region, "")
     if region:
         return region
-    for prefix in subject.names.ecs_provider_prefixes:
-        if node.provider_id.startswith(prefix):
-            head = node.provider_id[len(prefix):].split(".", 1)
-            return head[0] if len(head) == 2 else ""
-    return ""
+    ecs = ecs_instance(node.provider_id, subject.names.ecs_provider_id_pattern)
+    return ecs.region if ecs is not None else ""
 
 
 @rule("GN001", severity="deny", seed="003", kinds=NODE,
@@ -103,7 +103,16 @@ def no_shared_mode_with_static_cpu(subject: Subject) -> Found:
     node = _node(subject)
     mode = _mode(node, subject)
     key = subject.names.labels.cpu_manager_policy
-    if mode not in SHARED_MODES or cpu_manager_policy(node, subject.names) != "static":
+    if mode not in SHARED_MODES:
+        return
+    if not cpu_manager_policy(node, subject.names):
+        if _changed(subject, lambda n: _mode(n, subject)):
+            yield (f"Node {node.name}: {subject.names.labels.schedule}={mode}: the node's CPU manager policy is "
+                   f"unknown (no {key} label or annotation), so whether it is static, which shared GPU "
+                   f"scheduling does not support, cannot be checked; publish it as {key} "
+                   f"(docs/state.md, \"CPU manager policy\")", _label_path(subject.names.labels.schedule), "warn")
+        return
+    if cpu_manager_policy(node, subject.names) != "static":
         return
     if _changed(subject, lambda n: (_mode(n, subject), cpu_manager_policy(n, subject.names))):
         where = "labels" if node.labels.get(key) else "annotations"
@@ -138,16 +147,16 @@ def mode_available_in_region(subject: Subject) -> Found:
 
 
 @rule("GN004", severity="deny", seed="002", kinds=NODE,
-      title="cgpu and core_mem only on ECS nodes",
-      doc="cGPU memory isolation works only on ECS instances: a node whose providerID does not "
-          "start with alicloud:// must not carry cgpu or core_mem.")
+      title="cgpu, core_mem and mps only on ECS nodes",
+      doc="cGPU memory isolation works only on ECS instances: a node whose spec.providerID is not an "
+          "ECS id (REGION.INSTANCEID such as cn-hangzhou.i-bp16uimj7fl6ze8q5rf3, bare or behind "
+          "alicloud://) must not carry cgpu, core_mem or mps.")
 def isolation_only_on_ecs(subject: Subject) -> Found:
     node = _node(subject)
     mode = _mode(node, subject)
     if mode not in ECS_ONLY_MODES or not _changed(subject, lambda n: (_mode(n, subject), n.provider_id)):
         return
-    prefixes = subject.names.ecs_provider_prefixes
-    if any(node.provider_id.startswith(p) for p in prefixes):
+    if ecs_instance(node.provider_id, subject.names.ecs_provider_id_pattern) is not None:
         return
     path = _label_path(subject.names.labels.schedule)
     taint = _policy(subject).uninitialized_taint
@@ -162,22 +171,33 @@ def isolation_only_on_ecs(subject: Subject) -> Found:
         return
     shown = node.provider_id or "empty"
     yield (f"Node {node.name}: {subject.names.labels.schedule}={mode} needs an ECS node (spec.providerID "
-           f"starting with {' or '.join(prefixes)}), but spec.providerID is {shown}; use "
-           f"{subject.names.labels.schedule}=share on non-ECS nodes", path)
+           f"REGION.INSTANCEID, e.g. cn-hangzhou.i-bp16uimj7fl6ze8q5rf3, bare or behind alicloud://), but "
+           f"spec.providerID is {shown}; use {subject.names.labels.schedule}=share on non-ECS nodes", path)
 
 
-@rule("GN005", severity="deny", seed="000", kinds=NODE, operations=("UPDATE",),
-      title="core_mem is not switched on by relabelling an existing node",
-      doc="Computing power allocation does not work when an existing node is labelled core_mem; "
-          "add the node to a core_mem node pool instead. Nodes created with the label, and the "
-          "configured node-pool identities, may.")
+@rule("GN005", severity="deny", seed="000, 002", kinds=NODE, operations=("UPDATE",),
+      title="No GPU mode switched by relabelling an existing node",
+      doc="Computing power allocation does not work when an existing node is labelled core_mem (000): "
+          "denied, add the node to a core_mem node pool instead. Any other change of an existing node's "
+          "GPU scheduling label warns: ACK advises against changing it with kubectl label (002). Nodes "
+          "created with the label, and the configured node-pool identities, may.")
 def no_core_mem_by_relabel(subject: Subject) -> Found:
     old = _old_node(subject)
     node = _node(subject)
-    if old is None or _mode(node, subject) != "core_mem" or _mode(old, subject) == "core_mem":
+    if old is None:
         return
+    before, after = _mode(old, subject), _mode(node, subject)
     policy = _policy(subject)
-    if subject.user.username in policy.node_pool_users or set(subject.user.groups) & set(policy.node_pool_groups):
+    if before == after or subject.user.username in policy.node_pool_users \
+            or set(subject.user.groups) & set(policy.node_pool_groups):
+        return
+    schedule = subject.names.labels.schedule
+    if after != "core_mem":
+        if before:
+            yield (f"Node {node.name}: {schedule} {before} -> {after or 'unset'} relabels an existing node; ACK "
+                   f"advises against changing the GPU scheduling label with kubectl label (Manage the shared GPU "
+                   f"scheduling component): move the node to a node pool labelled {after or 'default'} instead",
+                   _label_path(schedule), "warn")
         return
     before = _mode(old, subject) or "unset"
     who = subject.user.username or "an unnamed user"
@@ -189,10 +209,13 @@ def no_core_mem_by_relabel(subject: Subject) -> Found:
            _label_path(subject.names.labels.schedule))
 
 
-@rule("GN006", severity="deny", seed="002, 003", kinds=NODE, operations=("UPDATE",), stateful=True,
+@rule("GN006", severity="deny", seed="project choice", kinds=NODE, operations=("UPDATE",), stateful=True,
       title="The mode does not change under running GPU pods",
-      doc="Changing ack.node.gpu.schedule while pods using GPU resources run on the node breaks "
-          "them; removing the label does not restore exclusive mode (use default).")
+      doc="Project choice, for safety: the ACK pages only warn against relabelling existing nodes, but "
+          "changing ack.node.gpu.schedule under running GPU pods withdraws the resources they were "
+          "placed with (a node runs one mode; the others' resources drop to 0), so it is denied until "
+          "the node is drained. Removing the label warns: it does not restore exclusive mode (use "
+          "default).")
 def no_mode_change_under_pods(subject: Subject) -> Found:
     old = _old_node(subject)
     node = _node(subject)

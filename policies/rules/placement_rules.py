@@ -186,7 +186,7 @@ def node_mode_takes_pod(subject: Subject) -> Found:
 
 
 @placement_rule("GB003", seed="002",
-                title="At most 20 pods per GPU card on cgpu and core_mem nodes",
+                title="At most 20 pods per GPU card on cgpu, core_mem and mps nodes",
                 doc="cGPU cannot create more than 20 instances on one card; the 21st pod fails to start.")
 def pods_per_card_limit(subject: Subject) -> Found:
     return _report(subject, "GB003")

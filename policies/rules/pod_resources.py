@@ -1,12 +1,14 @@
-"""GS001-GS006: stateless checks of shared-GPU requests in pods and workload templates."""
+"""GS001-GS007: stateless checks of shared-GPU requests in pods and workload templates."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 
+from ..near_miss import NearMiss, near_misses
 from ..quantity import multiplier_suffix
 from ..resources import POD_SPEC_PATHS, ContainerRequest, Path, ResourceValue
+from ..settings import NearMissSettings
 from .base import Subject, rule
 
 POD_KINDS = tuple(POD_SPEC_PATHS)
@@ -130,10 +132,13 @@ def memory_whole_gib(subject: Subject) -> Found:
                    value.path)
 
 
-@rule("GS004", severity="deny", seed="000", kinds=POD_KINDS, applies=requests_gpu_resources,
+@rule("GS004", severity="deny", seed="Kubernetes", kinds=POD_KINDS, applies=requests_gpu_resources,
       title="GPU requests equal limits",
-      doc="Extended resources cannot be overcommitted: where requests are given for GPU "
-          "resources they must equal the limits, and a request needs a limit.")
+      doc="Kubernetes' own rule for extended resources (Kubernetes documentation, \"Managing Resources "
+          "for Containers\", extended resources): they cannot be overcommitted, so a request must equal "
+          "the limit, and a request needs a limit. The API server refuses such a pod, or a workload whose "
+          "pod template breaks it, before validating webhooks run; the rule serves gpushare check and "
+          "/dry-run, which see manifests the API server has not.")
 def requests_equal_limits(subject: Subject) -> Found:
     r = subject.names.resources
     for container in subject.containers:
@@ -193,3 +198,33 @@ def no_exclusive_and_shared(subject: Subject) -> Found:
         yield (f"{subject.label} has containers with whole GPUs ({_names(only_exclusive)}) and containers "
                f"with shared GPU ({_names(only_shared)}); a node runs one GPU mode, so use one kind",
                only_exclusive[0].path)
+
+
+def _near_misses(subject: Subject) -> list[NearMiss]:
+    if "near_misses" not in subject.memo:
+        spec, base = subject.pod_spec
+        settings = subject.settings.near_miss if subject.settings is not None else NearMissSettings()
+        subject.memo["near_misses"] = near_misses(spec, base, subject.names, settings)
+    return subject.memo["near_misses"]
+
+
+def names_a_near_miss(subject: Subject) -> bool:
+    """Whether any container names a resource that narrowly misses a shared-GPU name (GS007)."""
+    return bool(_near_misses(subject))
+
+
+@rule("GS007", severity="deny", seed="project choice", kinds=POD_KINDS, applies=names_a_near_miss,
+      title="No near miss of the shared-GPU resource names",
+      doc="A resource such as aliyun.com/gpu-memory, aliyun.com/gpu_mem, alibaba.com/gpu-mem or "
+          "aliyun.com/gpu-core-percentage is valid to Kubernetes but offered by no node, so the pod "
+          "would stay Pending forever (project choice: deny it and name the resource meant). Real "
+          "Alibaba resources (near_miss.allowed, e.g. aliyun.com/fpga) are never near misses.")
+def no_near_miss_names(subject: Subject) -> Found:
+    noun = {"initContainers": "init container", "containers": "container"}
+    for miss in _near_misses(subject):
+        section = miss.path[-2]
+        yield (f'{subject.label} {noun.get(miss.group, "container")} "{miss.container}": '
+               f"{section}.{miss.key} is not a resource any node offers, so the pod would stay Pending "
+               f"forever; did you mean {miss.meant}? (accepted: {subject.names.resources.gpu_mem}, "
+               f"{subject.names.resources.gpu_core}; a real resource of that name can be listed in "
+               f"near_miss.allowed)", miss.path)

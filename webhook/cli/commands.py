@@ -7,8 +7,11 @@ import sys
 
 import click
 
+from webhook.cli.audit import audit
 from webhook.cli.certs import certs
 from webhook.cli.check import check
+from webhook.cli.dashboard import dashboard
+from webhook.cli.explain import explain
 from webhook.cli.inspect import inspect
 from webhook.cli.rules import rules
 from webhook.cli.score import score
@@ -21,7 +24,7 @@ def main() -> None:
     """Admission webhook, policy checks and node scoring for shared-GPU Kubernetes clusters."""
 
 
-for command in (serve, check, rules, score, certs, inspect):
+for command in (serve, check, rules, score, certs, inspect, audit, explain, dashboard):
     main.add_command(command)
 
 

@@ -44,7 +44,8 @@ def summary_line(report: Report) -> str:
         found.append(f"{c['exempted']} exempted")
     if c["errors"]:
         found.append(n(c["errors"], "input error"))
-    line = f"{', '.join(found)} in {n(c['objects'], 'object')} from {n(c['files'], 'file')}"
+    where = report.origin or n(c["files"], "file")
+    line = f"{', '.join(found)} in {n(c['objects'], 'object')} from {where}"
     if c["skipped"]:
         line += f" (and {n(c['skipped'], 'object')} of kinds no rule checks)"
     return line

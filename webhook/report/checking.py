@@ -89,6 +89,10 @@ class Report:
     objects: list[CheckedObject] = field(default_factory=list)
     skipped: int = 0  # objects of kinds no rule judges (Services, ConfigMaps, ...)
     problems: list[Problem] = field(default_factory=list)
+    # An audit judges a cluster, not files: where its objects came from, and how many were judged
+    # (objects without findings are not listed in ``objects``).
+    origin: str = ""
+    judged: int | None = None
 
     @property
     def findings(self) -> list[Located]:
@@ -118,7 +122,7 @@ class Report:
         findings = self.findings
         return {
             "files": len(self.sources),
-            "objects": len(self.objects),
+            "objects": len(self.objects) if self.judged is None else self.judged,
             "skipped": self.skipped,
             "denials": sum(f.severity == "deny" for f in findings),
             "warnings": sum(f.severity == "warn" for f in findings),

@@ -2,7 +2,8 @@
 per-pod detail of ``-d``, and JSON.
 
 The table is laid out as Go's tabwriter lays out the original (two spaces between columns,
-the last column unpadded), so it reads the same as the seeds' expected output.
+the last column unpadded) and the dashed line is as long as the original computes it, so
+the output is the ACK pages' expected output.
 """
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ def tabulate(rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def dashed_line(first_row: list[str] | None) -> str:
+    """The separator as the open-source ``kubectl inspect gpushare`` draws it
+    (AliyunContainerService/gpushare-device-plugin, cmd/inspect/display.go, displaySummary):
+    as many dashes as the first node's row has bytes before tabwriter aligns it (cells joined
+    by tabs, plus the newline), plus 20. No node, no dashes."""
+    if first_row is None:
+        return ""
+    return "-" * (len("\t".join(first_row).encode()) + 1 + 20)
+
+
 def _core_columns(usage: ClusterUsage) -> bool:
     return any(n.shows_core for n in usage.nodes)
 
@@ -51,8 +62,7 @@ def summary_table(usage: ClusterUsage) -> str:
             row += core + [ABSENT] * (cards - len(core))
         rows.append(row)
     lines = tabulate(rows)
-    width = max(len(line) for line in lines)
-    lines += ["-" * width, "Allocated/Total GPU Memory In Cluster:",
+    lines += [dashed_line(rows[1] if len(rows) > 1 else None), "Allocated/Total GPU Memory In Cluster:",
               f"{usage.used_mem}/{usage.total_mem} ({usage.percent}%)"]
     return "\n".join(lines) + "\n"
 

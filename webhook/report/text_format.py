@@ -18,7 +18,9 @@ STYLES = {"deny": "bold red", "warn": "yellow", "exempt": "dim"}
 def _parts(finding: Located, exempt: bool) -> list[tuple[str, str]]:
     """(text, style) pieces of one line, shared by the plain and the coloured output."""
     label = "exempt" if exempt else finding.severity
-    parts = [(f"{finding.source}:{finding.line}:", "cyan"), (" ", ""), (label, STYLES[label]), (" ", ""),
+    # A cluster object (``audit``) has no line: its source alone says where it is.
+    where = f"{finding.source}:{finding.line}:" if finding.line else f"{finding.source}:"
+    parts = [(where, "cyan"), (" ", ""), (label, STYLES[label]), (" ", ""),
              (finding.message, "dim" if exempt else "")]
     if finding.line != finding.document_line:
         parts.append((f" (document at line {finding.document_line})", "dim"))

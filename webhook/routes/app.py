@@ -14,6 +14,7 @@ from policies.scoring import Scorer
 from webhook.routes.admission import admission_routes
 from webhook.routes.body import read_json_body
 from webhook.routes.dry_run import dry_run_routes
+from webhook.routes.explain import explain_routes
 from webhook.routes.extender import Extender, extender_routes
 from webhook.routes.observe import Observer, admission_kinds
 from webhook.routes.ops import ops_routes
@@ -35,7 +36,8 @@ def create_app(services: Services) -> Flask:
     app.extensions["gpushare"] = services
     settings = services.settings
     max_bytes = settings.server.max_body_bytes
-    metrics = Metrics(admission_kinds(), lambda: services.state_status)
+    metrics = Metrics(admission_kinds(), lambda: services.state_status,
+                      lambda: services.audit.status if services.audit is not None else None)
     telemetry = Telemetry()
     metrics.before_scrape(telemetry.flush)
     # The worker counts what it refuses before the app runs through these too (webhook.server.worker).
@@ -53,6 +55,7 @@ def create_app(services: Services) -> Flask:
     app.register_blueprint(ops_routes(services, metrics))
     app.register_blueprint(admission_routes(services, observer, read_json))
     app.register_blueprint(dry_run_routes(services, observer, DryRun(services.engine, scorer)))
+    app.register_blueprint(explain_routes(services, observer, scorer))
     app.register_blueprint(extender_routes(services, observer, Extender(settings, scorer), read_json))
 
     @app.errorhandler(HTTPException)

@@ -56,6 +56,11 @@ def _render(report: ObjectReport, manifest: Manifest) -> dict[str, Any]:
         "ranking": None,
         "node": report.judged_node or None,
     }
+    preview = report.pod_preview
+    if preview is not None:
+        out["podTemplate"] = {"appliedTo": preview.applied, "pod": preview.pod, "patch": preview.patch,
+                              "mutations": preview.patch_ids, "mutatedPod": preview.mutated_pod,
+                              "mutatedTemplate": preview.mutated_template}
     if report.ranking is not None and report.request is not None:
         demand = report.request.demand
         out["ranking"] = [ranking_entry(score, demand) for score in report.ranking]

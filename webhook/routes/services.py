@@ -9,6 +9,7 @@ from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
 from policies.engine import Engine
 from policies.settings import Settings
+from webhook.state.audit_loop import AuditLoop
 from webhook.state.status import StateStatus
 
 
@@ -27,3 +28,5 @@ class Services:
     ledger: PlacementLedger | None = None
     # Run in the serving process before it answers (threads do not survive gunicorn's fork).
     start: Callable[[], None] = field(default=lambda: None)
+    # The periodic audit of a live state (None for snapshots); /metrics reads its last run.
+    audit: AuditLoop | None = None

@@ -24,6 +24,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from webhook.state.audit_loop import AuditStatus
 from webhook.state.status import StateStatus
 
 # The *_created series double the exposition and no dashboard here uses them.
@@ -84,10 +85,36 @@ class _StateCollector(Collector):
         return []
 
 
+class _AuditCollector(Collector):
+    """The last periodic audit: findings by rule and severity, when it ran and how long it took."""
+
+    def __init__(self, status: Callable[[], AuditStatus | None]) -> None:
+        self._status = status
+
+    def collect(self) -> Iterable[Metric]:
+        status = self._status()
+        if status is None or status.last_run is None:
+            return
+        findings = GaugeMetricFamily("gpushare_audit_findings", "Findings of the last audit of the live state, "
+                                     "by rule and severity.", labels=["rule", "severity"])
+        for (rule, severity), count in sorted(status.counts.items()):
+            findings.add_metric([rule, severity], count)
+        yield findings
+        yield GaugeMetricFamily("gpushare_audit_last_run_timestamp_seconds", "Unix time the last audit finished.",
+                                value=status.last_run)
+        yield GaugeMetricFamily("gpushare_audit_duration_seconds", "How long the last audit took.",
+                                value=status.duration)
+        yield CounterMetricFamily("gpushare_audit_runs", "Audits of the live state since start.", value=status.runs)
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
 class Metrics:
     """The metrics one process exposes on /metrics."""
 
-    def __init__(self, known_kinds: Iterable[str], state_status: Callable[[], StateStatus | None]) -> None:
+    def __init__(self, known_kinds: Iterable[str], state_status: Callable[[], StateStatus | None],
+                 audit_status: Callable[[], AuditStatus | None] = lambda: None) -> None:
         self.registry = CollectorRegistry()
         self.known_kinds = frozenset(known_kinds)
         r = self.registry
@@ -95,6 +122,7 @@ class Metrics:
         PlatformCollector(registry=r)
         GCCollector(registry=r)
         r.register(_StateCollector(state_status))
+        r.register(_AuditCollector(audit_status))
         build = Gauge("gpushare_build_info", "Version of the running webhook.", ["version"], registry=r)
         build.labels(_version()).set(1)
         self.requests = Counter("gpushare_admission_requests", "Requests by endpoint, object kind, operation "

@@ -45,6 +45,10 @@ class Container(TypedDict, total=False):
 
 class PodSpec(TypedDict, total=False):
     nodeName: str
+    schedulerName: str
+    # Read for pods not bound yet (``explain``): their hard node constraints.
+    nodeSelector: dict[str, Any]
+    affinity: dict[str, Any]
     containers: list[Container]
     initContainers: list[Container]
 

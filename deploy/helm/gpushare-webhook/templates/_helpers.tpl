@@ -7,17 +7,34 @@ app.kubernetes.io/component: {{ . }}
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
 {{- end }}
 
-{{/* CEL: container c requests a shared GPU resource (limits or requests). */}}
+{{/* CEL: resource key k is a shared-GPU name, or (with .nearMiss) could be a near miss of one:
+under a look-alike domain and containing "gpu", but not a real whole-GPU resource (GS007). */}}
+{{- define "gpushare.sharedKey" -}}
+{{- $r := .root.Values.gpushare.resources -}}
+{{- if .nearMiss -}}
+k == '{{ $r.gpuMem }}' || k == '{{ $r.gpuCore }}' || (k.matches('{{ .root.Values.gpushare.nearMiss.pattern }}') && !(k in {{ include "gpushare.quotedList" .root.Values.gpushare.nearMiss.notSent }}))
+{{- else -}}
+k == '{{ $r.gpuMem }}' || k == '{{ $r.gpuCore }}'
+{{- end -}}
+{{- end }}
+
+{{/* CEL: container c names such a resource in its limits or requests. */}}
 {{- define "gpushare.containerSharesGPU" -}}
-{{- $mem := .Values.gpushare.resources.gpuMem -}}
-{{- $core := .Values.gpushare.resources.gpuCore -}}
-has(c.resources) && ((has(c.resources.limits) && ('{{ $mem }}' in c.resources.limits || '{{ $core }}' in c.resources.limits)) || (has(c.resources.requests) && ('{{ $mem }}' in c.resources.requests || '{{ $core }}' in c.resources.requests)))
+{{- $k := include "gpushare.sharedKey" . -}}
+has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, {{ $k }})) || (has(c.resources.requests) && c.resources.requests.exists(k, {{ $k }})))
 {{- end }}
 
 {{/* CEL: a pod spec at path .spec has a container or init container that shares a GPU. */}}
 {{- define "gpushare.specSharesGPU" -}}
-{{- $c := include "gpushare.containerSharesGPU" .root -}}
+{{- $c := include "gpushare.containerSharesGPU" . -}}
 {{ .spec }}.containers.exists(c, {{ $c }}) || (has({{ .spec }}.initContainers) && {{ .spec }}.initContainers.exists(c, {{ $c }}))
+{{- end }}
+
+{{/* CEL list literal of strings. */}}
+{{- define "gpushare.quotedList" -}}
+{{- $names := list -}}
+{{- range . }}{{ $names = append $names (printf "'%s'" .) }}{{ end -}}
+[{{ join ", " $names }}]
 {{- end }}
 
 {{/* CEL list literal of the GPU-sharing DaemonSet names. */}}

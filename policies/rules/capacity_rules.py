@@ -1,0 +1,46 @@
+"""GC001: a pod (or workload template) that no card of the cluster can hold, at CREATE."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..capacity import judge_capacity
+from ..placement import demand_from_containers
+from ..resources import POD_SPEC_PATHS, Path
+from ..selectors import node_selector_from_spec
+from .base import Subject, rule
+from .placement_rules import placement_of
+
+POD_KINDS = tuple(POD_SPEC_PATHS)
+SWITCH = "capacity"
+
+
+def asks_gpu_memory(subject: Subject) -> bool:
+    """A pod or template asking for gpu-mem (the only demand GC001 judges)."""
+    return subject.names.resources.gpu_mem in subject.asked
+
+
+@rule("GC001", severity="warn", seed="000, 003", kinds=POD_KINDS, operations=("CREATE",), stateful=True,
+      applies=asks_gpu_memory,
+      title="Some node of the cluster can hold the pod",
+      doc="A container's gpu-mem must fit on one card of a node that could take the pod (its mode, "
+          "its card-model selectors); core+mem pods need a core_mem node. A pod no such card can ever "
+          "hold gets this rule's severity (warn by default: a node pool that scales from zero may bring "
+          "bigger cards; set deny to refuse it); one that fits no card now gets a warning naming the "
+          "closest card.")
+def some_node_can_hold_it(subject: Subject) -> Iterator[tuple[str, Path] | tuple[str, Path, str]]:
+    if placement_of(subject) is not None:
+        return  # a pod pinned by spec.nodeName skips the scheduler: GB004 judges its node
+    spec, base = subject.pod_spec
+    demand = demand_from_containers(subject.label, subject.containers, subject.names)
+    if not demand.gpus:
+        return
+    state = subject.usable_state(SWITCH, f"{subject.label}: whether any node can hold it")
+    verdict = judge_capacity(demand, node_selector_from_spec(spec, base), state.nodes(), state.pods_on_node,
+                             subject.names)
+    path = base
+    if verdict.never:
+        yield (f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: a request "
+               f"that fits such a card, or add nodes with bigger cards first", path)
+    elif verdict.not_now:
+        yield f"{subject.label} cannot be scheduled now: {verdict.not_now}", path, "warn"

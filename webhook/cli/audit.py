@@ -1,0 +1,96 @@
+"""``gpushare audit``: every node and GPU pod of the cluster (or a snapshot) against every rule
+and the running-cluster invariants GA001-GA007, printed with ``check``'s reporters.
+
+Exit codes as ``check``: 0 nothing fails, 1 a finding fails the run (a denial; a warning too
+with ``--fail-on warn``), 2 unreadable snapshot, bad config or usage, 3 the API server
+refused (or an internal error).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from webhook.cli.check import OneLineUsage
+from webhook.cli.common import UsageFailure, load_cli_settings
+from webhook.report import FORMATS
+
+REPORT_KINDS = ("auto", "openreports", "policyreport")
+
+
+@click.command(cls=OneLineUsage)
+@click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
+              help="Judge `kubectl get nodes,pods -A -o yaml|json` output instead of the live cluster.")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
+              help="Kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config).")
+@click.option("--context", help="Kubeconfig context.")
+@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("--fail-on", type=click.Choice(("deny", "warn")), help="Lowest severity that fails the run.")
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="YAML config file.")
+@click.option("--write-reports", is_flag=True,
+              help="Also write one report object per namespace to the cluster (OpenReports or PolicyReport).")
+@click.option("--report-kind", type=click.Choice(REPORT_KINDS),
+              help="Which report API to write (default: audit.reports from config, else auto: the one the "
+                   "cluster serves, OpenReports first).")
+@click.option("--reports-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report objects to this YAML file instead of (or besides) the cluster.")
+def audit(snapshot: Path | None, kubeconfig: Path | None, context: str | None, fmt: str, fail_on: str | None,
+          config: Path | None, write_reports: bool, report_kind: str | None, reports_file: Path | None) -> None:
+    """Judge every node and GPU pod of the cluster: every rule, plus what only a running cluster
+    can get wrong (over-committed or crowded cards, mixed job types, stale assignments...)."""
+    from policies.audit import audit_state
+    from webhook.cli.cluster_source import read_state
+    from webhook.report import render
+    from webhook.report.audit_report import audit_report
+
+    settings = load_cli_settings(config)
+    if write_reports and snapshot is not None:
+        raise UsageFailure("--write-reports writes to a cluster; with --snapshot use --reports-file")
+    state, source = read_state(snapshot, kubeconfig, context, settings.names)
+    now = time.time()
+    try:
+        engine_result = audit_state(state, settings, now)
+    except ValueError as exc:  # the config names rules that do not exist
+        raise UsageFailure(str(exc)) from None
+    report = audit_report(engine_result, source, fail_on or settings.check.fail_on)  # type: ignore[arg-type]
+    render(report, fmt, sys.stdout, settings=settings)
+    sys.stdout.flush()
+    if write_reports or reports_file is not None:
+        _reports(engine_result, settings, now, report_kind, write_reports, reports_file, kubeconfig, context)
+    sys.exit(report.exit_code)
+
+
+def _reports(result, settings, now, kind, write, path, kubeconfig, context) -> None:  # type: ignore[no-untyped-def]
+    import yaml
+
+    from webhook.report.policy_reports import APIS, OPENREPORTS, POLICYREPORT, report_objects
+
+    chosen = kind or (settings.audit.reports if settings.audit.reports != "none" else "auto")
+    api = None
+    if write:
+        from webhook.cli.cluster_source import custom_objects_api
+        from webhook.state.report_writer import ReportWriteError, served, write_reports
+
+        custom = custom_objects_api(kubeconfig, context)
+        try:
+            if chosen == "auto":
+                api = next((a for a in (OPENREPORTS, POLICYREPORT) if served(custom, a.group, a.version, a.plural)),
+                           None)
+                if api is None:
+                    raise click.ClickException("the cluster serves neither openreports.io/v1alpha1 Reports nor "
+                                               "wgpolicyk8s.io/v1alpha2 PolicyReports; install one of the CRDs")
+            else:
+                api = APIS[chosen]
+            objects = report_objects(result, api, settings.audit, now)
+            done = write_reports(custom, api.group, api.version, api.plural, api.cluster_plural, objects)
+        except ReportWriteError as exc:
+            raise click.ClickException(f"cannot write reports: {exc}") from None
+        click.echo(f"gpushare: wrote {len(done.written)} {api.kind} object(s) ({api.api_version})"
+                   + (f", deleted {len(done.deleted)} stale" if done.deleted else ""), err=True)
+    if path is not None:
+        api = api or APIS.get(chosen, OPENREPORTS)
+        objects = report_objects(result, api, settings.audit, now)
+        path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": objects}, sort_keys=False))
