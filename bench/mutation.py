@@ -50,8 +50,6 @@ _FAST = {
     "policies/rules/exemptions.py": "exemptions",
     "policies/rules/node_rules.py": "node_messages node_rules",
     "policies/rules/placement_rules.py": "placement_messages placement_rules",
-    "policies/rules/capacity_rules.py": "fidelity",
-    "policies/rules/cluster_invariants.py": "fidelity",
     "policies/quantity.py": "quantity gs_rules",
     "policies/mutations.py": "mutations",
     "policies/exemptions.py": "exemptions",
