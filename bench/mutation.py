@@ -82,7 +82,10 @@ class Mutant:
         """How the equivalents file names a mutant: stable while its line of code is unchanged."""
         text = original_lines[self.line - 1]
         indent = len(text) - len(text.lstrip())
-        return f"{self.module} :: {self.operator} :: {text.strip()} :: @{self.col - indent}"
+        # The same line of code may appear more than once: the second is "@col #2", and so on.
+        seen = sum(1 for line in original_lines[: self.line - 1] if line.strip() == text.strip())
+        which = f" #{seen + 1}" if seen else ""
+        return f"{self.module} :: {self.operator} :: {text.strip()} :: @{self.col - indent}{which}"
 
     def source(self, original: str) -> str | None:
         """The mutated module (made only for the mutants that run: parsing costs)."""
