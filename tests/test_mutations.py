@@ -325,3 +325,37 @@ def test_gm003_a_container_that_has_its_env_does_not_stop_the_next(engine):
     verdict, _ = mutate(engine, pod(pod_spec(ready, container("b", limits={MEM: 3}), schedulerName="volcano")))
     assert verdict.patch == [{"op": "add", "path": "/spec/containers/1/env",
                               "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "3"}]}]
+
+
+@pytest.mark.parametrize("kind", ["Job", "Deployment", "CronJob"])
+def test_gm002_only_the_daemonset_and_its_pods(engine, kind):
+    """A workload of another kind that names the DaemonSet as owner is not one of its pods."""
+    obj = workload(kind, pod_spec(container("x")))
+    obj["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": DS_NAME}]
+    verdict, _ = mutate(engine, obj)
+    assert verdict.patch == []
+
+
+@pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
+def test_pods_are_mutated_only_on_create(engine, operation):
+    verdict, _ = mutate(engine, pod(pod_spec(container(limits={MEM: 3}))), operation=operation)
+    assert verdict.patch == []
+
+
+def test_plan_patch_plans_every_mutation_by_default(engine):
+    from policies.mutations import plan_patch
+
+    owners = [{"kind": "DaemonSet", "name": DS_NAME}]
+    subject = engine.subject("Pod", received(pod(pod_spec(container("x", limits={MEM: 2})), ownerReferences=owners)))
+    assert [mutation_id for mutation_id, _ in plan_patch(subject)] == ["GM001", "GM002", "GM003"]
+    assert plan_patch(subject, lambda mutation_id: mutation_id == "GM002") == [
+        ("GM002", {"op": "add", "path": "/spec/priorityClassName", "value": "system-node-critical"})]
+
+
+def test_mutation_records_cannot_be_changed():
+    import dataclasses
+
+    from policies.mutations import MUTATIONS
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        MUTATIONS["GM001"].title = "changed"  # type: ignore[misc]

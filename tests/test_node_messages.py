@@ -208,3 +208,24 @@ def test_gn008_on_update_only_when_it_changes(engine):
     old = node(mode="mps")
     assert findings(engine, relabel(old, team="x"), old=old, rule="GN008") == []
     assert len(findings(engine, old, old=with_mode(old, "share"), rule="GN008")) == 1
+
+
+@pytest.mark.parametrize(("before", "after", "shown_after", "advice"), [
+    ("share", "cgpu", "cgpu", "cgpu"), ("cgpu", None, "unset", "default"),
+])
+def test_gn005_other_relabels_are_warned_about(engine, before, after, shown_after, advice):
+    """Pinned as the ACK-fidelity change wrote it: any other mode change by relabelling is a warning."""
+    old = node(mode=before)
+    assert findings(engine, with_mode(old, after), old=old, user=UserInfo("alice"), rule="GN005") == [(
+        "GN005", "warn", f"GN005: Node {NAME}: {SCHEDULE} {before} -> {shown_after} relabels an existing node; ACK "
+                         "advises against changing the GPU scheduling label with kubectl label (Manage the shared GPU "
+                         f"scheduling component): move the node to a node pool labelled {advice} instead",
+        f'metadata.labels["{SCHEDULE}"]')]
+
+
+def test_gn006_six_running_pods_are_five_and_one_more(engine, settings):
+    old = node(mode="cgpu")
+    pods = [gpu_pod(f"p{i}", node_name=NAME) for i in range(6)]
+    [finding] = findings(engine, with_mode(old, "share"), old=old, state=state_with(settings, old, *pods),
+                         rule="GN006")
+    assert "(default/p0, default/p1, default/p2, default/p3, default/p4 and 1 more)" in finding[2]

@@ -9,6 +9,7 @@ from policies.scoring import Scorer, pod_request
 from policies.selectors import NodeSelector, Requirement, Term, describe_selector, node_selector_from_spec
 
 from .cluster_builders import gpu_pod
+from .manifests import received
 
 V100_32 = "Tesla-V100-SXM2-32GB"
 NAME = "aliyun.accelerator/nvidia_name"
@@ -145,7 +146,8 @@ def test_malformed_requirements_name_their_path(expression, path, message):
     ("Lt", ("4",), "3.5", False), ("Lt", ("4",), "3\n", False),
 ])
 def test_requirement_matches(operator, values, label, matches):
-    assert Requirement("k", operator, values).matches(label) is matches
+    # operators and values as read from a pod spec (decoded, not the interned literals of this file)
+    assert Requirement("k", received(operator), received(values)).matches(received(label)) is matches
 
 
 @pytest.mark.parametrize(("requirement", "text"), [
@@ -181,6 +183,15 @@ def test_selector_mismatch_messages():
     assert NodeSelector(terms=(one, two)).mismatch({"a": "1", "b": "x"}, "n") is None
     assert NodeSelector(terms=(one, two)).mismatch({}, "n") is None
     assert NodeSelector(terms=()).mismatch({}, "n") is not None  # no term at all matches no node
+
+
+def test_compiled_selectors_cannot_be_changed():
+    """Compiled once per pod and read for every node, possibly by several threads."""
+    import dataclasses
+
+    for made, field in ((Requirement("k", "Exists", ()), "key"), (Term((), ()), "labels"), (NodeSelector(), "labels")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(made, field, ())
 
 
 def test_describe_selector():
