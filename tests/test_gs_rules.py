@@ -8,6 +8,7 @@ import pytest
 from policies.engine import Engine
 
 from .manifests import ALL_KINDS, CORE, MEM, container, pod_spec, received, workload
+from .near_miss_cases import deployment_with, pod_with
 
 TOPOLOGY, EXCLUSIVE = "aliyun.com/gpu", "nvidia.com/gpu"
 
@@ -229,3 +230,19 @@ def test_gs006_whole_gpus_alone_pass(engine):
 def test_every_rule_runs_on_every_kind(engine, kind):
     obj = workload(kind, pod_spec(container("a", limits={MEM: "2Gi", CORE: 33})), name="w")
     assert sorted(rule for rule, _, _ in found(engine, obj)) == ["GS001", "GS003"]
+
+
+# ---- GS007: near misses of the resource names (added with the ACK-fidelity work; pinned as written) --------
+
+@pytest.mark.parametrize(("obj", "where", "section"), [
+    (pod_with("aliyun.com/gpu-memory", 4), 'Pod default/near-miss container "app"', "limits"),
+    (pod_with("aliyun.com/gpu-memory", 4, section="requests"), 'Pod default/near-miss container "app"', "requests"),
+    (pod_with("aliyun.com/gpu-memory", 4, init=True), 'Pod default/near-miss init container "app"', "limits"),
+    (deployment_with("aliyun.com/gpu-memory", 4), 'Deployment default/near-miss container "app"', "limits"),
+])
+def test_gs007_word_for_word(engine, obj, where, section):
+    [(_, message, _)] = [f for f in found(engine, obj) if f[0] == "GS007"]
+    assert message == (
+        f"GS007: {where}: {section}.aliyun.com/gpu-memory is not a resource any node offers, so the pod would stay "
+        f"Pending forever; did you mean {MEM}? (accepted: {MEM}, {CORE}; a real resource of that name can be "
+        "listed in near_miss.allowed)")

@@ -245,3 +245,12 @@ def test_gb004_whole_gpus_held_by_exactly_four_pods():
 def test_an_exclusive_pod_is_not_refused_by_a_mode_label_gn001_judges():
     # an unknown mode label is GN001's finding on the node; placement refuses only the topology mode
     assert problems(PodDemand("default/w", (), 1, 0), node("vgpu")) == []
+
+
+def test_gb001_and_gb004_count_the_rest_exactly():
+    pods = [pod(f"c{i}", 1, 10) for i in range(6)]
+    assert problems(shared(("a", 1, 0)), node("core_mem", gib=20), pods)[0][1].startswith(
+        "node n1 already runs core+mem pods (default/c0, default/c1, default/c2 and 3 more)")
+    holders = [pod(f"h{i}", topology=1) for i in range(6)]
+    assert problems(PodDemand("default/t", (), 0, 2), node("topology", cards=6), holders) == [
+        ("GB004", "node n1 has 0 of 6 GPUs free (held by default/h0, default/h1, default/h2 and 3 more), needs 2")]
