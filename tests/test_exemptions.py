@@ -178,3 +178,11 @@ def test_a_node_exemption_is_read_from_its_own_metadata(engine):
     verdict = engine.validate(engine.subject("Node", node))
     assert [f.message for f in verdict.findings if f.rule == "GE001"] == [
         "GE001: Node gpu-1: gpushare.io/exempt names unknown rule id(s) GN999; use ids listed by `gpushare rules`"]
+
+
+def test_an_exemption_cannot_be_changed_once_read():
+    """The engine and GE001 read the same Exemption of a subject."""
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Exemption(("GS003",), "", ()).reason = "now honoured"  # type: ignore[misc]
