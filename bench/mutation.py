@@ -143,7 +143,7 @@ def read_equivalents(path: Path = EQUIVALENTS) -> dict[str, str]:
     for raw in path.read_text(encoding="utf-8").splitlines():
         if not raw.strip() or raw.startswith("#"):
             continue
-        key, _, reason = raw.partition("  # ")
+        key, _, reason = raw.rpartition("  # ")  # the last one: a line of code may carry a comment too
         if not reason.strip():
             raise SystemExit(f"{path.name}: an equivalent mutant without a reason: {raw}")
         judged[key.strip()] = reason.strip()
