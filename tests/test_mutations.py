@@ -284,6 +284,7 @@ def test_gm002_a_daemonset_without_template_gets_nothing(engine):
 
 @pytest.mark.parametrize("owners", [
     [{"kind": "ReplicaSet", "name": DS_NAME}],
+    [{"kind": "ControllerRevision", "name": DS_NAME}],
     [{"kind": "DaemonSet", "name": "fluentd"}],
     "not-a-list",
     ["not-an-object"],
@@ -327,10 +328,10 @@ def test_gm003_a_container_that_has_its_env_does_not_stop_the_next(engine):
                               "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "3"}]}]
 
 
-@pytest.mark.parametrize("kind", ["Job", "Deployment", "CronJob"])
+@pytest.mark.parametrize("kind", ["CronJob", "Deployment", "Job", "ReplicaSet", "StatefulSet"])
 def test_gm002_only_the_daemonset_and_its_pods(engine, kind):
-    """A workload of another kind that names the DaemonSet as owner is not one of its pods."""
-    obj = workload(kind, pod_spec(container("x")))
+    """A workload of another kind, named like the DaemonSet or owned by it, is neither."""
+    obj = workload(kind, pod_spec(container("x")), name=DS_NAME)
     obj["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": DS_NAME}]
     verdict, _ = mutate(engine, obj)
     assert verdict.patch == []
