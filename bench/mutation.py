@@ -49,7 +49,7 @@ _FAST = {
     "policies/rules/pod_resources.py": "gs_rules pod_rules",
     "policies/rules/exemptions.py": "exemptions",
     "policies/rules/node_rules.py": "node_messages node_rules",
-    "policies/rules/placement_rules.py": "placement_messages placement_rules",
+    "policies/rules/placement_rules.py": "placement_messages placement_rules rule_base",
     "policies/quantity.py": "quantity gs_rules",
     "policies/mutations.py": "mutations",
     "policies/exemptions.py": "exemptions",

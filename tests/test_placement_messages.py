@@ -31,7 +31,8 @@ def judged(engine, kind, obj, state, operation="CREATE", namespace="default"):
 
 @pytest.mark.parametrize(("target", "found"), [
     ({"kind": "Node", "name": NODE}, True), ({"name": NODE}, True),
-    ({"kind": "Pod", "name": NODE}, False), ({"kind": "Node", "name": ""}, False), ({"kind": "Node"}, False),
+    ({"kind": "Pod", "name": NODE}, False), ({"kind": "Namespace", "name": NODE}, False),
+    ({"kind": "Node", "name": ""}, False), ({"kind": "Node"}, False),
     ("not-an-object", False),
 ])
 def test_which_bindings_are_placements(engine, settings, target, found):
@@ -48,6 +49,8 @@ def test_which_bindings_are_placements(engine, settings, target, found):
     ("Pod", gpu_pod("p", node_name=NODE), "CREATE", True),
     ("Pod", gpu_pod("p", node_name=NODE), "UPDATE", False),
     ("Binding", binding("p", NODE), "UPDATE", False),
+    ("Binding", binding("p", NODE), "CONNECT", False),
+    ("Binding", binding("", NODE), "CREATE", False),
     ("Pod", gpu_pod("p"), "CREATE", False),
     ("Pod", {"kind": "Pod", "metadata": {"name": "p"}, "spec": "x"}, "CREATE", False),
     ("Pod", {"kind": "Pod", "metadata": {"generateName": "p-"}, "spec": {"nodeName": NODE}}, "CREATE", False),
@@ -139,7 +142,8 @@ def test_a_pinned_pod_without_gpus_is_not_checked(engine, settings):
 
 def test_placed_pod_is_the_record_the_assume_cache_keeps(engine, settings):
     state = state_of(settings, [node(mode="cgpu")], [gpu_pod("p", mem=3)])
-    from_binding = placed_pod(engine.subject("Binding", binding("p", NODE), namespace="default", state=state))
+    from_binding = placed_pod(engine.subject(received("Binding"), received(binding("p", NODE)), namespace="default",
+                                             state=state))
     assert (from_binding.key, from_binding.node_name, from_binding.mem) == ("default/p", NODE, 3)
     from_pod = placed_pod(engine.subject("Pod", gpu_pod("q", mem=4, node_name=NODE, namespace=""),
                                          namespace="team", state=state))
@@ -148,3 +152,17 @@ def test_placed_pod_is_the_record_the_assume_cache_keeps(engine, settings):
     assert placed_pod(engine.subject("Binding", binding("p", NODE), namespace="default")) is None
     assert placed_pod(engine.subject("Pod", gpu_pod("web", mem=None, node_name=NODE), state=state)) is None
     assert placed_pod(engine.subject("Pod", gpu_pod("q", mem=4), state=state)) is None
+
+
+def test_a_one_gpu_topology_pod_is_checked(engine, settings):
+    state = state_of(settings, [node(mode="cgpu")], [])
+    pod = gpu_pod("t", mem=None, node_name=NODE, extra_limits={"aliyun.com/gpu": "1"})
+    assert [rule for rule, _, _ in judged(engine, "Pod", pod, state)] == ["GB002"]
+
+
+def test_a_placement_cannot_be_changed_once_found(engine):
+    import dataclasses
+
+    where = placement_of(engine.subject("Binding", received(binding("p", NODE)), namespace="default"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        where.node = "elsewhere"  # type: ignore[misc]
