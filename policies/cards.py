@@ -40,6 +40,7 @@ CARD_LIMITED_MODES = CGPU_MODES
 # four times that leaves room for a few generations). A larger gpu-mem is a typo or an attack,
 # and fits nowhere: refused (GS003) and filtered out everywhere by the scheduler extender.
 MAX_CARD_GIB = 1024
+STRIDE = 4  # fields per card in ``CardOrder.hot``: free GiB, free compute, pods, card index
 
 
 @dataclass(slots=True)
@@ -185,7 +186,6 @@ class CardOrder:
     """
 
     __slots__ = ("_free", "cards", "hot", "placement")
-    STRIDE = 4  # fields per card in ``hot``
 
     def __init__(self, cards: Sequence[Card], placement: Placement) -> None:
         self.placement = placement
@@ -202,12 +202,13 @@ class CardOrder:
         """Where in the order the chosen card is (its fields start at ``STRIDE * position`` in ``hot``); -1 for none."""
         hot = self.hot
         position = bisect_left(self._free, mem) if self._free is not None else 0
-        base, end = position * 4, len(hot)
+        base, end = position * STRIDE, len(hot)
         while base < end:
             if (hot[base] >= mem and (not core or hot[base + 1] >= core)
-                    and (pod_limit is None or hot[base + 2] < pod_limit or pod_key in self.cards[base // 4].pods)):
-                return base // 4
-            base += 4
+                    and (pod_limit is None or hot[base + 2] < pod_limit
+                         or pod_key in self.cards[base // STRIDE].pods)):
+                return base // STRIDE
+            base += STRIDE
         return -1
 
     def first_fit(self, gpu: PodGPU, pod_key: str, pod_limit: int | None) -> Card | None:

@@ -12,7 +12,7 @@ Values are exact ``Decimal``s, so "2500m" is 2.5 and never a float rounding erro
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"m": Decimal("0.001"), "": Decimal(1), "k": Decimal(10**3), "M": Decimal(10**6),
@@ -27,6 +27,9 @@ _MAX_LEN = 64
 # Decimals are immutable, so sharing one is safe; the cache is emptied when it fills.
 _PARSED: dict[str, Decimal] = {}
 _PARSED_MAX = 4096
+# Enough digits for the longest accepted number times the largest scale (64 digits x 2**60 or 1e30),
+# so scaling never rounds (the default context keeps 28 digits).
+_EXACT = Context(prec=_MAX_LEN + 32)
 
 
 class QuantityError(ValueError):
@@ -70,26 +73,21 @@ def _parse_text(value: str) -> Decimal:
         raise QuantityError(f"{value!r} is not a quantity") from None
     suffix = match["suffix"] or ""
     if suffix in _BINARY:
-        return number * _BINARY[suffix]
+        return _EXACT.multiply(number, _BINARY[suffix])
     if suffix[:1] in ("e", "E") and len(suffix) > 1:
         exponent = int(suffix[1:])
         if abs(exponent) > 30:
             raise QuantityError(f"{value!r}: exponent out of range")
-        return number.scaleb(exponent)
-    return number * _DECIMAL[suffix]
+        return number.scaleb(exponent, _EXACT)
+    return _EXACT.multiply(number, _DECIMAL[suffix])
 
 
-def binary_suffix(value: object) -> str | None:
-    """The binary-SI suffix a quantity string carries ("Gi" for "2Gi"), if any."""
+def multiplier_suffix(value: object) -> str | None:
+    """The SI multiplier a quantity string is written with ("Gi" for "2Gi", "k" for "4k"); None for a
+    plain number, an int, milli ("2500m"), an exponent ("1e3") or a value that is not a quantity."""
     if isinstance(value, str):
         match = _QUANTITY.match(value.strip())
-        if match and match["suffix"] in _BINARY:
-            return match["suffix"]
+        suffix = match["suffix"] if match else None
+        if suffix in _BINARY or (suffix in _DECIMAL and suffix != "m"):
+            return suffix
     return None
-
-
-def format_number(value: Decimal) -> str:
-    """A Decimal as a person would write it: 30, 2.5, 0.001."""
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cards import CORE_PER_CARD, MAX_CARD_GIB
+from .cards import CORE_PER_CARD, MAX_CARD_GIB, STRIDE
 from .cluster import ClusterState, NodeInfo
 from .placement import NodeProfile, PodDemand, demand_from_containers, judge, node_profile, quick_card
 from .resources import ContainerRequest, container_requests, pod_spec
@@ -279,7 +279,7 @@ class Scorer:
                 append(score_node(request, profile, names))
                 continue
             hot = profile.order.hot
-            base = position * 4
+            base = position * STRIDE
             size = profile.card_size
             fill = (size - hot[base] + mem) / size
             if core_mem:

@@ -6,7 +6,10 @@ from policies.engine import Engine
 from webhook.settings import Settings, load_settings
 from webhook.state.snapshot import load_demo_snapshot
 
-from . import hermetic
+from . import (
+    hermetic,
+    profiles,  # noqa: F401  (registers and loads the hypothesis profile)
+)
 
 hermetic.install()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 MEM = "aliyun.com/gpu-mem"
@@ -49,3 +50,9 @@ def workload(kind: str, spec: dict[str, Any], name: str = "w", namespace: str = 
 
 ALL_KINDS = ("Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ReplicationController", "Job",
              "CronJob")
+
+
+def received(value: Any) -> Any:
+    """``value`` as the webhook receives it: decoded from JSON, so its strings are not the interned
+    literals of the test source (a comparison by identity, ``is "Pod"``, would not hold)."""
+    return json.loads(json.dumps(value))

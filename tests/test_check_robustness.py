@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from webhook.cli.commands import main
 
+from .profiles import examples
+
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-200, 200), st.text(max_size=6),
                     st.sampled_from(["2Gi", "33", "1e3", "500m", "GS001,GS003", "-5", ""]))
 KEYS = st.sampled_from(["apiVersion", "kind", "metadata", "name", "namespace", "annotations", "spec",
@@ -25,7 +27,7 @@ def _objects(tree, kind):
     return {"kind": kind, **tree} if isinstance(tree, dict) else tree
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(docs=st.lists(st.tuples(TREES, KINDS), min_size=1, max_size=3), as_json=st.booleans())
 def test_any_structure_is_judged_or_refused_cleanly(docs, as_json):
     objects = [_objects(tree, kind) for tree, kind in docs]
@@ -35,7 +37,7 @@ def test_any_structure_is_judged_or_refused_cleanly(docs, as_json):
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), text
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(raw=st.binary(max_size=200))
 def test_any_bytes_are_judged_or_refused_cleanly(raw):
     result = CliRunner().invoke(main, ["check", "-"], input=raw)

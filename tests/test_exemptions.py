@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from policies.engine import Engine
+from policies.exemptions import Exemption, annotations_path, parse_ids, read_exemption
+from policies.settings import Names
 from webhook.routes.review import build_response, parse_review
 from webhook.settings import Settings
 
@@ -104,3 +106,92 @@ def test_the_admission_response_keeps_an_audit_trail_of_exemptions(engine):
     assert response["auditAnnotations"] == {"decision": "allowed", "rules": "", "exempted": "GS003",
                                             "exemption_reason": REASON, "exempted_by": "annotation"}
     assert "warnings" not in response
+
+
+# ---- where the annotation is read, word for word -------------------------------------------------
+
+@pytest.mark.parametrize(("kind", "path"), [
+    ("Pod", ("metadata", "annotations")),
+    ("Node", ("metadata", "annotations")),
+    ("Binding", ("metadata", "annotations")),
+    ("Deployment", ("spec", "template", "metadata", "annotations")),
+    ("PodTemplate", ("template", "metadata", "annotations")),
+    ("CronJob", ("spec", "jobTemplate", "spec", "template", "metadata", "annotations")),
+])
+def test_annotations_path_by_kind(kind, path):
+    assert annotations_path(kind) == path
+
+
+@pytest.mark.parametrize(("value", "ids"), [
+    ("GS003", ("GS003",)), ("gs003 GS003,gs001", ("GS003", "GS001")), ("\tGN002;;GS001\n", ("GN002", "GS001")),
+    ("", ()), (" ,; ", ()), (3, ()), (None, ()), (["GS003"], ()),
+])
+def test_parse_ids(value, ids):
+    assert parse_ids(value) == ids
+
+
+def test_on_the_pod_template_it_wins_over_the_workloads_own_metadata():
+    obj = _with_exemption(_bad("Job"), "GS003", REASON, on_template=True)
+    obj["metadata"]["annotations"] = {"gpushare.io/exempt": "GS001"}
+    assert read_exemption(obj, "Job", Names()) == Exemption(
+        ("GS003",), REASON, ("spec", "template", "metadata", "annotations", "gpushare.io/exempt"))
+
+
+def test_annotations_that_are_not_a_mapping_ask_for_nothing():
+    obj = _bad("Pod")
+    obj["metadata"]["annotations"] = ["gpushare.io/exempt"]
+    assert read_exemption(obj, "Pod", Names()) is None
+    assert read_exemption({"metadata": "x"}, "Pod", Names()) is None
+
+
+def test_a_reason_that_is_not_text_is_no_reason():
+    obj = _with_exemption(_bad("Pod"), "GS003", None, on_template=False)
+    obj["metadata"]["annotations"]["gpushare.io/exempt-reason"] = 42
+    exemption = read_exemption(obj, "Pod", Names())
+    assert exemption is not None and exemption.reason == "" and exemption.set_aside == frozenset()
+
+
+def test_only_an_honoured_exemption_sets_ids_aside():
+    assert Exemption(("GS003", "GM001"), "why", ()).set_aside == {"GS003", "GM001"}
+    assert Exemption(("GS003",), "", ()).set_aside == frozenset()
+    assert Exemption((), "why", ()).set_aside == frozenset()
+    assert Exemption(("GS003",), "why", (), misplaced=True).set_aside == frozenset()
+
+
+def test_a_misplaced_exemption_naming_nothing_gets_both_explanations(engine):
+    verdict = _verdict(engine, _with_exemption(_bad("CronJob"), ",", REASON, on_template=False))
+    assert [f.message for f in verdict.findings if f.rule == "GE001"] == [
+        "GE001: CronJob default/legacy: gpushare.io/exempt=(nothing) is on the CronJob's own metadata, which its "
+        "pods do not inherit, so it is not applied; put it and gpushare.io/exempt-reason under "
+        'spec.jobTemplate.spec.template.metadata.annotations["gpushare.io/exempt"]',
+        "GE001: CronJob default/legacy: gpushare.io/exempt names no rule; list rule ids such as GS003,GN002 "
+        "(see `gpushare rules`)",
+    ]
+
+
+def test_a_misplaced_exemption_without_a_reason_says_where_it_belongs_only(engine):
+    verdict = _verdict(engine, _with_exemption(_bad("Deployment"), "GS003", None, on_template=False))
+    messages = [f.message for f in verdict.findings if f.rule == "GE001"]
+    assert len(messages) == 1 and "own metadata" in messages[0]
+
+
+def test_mutation_ids_are_known_to_ge001(engine):
+    pod = _with_exemption(_bad("Pod"), "GS003,GM003,gm001", REASON, on_template=False)
+    verdict = _verdict(engine, pod)
+    assert verdict.findings == [] and verdict.allowed
+
+
+def test_a_node_exemption_is_read_from_its_own_metadata(engine):
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "gpu-1", "annotations": {"gpushare.io/exempt": "GN999", "gpushare.io/exempt-reason": REASON}}}
+    verdict = engine.validate(engine.subject("Node", node))
+    assert [f.message for f in verdict.findings if f.rule == "GE001"] == [
+        "GE001: Node gpu-1: gpushare.io/exempt names unknown rule id(s) GN999; use ids listed by `gpushare rules`"]
+
+
+def test_an_exemption_cannot_be_changed_once_read():
+    """The engine and GE001 read the same Exemption of a subject."""
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Exemption(("GS003",), "", ()).reason = "now honoured"  # type: ignore[misc]

@@ -20,6 +20,7 @@ from webhook.routes.services import Services
 
 from .helpers import admission_review, load_json
 from .hostile import ERROR_SCHEMA, check_answer, good_reviews, hostile_reviews, json_values
+from .profiles import examples
 
 FAST = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 
@@ -33,14 +34,14 @@ def client(settings, engine):
 
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=FAST)
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=FAST)
 @given(review=hostile_reviews(), path=st.sampled_from(["/mutate", "/validate"]))
 def test_app_answers_every_generated_review(client, review, path):
     reply = client.post(path, data=json.dumps(review), content_type="application/json")
     check_answer(review, reply.status_code, reply.data)
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=FAST)
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=FAST)
 @given(kind=st.sampled_from(sorted(POD_SPEC_PATHS)), spec=json_values, data=st.data())
 def test_engine_raises_nothing_but_shape_errors(engine, demo_state, kind, spec, data):
     obj = data.draw(st.sampled_from([
@@ -55,14 +56,14 @@ def test_engine_raises_nothing_but_shape_errors(engine, demo_state, kind, spec, 
             run(subject)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=FAST)
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=FAST)
 @given(review=hostile_reviews(), path=st.sampled_from(["/mutate", "/validate"]))
 def test_real_server_answers_every_generated_review(server, session, review, path):
     reply = server.post_json(path, review, session)
     check_answer(review, reply.status_code, reply.content)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=FAST)
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=FAST)
 @given(data=st.data())
 def test_real_server_answers_corrupted_bytes(server, session, data):
     body = bytearray(json.dumps(data.draw(st.sampled_from(good_reviews()))).encode())
@@ -77,7 +78,7 @@ def test_real_server_answers_corrupted_bytes(server, session, data):
         assert reply.json()["kind"] == "AdmissionReview"
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(doc=json_values, text=st.text(max_size=200))
 def test_manifest_parser_and_engine_never_crash(engine, doc, text):
     for source in (yaml.safe_dump(doc), json.dumps(doc), text, yaml.safe_dump({"kind": "Pod", "spec": doc})):

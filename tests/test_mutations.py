@@ -10,13 +10,15 @@ import pytest
 from policies.engine import Engine
 
 from .helpers import load_json
-from .manifests import CORE, MEM, container, pod, pod_spec, workload
+from .manifests import CORE, MEM, container, pod, pod_spec, received, workload
 
 CORE_MEM_NODE = "cn-beijing.192.168.1.10"
 
 
 def mutate(engine: Engine, obj, state=None, operation="CREATE"):
-    verdict = engine.mutate(engine.subject(obj["kind"], obj, operation=operation, namespace="default", state=state))
+    sent = received(obj)
+    verdict = engine.mutate(engine.subject(sent["kind"], sent, operation=received(operation), namespace="default",
+                                           state=state))
     patched = jsonpatch.apply_patch(obj, verdict.patch) if verdict.patch else copy.deepcopy(obj)
     return verdict, patched
 
@@ -165,3 +167,196 @@ def test_json_pointer_escapes_special_characters():
 def test_workload_templates_are_not_given_scheduler_or_env(engine):
     verdict, _ = mutate(engine, workload("Deployment", pod_spec(container(limits={MEM: 3}))))
     assert verdict.patch == []
+
+
+# ---- exact operations ---------------------------------------------------------------------------
+
+DS_NAME = "gpushare-device-plugin-ds"
+SIDECAR = container("istio-proxy", limits={"cpu": "100m"})
+
+
+@pytest.mark.parametrize(("spec_extra", "op"), [
+    ({}, "add"), ({"schedulerName": "default-scheduler"}, "replace"), ({"schedulerName": ""}, "replace"),
+    ({"schedulerName": None}, "replace"),
+])
+def test_gm001_exact_operation(engine, spec_extra, op):
+    verdict, _ = mutate(engine, pod(pod_spec(SIDECAR, container("app", limits={MEM: 2}), **spec_extra)))
+    assert verdict.patch[0] == {"op": op, "path": "/spec/schedulerName", "value": "ack-co-scheduler"}
+
+
+def test_gm001_needs_gpu_memory_not_just_compute(engine):
+    verdict, _ = mutate(engine, pod(pod_spec(container("app", limits={CORE: 30}))))
+    assert verdict.patch == []
+
+
+def test_gm001_finds_gpu_memory_in_a_request_only_container(engine):
+    verdict, _ = mutate(engine, pod(pod_spec(SIDECAR, container("app", requests={MEM: 2}))))
+    assert verdict.patch_ids[0] == "GM001"
+
+
+def test_gm003_gpu_container_after_a_sidecar(engine):
+    obj = pod(pod_spec(SIDECAR, container("app", limits={MEM: 3}), container("log")))
+    verdict, patched = mutate(engine, obj)
+    assert verdict.patch == [
+        {"op": "add", "path": "/spec/schedulerName", "value": "ack-co-scheduler"},
+        {"op": "add", "path": "/spec/containers/1/env",
+         "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "3"}]},
+    ]
+    assert [("env" in c) for c in patched["spec"]["containers"]] == [False, True, False]
+
+
+def test_gm003_every_gpu_container_gets_its_own_share(engine, demo_state):
+    obj = pod(pod_spec(container("a", limits={MEM: 2}), SIDECAR, container("b", limits={MEM: 5}),
+                       nodeName=CORE_MEM_NODE))
+    _, patched = mutate(engine, obj, state=demo_state)
+    containers = patched["spec"]["containers"]
+    assert env_of(containers[0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "2"}
+    assert "env" not in containers[1]
+    assert env_of(containers[2]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "5"}
+
+
+# How GM003 writes the env it adds, by what the container already has (an easy table to update).
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ("absent", [{"op": "add", "path": "/spec/containers/0/env",
+                     "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"}]}]),
+        (None, [{"op": "replace", "path": "/spec/containers/0/env",
+                 "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"}]}]),
+        ([], [{"op": "add", "path": "/spec/containers/0/env/-",
+               "value": {"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"}}]),
+        (["junk", {"name": "OTHER", "value": "1"}],
+         [{"op": "add", "path": "/spec/containers/0/env/-",
+           "value": {"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "4"}}]),
+        ([{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "1"}], []),
+    ],
+)
+def test_gm003_operations_by_existing_env(engine, demo_state, env, expected):
+    extra = {} if env == "absent" else {"env": env}
+    obj = pod(pod_spec(container("a", limits={MEM: 4}, **extra), nodeName=CORE_MEM_NODE, schedulerName="volcano"))
+    verdict, _ = mutate(engine, obj, state=demo_state)
+    assert verdict.patch == expected
+
+
+def test_gm003_a_pod_without_spec_gets_nothing(engine):
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}}
+    verdict, _ = mutate(engine, obj)
+    assert verdict.patch == []
+
+
+def test_mutations_an_exemption_sets_aside_are_not_planned(engine):
+    obj = pod(pod_spec(container("a", limits={MEM: 4})),
+              annotations={"gpushare.io/exempt": "GM001", "gpushare.io/exempt-reason": "own scheduler"})
+    verdict, _ = mutate(engine, obj)
+    assert verdict.patch_ids == ["GM003"]
+
+
+# ---- workloads -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["PodTemplate", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet",
+                                  "ReplicationController", "Job", "CronJob"])
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_mutations_leave_every_workload_kind_alone(engine, kind, operation):
+    """Scheduler and env are for pods; a workload's template gets them when its pods are created."""
+    spec = pod_spec(container("a", limits={MEM: 4}), nodeName=CORE_MEM_NODE)
+    obj = workload(kind, spec) if kind != "PodTemplate" else {
+        "apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "w", "namespace": "default"},
+        "template": {"spec": spec}}
+    verdict, _ = mutate(engine, obj, operation=operation)
+    assert verdict.patch == []
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_gm002_daemonset_exact_operations(engine, operation):
+    ds = workload("DaemonSet", pod_spec(container("plugin"), priority=1000), name=DS_NAME, namespace="kube-system")
+    verdict, _ = mutate(engine, ds, operation=operation)
+    assert verdict.patch == [
+        {"op": "add", "path": "/spec/template/spec/priorityClassName", "value": "system-node-critical"},
+        {"op": "remove", "path": "/spec/template/spec/priority"},
+    ]
+
+
+def test_gm002_a_daemonset_without_template_gets_nothing(engine):
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": DS_NAME}, "spec": {}}
+    verdict, _ = mutate(engine, ds)
+    assert verdict.patch == []
+
+
+@pytest.mark.parametrize("owners", [
+    [{"kind": "ReplicaSet", "name": DS_NAME}],
+    [{"kind": "ControllerRevision", "name": DS_NAME}],
+    [{"kind": "DaemonSet", "name": "fluentd"}],
+    "not-a-list",
+    ["not-an-object"],
+])
+def test_gm002_pods_of_other_owners_are_left_alone(engine, owners):
+    obj = pod(pod_spec(container("x")), ownerReferences=owners)
+    verdict, _ = mutate(engine, obj)
+    assert verdict.patch == []
+
+
+def test_gm002_pod_owned_among_other_owners(engine):
+    owners = [{"kind": "Node", "name": "n1"}, {"kind": "DaemonSet", "name": DS_NAME}]
+    verdict, _ = mutate(engine, pod(pod_spec(container("x"), priorityClassName=""), ownerReferences=owners))
+    assert verdict.patch == [{"op": "add", "path": "/spec/priorityClassName", "value": "system-node-critical"}]
+
+
+def test_gm002_pods_are_not_changed_on_update(engine):
+    owners = [{"kind": "DaemonSet", "name": DS_NAME}]
+    verdict, _ = mutate(engine, pod(pod_spec(container("x")), ownerReferences=owners), operation="UPDATE")
+    assert verdict.patch == []
+
+
+@pytest.mark.parametrize("first", [
+    container("sidecar", limits={"nvidia.com/gpu": 1}),  # a GPU resource, but no GPU memory
+    container("sidecar", limits={CORE: 30}),
+    container("sidecar", limits={MEM: "1Gi"}),  # GPU memory that is not a whole GiB count (GS003)
+])
+def test_gm003_a_container_it_skips_does_not_stop_it(engine, first):
+    """The mutating webhook runs before validation: a container GM003 has nothing for comes first,
+    and the GPU container after it still gets its share."""
+    verdict, patched = mutate(engine, pod(pod_spec(first, container("app", limits={MEM: 3}))))
+    assert {"op": "add", "path": "/spec/containers/1/env",
+            "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "3"}]} in verdict.patch
+    assert "env" not in patched["spec"]["containers"][0]
+
+
+def test_gm003_a_container_that_has_its_env_does_not_stop_the_next(engine):
+    ready = container("a", limits={MEM: 2}, env=[{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "2"}])
+    verdict, _ = mutate(engine, pod(pod_spec(ready, container("b", limits={MEM: 3}), schedulerName="volcano")))
+    assert verdict.patch == [{"op": "add", "path": "/spec/containers/1/env",
+                              "value": [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "3"}]}]
+
+
+@pytest.mark.parametrize("kind", ["CronJob", "Deployment", "Job", "ReplicaSet", "StatefulSet"])
+def test_gm002_only_the_daemonset_and_its_pods(engine, kind):
+    """A workload of another kind, named like the DaemonSet or owned by it, is neither."""
+    obj = workload(kind, pod_spec(container("x")), name=DS_NAME)
+    obj["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": DS_NAME}]
+    verdict, _ = mutate(engine, obj)
+    assert verdict.patch == []
+
+
+@pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
+def test_pods_are_mutated_only_on_create(engine, operation):
+    verdict, _ = mutate(engine, pod(pod_spec(container(limits={MEM: 3}))), operation=operation)
+    assert verdict.patch == []
+
+
+def test_plan_patch_plans_every_mutation_by_default(engine):
+    from policies.mutations import plan_patch
+
+    owners = [{"kind": "DaemonSet", "name": DS_NAME}]
+    subject = engine.subject("Pod", received(pod(pod_spec(container("x", limits={MEM: 2})), ownerReferences=owners)))
+    assert [mutation_id for mutation_id, _ in plan_patch(subject)] == ["GM001", "GM002", "GM003"]
+    assert plan_patch(subject, lambda mutation_id: mutation_id == "GM002") == [
+        ("GM002", {"op": "add", "path": "/spec/priorityClassName", "value": "system-node-critical"})]
+
+
+def test_mutation_records_cannot_be_changed():
+    import dataclasses
+
+    from policies.mutations import MUTATIONS
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        MUTATIONS["GM001"].title = "changed"  # type: ignore[misc]

@@ -11,6 +11,8 @@ from policies.cluster import NodeInfo, PodGPU, PodInfo
 from policies.placement import PodDemand, _may_object, _mode_problems, judge, node_profile
 from webhook.settings import load_settings
 
+from .profiles import examples
+
 NAMES = load_settings().names
 MODES = ["", "default", "cgpu", "core_mem", "share", "mps", "topology"]
 
@@ -79,7 +81,7 @@ def demands(draw) -> PodDemand:
     return PodDemand("ns/new", (), draw(st.integers(1, 2)) if kind == "exclusive" else 0, 0)
 
 
-@hyp_settings(max_examples=400, deadline=None)
+@hyp_settings(max_examples=examples(400), deadline=None)
 @given(node_and_pods(), demands())
 def test_quick_judging_agrees_with_full_placement(node_pods, demand):
     node, pods = node_pods

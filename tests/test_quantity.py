@@ -2,7 +2,7 @@ from decimal import Decimal
 
 import pytest
 
-from policies.quantity import QuantityError, binary_suffix, parse_quantity
+from policies.quantity import QuantityError, multiplier_suffix, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -33,10 +33,13 @@ def test_refuses_what_is_not_a_quantity(raw):
         parse_quantity(raw)
 
 
-def test_binary_suffix_is_reported_only_for_binary_units():
-    assert binary_suffix("2Gi") == "Gi"
-    assert binary_suffix("2G") is None
-    assert binary_suffix(2) is None
+@pytest.mark.parametrize(
+    ("raw", "suffix"),
+    [("2Gi", "Gi"), (" 2Gi ", "Gi"), ("2G", "G"), ("4k", "k"), ("1Ei", "Ei"), ("1E", "E"),
+     ("2", None), (2, None), ("2500m", None), ("1e3", None), ("1E3", None), ("2 Gi", None), ("GiB", None)],
+)
+def test_multiplier_suffix_names_the_si_multiplier_only(raw, suffix):
+    assert multiplier_suffix(raw) == suffix
 
 
 def test_parsed_strings_are_remembered_within_a_bound():
@@ -52,3 +55,69 @@ def test_parsed_strings_are_remembered_within_a_bound():
         parse_quantity("4x")
     assert "4x" not in quantity._PARSED
     assert parse_quantity("2Gi") is parse_quantity("2Gi")  # the second read is the remembered Decimal
+
+
+# One row per suffix of the grammar (k8s.io/apimachinery resource.Quantity): binary SI, decimal SI.
+@pytest.mark.parametrize(
+    ("suffix", "scale"),
+    [("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40), ("Pi", 2**50), ("Ei", 2**60),
+     ("m", Decimal("0.001")), ("", 1), ("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12),
+     ("P", 10**15), ("E", 10**18)],
+)
+def test_every_suffix_multiplies_by_its_scale(suffix, scale):
+    assert parse_quantity(f"3{suffix}") == 3 * Decimal(scale)
+    assert parse_quantity(f"1.5{suffix}") == Decimal("1.5") * scale
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("1e30", Decimal(10) ** 30), ("1e-30", Decimal(10) ** -30), ("1E+30", Decimal(10) ** 30),
+     ("2e0", Decimal(2)), ("5e-3", Decimal("0.005")), ("-1e3", Decimal(-1000)), ("1.", Decimal(1))],
+)
+def test_exponents_up_to_30_either_way(raw, expected):
+    assert parse_quantity(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["1e31", "1e-31", "1E+31"])
+def test_exponents_beyond_30_are_refused(raw):
+    with pytest.raises(QuantityError, match=r"exponent out of range"):
+        parse_quantity(raw)
+
+
+def test_length_boundary_is_64_characters():
+    assert parse_quantity("9" * 64) == Decimal("9" * 64)  # the digits-only fast path
+    assert parse_quantity("1" * 62 + "Gi") == int("1" * 62) * 2**30  # exact, not rounded to 28 digits
+    assert parse_quantity("1" * 60 + "e30") == int("1" * 60) * 10**30
+    assert parse_quantity("  " + "9" * 64 + "  ") == Decimal("9" * 64)  # padding does not count
+    for raw in ("9" * 65, "1" * 63 + "Gi"):
+        with pytest.raises(QuantityError, match=r"^quantity is longer than 64 characters$"):
+            parse_quantity(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [(True, "True is a boolean, not a quantity"), (None, "NoneType is not a quantity"),
+     ([1], "list is not a quantity"), (float("inf"), "inf is not a finite number"),
+     (float("-inf"), "-inf is not a finite number"), (float("nan"), "nan is not a finite number"),
+     ("2GB", "'2GB' is not a quantity"), ("1e", "'1e' is not a quantity")],
+)
+def test_refusals_say_why(raw, message):
+    with pytest.raises(QuantityError) as refused:
+        parse_quantity(raw)
+    assert str(refused.value) == message
+
+
+def test_floats_are_read_as_written_not_as_binary_fractions():
+    assert parse_quantity(0.1) == Decimal("0.1")
+    assert parse_quantity(-2.0) == Decimal(-2)
+
+
+def test_the_cache_keeps_every_value_until_it_is_full():
+    from policies import quantity
+
+    quantity._PARSED.clear()
+    for i in range(quantity._PARSED_MAX):
+        parse_quantity(f"{i}k")
+    assert len(quantity._PARSED) == quantity._PARSED_MAX  # full, nothing dropped yet
+    parse_quantity("7Mi")
+    assert list(quantity._PARSED) == ["7Mi"]  # emptied when it filled, then the new value kept

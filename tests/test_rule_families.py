@@ -19,6 +19,8 @@ from policies.rules.base import REGISTRY, StateUnavailable
 from webhook.settings import load_settings
 from webhook.state.snapshot import load_demo_snapshot
 
+from .profiles import examples
+
 SETTINGS = load_settings()
 ENGINE = Engine(SETTINGS)
 STATE = load_demo_snapshot(SETTINGS.names)
@@ -82,7 +84,7 @@ def _found_by_every_check(kind: str, obj: dict[str, Any]) -> set[str]:
     return found
 
 
-@hyp_settings(max_examples=300, deadline=None)
+@hyp_settings(max_examples=examples(300), deadline=None)
 @given(subjects())
 def test_family_tests_never_hide_a_finding(case: tuple[str, dict[str, Any]]) -> None:
     kind, obj = case

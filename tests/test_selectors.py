@@ -6,9 +6,10 @@ import pytest
 
 from policies.resources import ShapeError
 from policies.scoring import Scorer, pod_request
-from policies.selectors import node_selector_from_spec
+from policies.selectors import NodeSelector, Requirement, Term, describe_selector, node_selector_from_spec
 
 from .cluster_builders import gpu_pod
+from .manifests import received
 
 V100_32 = "Tesla-V100-SXM2-32GB"
 NAME = "aliyun.accelerator/nvidia_name"
@@ -129,3 +130,147 @@ def test_malformed_requirements_name_their_path(expression, path, message):
                                  "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0,
                                  "matchExpressions", 0, path)
     assert message in str(caught.value)
+
+
+# ---- the matcher itself, operator by operator --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("operator", "values", "label", "matches"), [
+    ("In", ("a", "b"), "b", True), ("In", ("a",), "c", False), ("In", ("a",), None, False),
+    ("NotIn", ("a",), "c", True), ("NotIn", ("a",), "a", False), ("NotIn", ("a",), None, True),
+    ("Exists", (), "", True), ("Exists", (), None, False),
+    ("DoesNotExist", (), None, True), ("DoesNotExist", (), "x", False),
+    ("Gt", ("4",), "5", True), ("Gt", ("4",), "4", False), ("Gt", ("4",), "+5", True), ("Gt", ("-1",), "0", True),
+    ("Lt", ("4",), "3", True), ("Lt", ("4",), "4", False), ("Lt", ("4",), "-3", True),
+    ("Gt", ("4",), None, False), ("Lt", ("4",), None, False), ("Gt", ("4",), "16160MiB", False),
+    ("Lt", ("4",), "3.5", False), ("Lt", ("4",), "3\n", False),
+])
+def test_requirement_matches(operator, values, label, matches):
+    # operators and values as read from a pod spec (decoded, not the interned literals of this file)
+    assert Requirement("k", received(operator), received(values)).matches(received(label)) is matches
+
+
+@pytest.mark.parametrize(("requirement", "text"), [
+    (Requirement("k", "In", ("a", "b")), "k In [a, b]"), (Requirement("k", "Gt", ("4",)), "k Gt [4]"),
+    (Requirement("k", "Exists", ()), "k Exists"), (Requirement("k", "DoesNotExist", ()), "k DoesNotExist"),
+])
+def test_requirement_describe(requirement, text):
+    assert requirement.describe() == text
+
+
+def test_term_names_the_first_requirement_the_node_fails():
+    term = Term((Requirement("a", "In", ("1",)), Requirement("b", "Exists", ())),
+                (Requirement("metadata.name", "In", ("n1",)),))
+    assert term.mismatch({"a": "1", "b": "x"}, "n1") is None
+    assert term.mismatch({"a": "2"}, "n1") == "a In [1]: node has a=2"
+    assert term.mismatch({"a": "1"}, "n1") == "b Exists: node has no label b"
+    assert term.mismatch({"a": "1", "b": ""}, "n2") == "metadata.name In [n1]: node is named n2"
+    assert Term((), ()).mismatch({}, "n1") == "an empty nodeSelectorTerm matches no node"
+    assert Term((), (Requirement("metadata.name", "NotIn", ("n2",)),)).mismatch({}, "n1") is None
+
+
+def test_selector_mismatch_messages():
+    one = Term((Requirement("a", "In", ("1",)),), ())
+    two = Term((Requirement("b", "DoesNotExist", ()),), ())
+    assert NodeSelector().mismatch({}, "n") is None and NodeSelector().empty
+    assert not NodeSelector(terms=()).empty and not NodeSelector((("a", "1"),)).empty
+    assert NodeSelector((("a", "1"),)).mismatch({"a": "2"}, "n") == "nodeSelector a=1: node has a=2"
+    assert NodeSelector((("a", "1"), ("b", "2"))).mismatch({"a": "1"}, "n") == "nodeSelector b=2: node has no label b"
+    assert NodeSelector(terms=(one,)).mismatch({}, "n") == "required node affinity a In [1]: node has no label a"
+    assert NodeSelector(terms=(one, two)).mismatch({"b": "x"}, "n") == (
+        "required node affinity: no term matches: term 0: a In [1]: node has no label a; "
+        "term 1: b DoesNotExist: node has b=x")
+    assert NodeSelector(terms=(one, two)).mismatch({"a": "1", "b": "x"}, "n") is None
+    assert NodeSelector(terms=(one, two)).mismatch({}, "n") is None
+    assert NodeSelector(terms=()).mismatch({}, "n") is not None  # no term at all matches no node
+
+
+def test_compiled_selectors_cannot_be_changed():
+    """Compiled once per pod and read for every node, possibly by several threads."""
+    import dataclasses
+
+    for made, field in ((Requirement("k", "Exists", ()), "key"), (Term((), ()), "labels"), (NodeSelector(), "labels")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(made, field, ())
+
+
+def test_describe_selector():
+    assert describe_selector(NodeSelector()) == "any node"
+    selector = NodeSelector((("a", "1"), ("b", "2")), (
+        Term((Requirement("x", "In", ("1",)), Requirement("y", "Exists", ())), (Requirement("metadata.name", "In",
+                                                                                       ("n1",)),)),
+        Term((), ())))
+    assert describe_selector(selector) == ("a=1, b=2, affinity (x In [1] and y Exists and metadata.name In [n1]) "
+                                           "or ((empty))")
+
+
+@pytest.mark.parametrize(("value", "text"), [(4, "4"), (True, "true"), (False, "false"), (1.5, "1.5"), ("s", "s")])
+def test_node_selector_values_are_compared_as_text(value, text):
+    assert node_selector_from_spec({"nodeSelector": {"k": value}}, ("spec",)).labels == (("k", text),)
+
+
+def test_selector_from_spec_shapes():
+    assert node_selector_from_spec(None, ("spec",)) == NodeSelector()
+    assert node_selector_from_spec({}, ("spec",)) == NodeSelector()
+    assert node_selector_from_spec({"affinity": {"nodeAffinity": {}}}, ("spec",)) == NodeSelector()
+    assert node_selector_from_spec({"affinity": "x"}, ("spec",)) == NodeSelector()
+    expressions = {"key": "k", "operator": "Exists"}
+    spec = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [expressions], "matchFields": None}]}}}}
+    assert node_selector_from_spec(spec, ("spec",)).terms == (Term((Requirement("k", "Exists", ()),), ()),)
+
+
+REQUIRED = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"nodeSelector": ["a"]}, "spec.nodeSelector: must be a map of label to value"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}}},
+     f"{REQUIRED}: must be an object"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}},
+     f"{REQUIRED}.nodeSelectorTerms: must be a list of terms"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": ["x"]}}}}, f"{REQUIRED}.nodeSelectorTerms[0]: must be an object, got str"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": {}}]}}}}, f"{REQUIRED}.nodeSelectorTerms[0].matchFields: must be a list"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In", "values": "a"}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].values: must be a list of strings"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "In", "values": [1]}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].values: must be a list of strings"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["1", "2"]}]}]}}}},
+     f'{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].values: Gt needs exactly one whole number (e.g. "4")'),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Lt", "values": ["x"]}]}]}}}},
+     f'{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].values: Lt needs exactly one whole number (e.g. "4")'),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "NotIn"}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].values: NotIn needs at least one value"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "DoesNotExist", "values": ["a"]}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].values: DoesNotExist takes no values"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "", "operator": "In", "values": ["a"]}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].key: must be a non-empty string"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "in", "values": ["a"]}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].operator: 'in' is not one of In, NotIn, Exists, "
+     "DoesNotExist, Gt, Lt"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.uid", "operator": "In", "values": ["a"]}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchFields[0].key: 'metadata.uid': matchFields supports only metadata.name"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchFields[0]: matchFields on metadata.name needs In or NotIn with exactly "
+     "one value"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "Exists"}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchFields[0]: matchFields on metadata.name needs In or NotIn with exactly "
+     "one value"),
+])
+def test_malformed_selectors_are_refused_with_their_path(spec, message):
+    with pytest.raises(ShapeError) as caught:
+        node_selector_from_spec(spec, ("spec",))
+    assert str(caught.value) == message

@@ -8,6 +8,7 @@ from typing import cast
 
 from ..cards import MAX_CARD_GIB
 from ..near_miss import NearMiss, near_misses
+from ..quantity import multiplier_suffix
 from ..resources import POD_SPEC_PATHS, ContainerRequest, ResourceValue
 from ..settings import NearMissSettings
 from .base import Found, Subject, rule
@@ -15,8 +16,7 @@ from .base import Found, Subject, rule
 POD_KINDS = tuple(POD_SPEC_PATHS)
 
 CORE_STEP, CORE_MIN, CORE_MAX = 5, 5, 100
-_UNIT_SCALE = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-               "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+GIB = 2**30  # bytes
 
 # Extended resources: "request and limit must be equal if both are present" (Kubernetes docs).
 K8S_RESOURCES = 'Kubernetes documentation: "Resource Management for Pods and Containers"'
@@ -106,21 +106,18 @@ def core_needs_memory(subject: Subject) -> Iterator[Found]:
 
 def mem_suggestion(value: ResourceValue) -> str:
     """What a gpu-mem value should have been: whole GiB, unit dropped."""
-    raw = value.raw.strip() if isinstance(value.raw, str) else value.raw
     quantity = value.quantity
-    suffix = next((s for s in sorted(_UNIT_SCALE, key=len, reverse=True)
-                   if isinstance(raw, str) and raw.endswith(s)), None)
-    if quantity is not None and suffix is not None and quantity >= 1:
-        gib_scale = _UNIT_SCALE["Gi"] if suffix.endswith("i") else _UNIT_SCALE["G"]
-        gib = max(1, int((quantity / gib_scale).to_integral_value(ROUND_HALF_UP)))
-        return f"use {gib}"
     if quantity is None or quantity < 1:
         return "use a whole number of GiB, 1 or more"
+    if multiplier_suffix(value.raw) is not None:
+        # Written as a size ("2Gi", "10G"): the bytes it names, in whole GiB (10G is 9.3 GiB: 9).
+        gib = max(1, int((quantity / GIB).to_integral_value(ROUND_HALF_UP)))
+        return f"use {gib}" if gib <= MAX_CARD_GIB else f"use a whole number of GiB up to {MAX_CARD_GIB}"
     if quantity > MAX_CARD_GIB:  # no division: Decimal's 28 digits cannot floor 1e29
         return f"use a whole number of GiB up to {MAX_CARD_GIB}"
+    if quantity == quantity.to_integral_value():
+        return f"use {int(quantity)}"  # "4000m" is 4
     low = int(quantity // 1)
-    if quantity == low:  # "4000m" is exactly 4, written in thousandths
-        return f"use {low}"
     return f"use {low} or {low + 1}"
 
 
@@ -140,8 +137,12 @@ def memory_whole_gib(subject: Subject) -> Iterator[Found]:
                             f"(at most {MAX_CARD_GIB} GiB); ask for the GiB the container uses on one card",
                             value.path)
                 continue
-            why = ("carries a unit, but the resource already counts GiB" if value.has_unit
-                   else "is not a whole number of GiB >= 1")
+            if value.quantity is None:
+                why = f"is not a quantity ({value.error})"
+            elif value.has_unit:
+                why = "carries a unit, but the resource already counts GiB"
+            else:
+                why = "is not a whole number of GiB >= 1"
             yield Found(f"{subject.where(container)}: {mem}={_raw(value)} {why}; {mem_suggestion(value)}",
                         value.path)
 
