@@ -152,18 +152,19 @@ def test_a_reason_that_is_not_text_is_no_reason():
 
 
 def test_only_an_honoured_exemption_sets_ids_aside():
-    assert Exemption(("GS003", "GM001"), "why", ()).set_aside == {"GS003", "GM001"}
-    assert Exemption(("GS003",), "", ()).set_aside == frozenset()
-    assert Exemption((), "why", ()).set_aside == frozenset()
-    assert Exemption(("GS003",), "why", (), misplaced=True).set_aside == frozenset()
+    assert Exemption(("GS003", "GM001"), "why", (), allowed=True).set_aside == {"GS003", "GM001"}
+    assert Exemption(("GS003", "GM001"), "why", ()).set_aside == frozenset()  # no admin allowed it
+    assert Exemption(("GS003",), "", (), allowed=True).set_aside == frozenset()
+    assert Exemption((), "why", (), allowed=True).set_aside == frozenset()
+    assert Exemption(("GS003",), "why", (), misplaced=True, allowed=True).set_aside == frozenset()
 
 
 def test_a_misplaced_exemption_naming_nothing_gets_both_explanations(engine):
     verdict = _verdict(engine, _with_exemption(_bad("CronJob"), ",", REASON, on_template=False))
     assert [f.message for f in verdict.findings if f.rule == "GE001"] == [
         "GE001: CronJob default/legacy: gpushare.io/exempt=(nothing) is on the CronJob's own metadata, which its "
-        "pods do not inherit, so it is not applied; put it and gpushare.io/exempt-reason under "
-        'spec.jobTemplate.spec.template.metadata.annotations["gpushare.io/exempt"]',
+        "pods do not inherit, so it is not applied; put it and gpushare.io/exempt-reason in the pod template's "
+        "annotations, spec.jobTemplate.spec.template.metadata.annotations",
         "GE001: CronJob default/legacy: gpushare.io/exempt names no rule; list rule ids such as GS003,GN002 "
         "(see `gpushare rules`)",
     ]
@@ -181,7 +182,8 @@ def test_mutation_ids_are_known_to_ge001(engine):
     assert verdict.findings == [] and verdict.allowed
 
 
-def test_a_node_exemption_is_read_from_its_own_metadata(engine):
+def test_a_node_exemption_is_read_from_its_own_metadata():
+    engine = Engine(Settings(exemptions={"allow_on_nodes": True}))  # Nodes have no namespace to label
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": "gpu-1", "annotations": {"gpushare.io/exempt": "GN999", "gpushare.io/exempt-reason": REASON}}}
     verdict = engine.validate(engine.subject("Node", node))

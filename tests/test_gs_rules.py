@@ -118,7 +118,8 @@ NOT_WHOLE = "is not a whole number of GiB >= 1"
         ("1Ti", UNIT, "use 1024"),
         ("10G", UNIT, "use 9"),  # 10 GB is 9.3 GiB
         ("16G", UNIT, "use 15"),
-        ("1E", UNIT, "use 931322575"),
+        ("1E", UNIT, "use a whole number of GiB up to 1024"),  # 931322575 GiB: larger than any card
+        ("1025Gi", UNIT, "use a whole number of GiB up to 1024"),
         ("4000m", UNIT, "use 4"),  # milli is not a size unit: 4000m is 4
         ("2500m", UNIT, "use 2 or 3"),
         ("500m", UNIT, "use a whole number of GiB, 1 or more"),

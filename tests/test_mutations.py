@@ -8,6 +8,7 @@ import jsonpatch
 import pytest
 
 from policies.engine import Engine
+from webhook.settings import Settings
 
 from .helpers import load_json
 from .manifests import CORE, MEM, container, pod, pod_spec, received, workload
@@ -244,7 +245,9 @@ def test_gm003_a_pod_without_spec_gets_nothing(engine):
     assert verdict.patch == []
 
 
-def test_mutations_an_exemption_sets_aside_are_not_planned(engine):
+def test_mutations_an_exemption_sets_aside_are_not_planned():
+    # Annotation exemptions count only where an admin allows them: here, the namespace "default".
+    engine = Engine(Settings(exemptions={"annotation_namespaces": ["default"]}))
     obj = pod(pod_spec(container("a", limits={MEM: 4})),
               annotations={"gpushare.io/exempt": "GM001", "gpushare.io/exempt-reason": "own scheduler"})
     verdict, _ = mutate(engine, obj)

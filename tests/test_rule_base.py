@@ -14,7 +14,7 @@ NAMES = Names()
 
 
 def subject(obj, kind="Pod", namespace="", **kwargs) -> Subject:
-    return Subject(kind=kind, obj=obj, names=NAMES, namespace=namespace, **kwargs)
+    return Subject(kind=kind, obj=obj, names=NAMES, request_namespace=namespace, **kwargs)
 
 
 @pytest.mark.parametrize(("metadata", "namespace", "label"), [
