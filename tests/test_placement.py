@@ -57,7 +57,8 @@ def test_demand_counts_each_resource_and_keeps_container_positions():
                            {"name": "w", "resources": {"limits": {EXCL: 2, TOPO: "1"}}},
                            {"name": "bad", "resources": {"limits": {MEM: "2Gi"}}}]}
     demand = demand_from_containers("ns/p", container_requests(spec, ("spec",), NAMES), NAMES)
-    assert demand == PodDemand("ns/p", (PodGPU("warm", 1, 0, None), PodGPU("app", 4, 30, 1)), 2, 1)
+    assert demand == PodDemand("ns/p", (PodGPU("warm", 1, 0, None), PodGPU("app", 4, 30, 1)), 2, 1,
+                               refused=('container "bad": aliyun.com/gpu-mem=2Gi',))
     assert (demand.is_core_mem, demand.job_type, demand.uses_shared) == (True, "core+mem", True)
     assert PodDemand("x", (PodGPU("a", 1, 0),)).job_type == "mem-only"
 

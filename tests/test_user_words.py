@@ -11,7 +11,7 @@ from policies.sources import ACK_PAGES
 from .check_helpers import SEED_33, run_gpushare
 from .hermetic import ROOT
 
-JARGON = re.compile(r"seeds? 0\d\d|\bseeds?\b|\bissue [0-9]+|branch `?state|DESIGN\.md|\.\./shared|"
+JARGON = re.compile(r"seeds? 0\d\d|(?<!-)\bseeds?\b|\bissue [0-9]+|branch `?state|DESIGN\.md|\.\./shared|"
                     r"\(0\d\d(, 0\d\d)*\)")
 USER_DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
              *sorted((ROOT / "policies" / "data").glob("*.yaml")), ROOT / "webhook" / "data" / "demo-snapshot.yaml",
