@@ -232,6 +232,38 @@ class StateSettings(_Section):
     kubelet_configz: KubeletConfigzSettings = KubeletConfigzSettings()
 
 
+class LeaderSettings(_Section):
+    """Leader election among replicas: ``pods/binding`` reviews are judged by the leader alone, so
+    one assume-cache sees every admitted binding (docs/operations.md, "Replicas and the leader").
+
+    The defaults are client-go's (k8s.io/component-base config defaults: lease 15 s, renew
+    deadline 10 s, retry 2 s) and its rules hold: lease > renew deadline > 1.2 x retry."""
+
+    # Off: every replica judges bindings with its own assume-cache (one replica is then exact).
+    enabled: bool = True
+    lease_name: str = Field("gpushare-webhook-bindings", min_length=1)
+    # The Lease's namespace, the webhook's own ("" takes certs.namespace; the Deployment sets it
+    # from the downward API).
+    namespace: str = ""
+    # A Lease stores whole seconds (coordination.k8s.io/v1 leaseDurationSeconds).
+    lease_duration_seconds: int = Field(15, ge=1)
+    renew_deadline_seconds: float = Field(10.0, gt=0)
+    retry_period_seconds: float = Field(2.0, gt=0)
+    # This replica's pod (downward API metadata.name): the leader labels it so that the bindings
+    # Service selects it. Empty: no pod to label (outside a cluster), the Lease alone decides.
+    pod_name: str = ""
+    routing_label: str = "gpushare.io/binding-leader"
+
+    @model_validator(mode="after")
+    def _client_go_order(self) -> LeaderSettings:
+        # client-go's NewLeaderElector refuses the same (leaderelection.go, JitterFactor 1.2).
+        if self.lease_duration_seconds <= self.renew_deadline_seconds:
+            raise ValueError("leader.lease_duration_seconds must be greater than leader.renew_deadline_seconds")
+        if self.renew_deadline_seconds <= 1.2 * self.retry_period_seconds:
+            raise ValueError("leader.renew_deadline_seconds must be greater than 1.2 x leader.retry_period_seconds")
+        return self
+
+
 class NodePolicySettings(_Section):
     """Node rules GN001-GN008: who may switch modes, where nodes show what the rules read."""
 
@@ -461,6 +493,7 @@ class Settings(_Section):
     scoring: ScoringSettings = ScoringSettings()
     input: InputSettings = InputSettings()
     state: StateSettings = StateSettings()
+    leader: LeaderSettings = LeaderSettings()
     nodes: NodePolicySettings = NodePolicySettings()
     catalog: CatalogSettings = CatalogSettings()
     near_miss: NearMissSettings = NearMissSettings()

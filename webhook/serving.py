@@ -58,15 +58,29 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         live = LiveClusterState(api, settings.names, settings.state, status=status, configz=configz)
         log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
         audit = AuditLoop(live, settings, live.synced) if settings.audit.interval_seconds > 0 else None
+        leader = None
+        if settings.leader.enabled:
+            from webhook.state.leader import elector
+
+            namespace = settings.leader.namespace or settings.certs.namespace
+            leader = elector(api.api_client, settings.leader, namespace, live.synced)
+            status.leader = leader.leading
+            log.warning("leader election: lease %s/%s as %s; bindings are judged by the leader",
+                        namespace, settings.leader.lease_name, leader.identity)
 
         def start() -> None:
             live.start()
             if audit is not None:
                 audit.start()
+            if leader is not None:
+                import atexit
+
+                leader.start()
+                atexit.register(leader.stop)  # a worker that exits releases the Lease and its label
 
         return Services(settings=settings, engine=engine, state=live, ready=live.synced,
                         state_source=source, state_status=status, ledger=ledger, start=start, audit=audit,
-                        allocation=allocation_exporter(settings, live))
+                        allocation=allocation_exporter(settings, live), leader=leader)
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"
