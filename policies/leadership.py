@@ -19,7 +19,7 @@ class FollowerView:
 
     def __init__(self, base: ClusterState, holder: str) -> None:
         self.base = base
-        reason = f"the leader is {holder}" if holder else "no replica leads yet"
+        reason = f"the leader is {holder}" if holder else "no leader known to this replica yet"
         self._availability = Availability(False, reason, NOT_LEADER, "the binding reaches the leader")
 
     def availability(self) -> Availability:
