@@ -352,8 +352,8 @@ class LogSettings(_Section):
 class MetricsSettings(_Section):
     """The GPU allocation series on /metrics (docs/metrics.md has the list and the series count)."""
 
-    # Whether this replica exports the GPU allocation series. There is no leader election yet:
-    # with several replicas each exports the same numbers, and the shipped dashboard and alerts
+    # Whether this replica exports the GPU allocation series. Leader election decides only who judges
+    # bindings: with several replicas each exports the same numbers, and the shipped dashboard and alerts
     # fold the copies with max(); turn it off to save the series (docs/metrics.md).
     export_allocation: bool = True
     # Per-card series besides the per-node ones: none, only cards holding a pod, or every card
