@@ -39,7 +39,7 @@ from bench.processes import children, free_port, https_server  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
 
 # Valgrind runs a review ~100x slower: without these the overload protections would refuse.
-SLOW_SERVER_ENV = {"GPUSHARE_OVERLOAD__QUEUE_BUDGET_SECONDS": "30",
+SLOW_SERVER_ENV = {"GPUSHARE_OVERLOAD__DEFAULT_TIMEOUT_SECONDS": "30",
                    "GPUSHARE_OVERLOAD__CLIENT_TIMEOUT_SECONDS": "60",
                    "GPUSHARE_SERVER__REQUEST_TIMEOUT_SECONDS": "3600"}
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import openloop  # noqa: E402
 from bench.admission import api_server_json, review_for  # noqa: E402
-from bench.processes import free_port, https_server, rss_mib  # noqa: E402
+from bench.processes import cpu_seconds, free_port, https_server, rss_mib  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
 from policies.settings import load_settings  # noqa: E402
 
@@ -72,6 +72,9 @@ def scrape(url: str, ca: Path) -> dict[str, float]:
             if sample.name == "gpushare_admission_requests_total":
                 outcome = sample.labels["outcome"]
                 totals[outcome] = totals.get(outcome, 0) + sample.value
+            elif sample.name in ("gpushare_connections_evicted_total", "gpushare_client_timeouts_total"):
+                key = sample.name.split("_")[2] + ":" + next(iter(sample.labels.values()), "")
+                totals[key] = totals.get(key, 0) + sample.value
             elif sample.name == "gpushare_queue_wait_seconds_bucket":
                 totals["le=" + sample.labels["le"]] = sample.value
     return totals
@@ -136,12 +139,15 @@ def main() -> None:
                    "--port", str(port), "--cert-dir", str(certs)]
         settings = load_settings()
         env_note = (f"(server: 1 gunicorn process, {settings.server.threads} threads, "
-                    f"{settings.overload.app_concurrency} evaluating at once, queue budget "
-                    f"{settings.overload.queue_budget_seconds:g} s{', pinned to CPU 0' if pin else ''})")
+                    f"{settings.overload.app_concurrency} evaluating at once, deadline without ?timeout= "
+                    f"{settings.overload.default_timeout_seconds:g} s, at most "
+                    f"{settings.overload.max_waiting_requests} waiting{', pinned to CPU 0' if pin else ''})")
         with https_server(command, ca, port, Path(tmp, "server.log")) as server:
             url = f"https://localhost:{port}"
             load("closed", 1, 8)
+            cpu_start = cpu_seconds(server.pid)
             saturation = load("closed", args.saturation_seconds, 32)
+            cpu_saturation = cpu_seconds(server.pid) - cpu_start
             rate = saturation.statuses.get(200, 0) / args.saturation_seconds
             print(f"saturation (closed loop, 32 connections, {args.saturation_seconds:g} s) {env_note}:")
             print("  " + describe(saturation, args.saturation_seconds))
@@ -149,9 +155,11 @@ def main() -> None:
             target = rate * args.factor
             before = scrape(url, ca)
             with PeakRss(server.pid) as rss:
+                cpu_start = cpu_seconds(server.pid)
                 started = time.monotonic()
                 overload = load("open", args.seconds, args.connections, target)
                 elapsed = time.monotonic() - started
+                cpu_overload = cpu_seconds(server.pid) - cpu_start
             after = scrape(url, ca)
             log_tail = Path(tmp, "server.log").read_text(errors="replace").splitlines()[-3:]
     warm = args.connections if args.warm is None else min(args.warm, args.connections)
@@ -164,6 +172,18 @@ def main() -> None:
     print(f"  server outcomes during the run (from /metrics): {json.dumps(outcomes)}")
     print(f"  server queue wait (from /metrics): {queue_wait_summary(delta)}")
     print(f"  server peak RSS {rss.peak:.1f} MiB")
+    # Goodput: reviews answered with a verdict per second, against the saturation rate. The host
+    # is shared, so the same figure per CPU second of the server is printed too (steadier).
+    served, refused = overload.statuses.get(200, 0), overload.statuses.get(503, 0)
+    per_review = cpu_saturation / max(saturation.statuses.get(200, 0), 1)
+    per_refusal = (cpu_overload - served * per_review) / max(refused, 1)
+    goodput = served / elapsed / rate if rate else 0.0
+    goodput_cpu = (served / cpu_overload) / (saturation.statuses.get(200, 0) / cpu_saturation) if cpu_overload else 0.0
+    print(f"  goodput {served / elapsed:.0f} reviews/s = {100 * goodput:.0f} % of S "
+          f"(per server CPU second: {100 * goodput_cpu:.0f} % of saturation's)")
+    print(f"  server CPU: {per_review * 1e6:.0f} us per review at saturation; during overload "
+          f"{cpu_overload:.1f} s for {served} reviews + {refused} refusals -> about {per_refusal * 1e6:.0f} us "
+          "per refusal")
     answered_all = overload.answered == overload.scheduled
     print(f"\ntarget: 100 % answered -> {'met' if answered_all else 'NOT met'}; "
           f"max latency < 5 s -> {'met' if overload.max < 5 else 'NOT met'} ({overload.max:.2f} s)")

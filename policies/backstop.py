@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .cards import MAX_CARD_GIB
 from .grants import glob_regex
 from .resources import POD_SPEC_PATHS
 from .settings import ExemptionGrant, LabelSelector, Settings
@@ -34,7 +35,25 @@ RESOURCE_RULES = (("", ("pods", "podtemplates", "replicationcontrollers")),
                   ("apps", ("deployments", "statefulsets", "daemonsets", "replicasets")),
                   ("batch", ("jobs", "cronjobs")))
 CORE_ACCEPTED = "^([1-9][05]|5|100)$"  # canonical quantities 5, 10, ..., 100
-WHOLE_GIB = "^[1-9][0-9]*$"  # a canonical positive integer without a unit
+
+
+def _one_to(n: int) -> str:
+    """A regular expression of the canonical integers 1..n (no sign, no leading zero)."""
+    digits = str(n)
+    shorter = f"[1-9][0-9]{{0,{len(digits) - 2}}}" if len(digits) > 1 else ""
+    same: list[str] = []
+    for i, d in enumerate(digits):  # numbers of n's length that first fall below n at digit i
+        low = 1 if i == 0 else 0
+        if int(d) > low:
+            top = int(d) - 1
+            rest = len(digits) - i - 1
+            same.append(digits[:i] + (f"[{low}-{top}]" if top > low else str(low)) + ("[0-9]" * rest))
+    same.append(digits)
+    return "^(" + "|".join([x for x in (shorter, *same) if x]) + ")$"
+
+
+# A canonical positive integer without a unit, at most the largest card (GS003's bound).
+WHOLE_GIB = _one_to(MAX_CARD_GIB)
 _SEPARATOR = "[ \\t\\n\\r\\f\\v,;]"  # the annotation's id separators (ASCII whitespace, comma, semicolon)
 
 
@@ -148,8 +167,8 @@ def _gs003_message(s: Settings) -> str:
     mem = Res(s.names.resources.gpu_mem)
     first = _first(s, mem.bad_value(WHOLE_GIB))
     return (f"'GS003: ' + {SUBJECT} + ' container \"' + {first}.name + '\": {mem.name}=' + "
-            f"{mem.shown(WHOLE_GIB, first)} + ' is not a whole number of GiB >= 1 written without a unit; "
-            f"use a plain number such as 2'")
+            f"{mem.shown(WHOLE_GIB, first)} + ' is not a whole number of GiB from 1 to {MAX_CARD_GIB} "
+            f"written without a unit; use a plain number such as 2'")
 
 
 def _gs005(s: Settings) -> str:

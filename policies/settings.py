@@ -308,21 +308,41 @@ class CheckSettings(_Section):
 class OverloadSettings(_Section):
     """Limits that keep the webhook answering when clients are too many, slow or hostile."""
 
-    # A review that waited longer than this for a worker thread is refused at once with a 503
-    # (the API server then applies the webhook's failurePolicy) instead of being answered late.
-    queue_budget_seconds: float = Field(0.25, gt=0, le=30)
+    # Reviews are refused (a fast 503; the API server applies the webhook's failurePolicy) only
+    # when they could not be answered before the API server's deadline for the call, its
+    # ``?timeout=`` (webhook.deadline). Without it: this, the deployed webhooks' timeoutSeconds.
+    default_timeout_seconds: float = Field(5.0, gt=0, le=30)
+    # Kept free before that deadline for the network and writing the answer.
+    answer_margin_seconds: float = Field(0.25, ge=0, le=5)
+    # Reviews held waiting for evaluation at most. Each holds a connection: past
+    # max_connections callers wait in the kernel's listen backlog, unseen by the deadline check,
+    # so sustained overload is refused here, long before the deadline (docs/operations.md).
+    max_waiting_requests: int = Field(500, ge=1)
     # Requests evaluated at once per process. Threads past this wait on a semaphore, not the
     # GIL: with the GIL more would only contend with each other and with the poller that reads,
     # refuses and dispatches requests (at 16, overload starved the poller and answers took 10 s).
     app_concurrency: int = Field(2, ge=1, le=64)
+    # /dry-run and the scheduler extender evaluate at most this many at once, in slots apart from
+    # the admission reviews', so an expensive body there never holds the API server's reviews.
+    auxiliary_concurrency: int = Field(1, ge=1, le=64)
     # Bodies up to this many bytes are read in full before a request takes an evaluation slot,
     # so a slow sender holds a thread but never a slot; the poller refuses requests this size
     # at the door when the queue is over budget (docs/operations.md).
     buffer_body_bytes: int = Field(1024 * 1024, ge=0)
-    # TLS handshake, request headers and body must arrive within this many seconds (slowloris).
+    # On a kept-alive connection, a request's headers and body must arrive within this many seconds
+    # of its first byte (slowloris); the first request of a new connection: new_connection_seconds.
     client_timeout_seconds: float = Field(5.0, gt=0, le=60)
-    # Open connections per worker process; past it new connections wait in the listen backlog.
+    # Open connections per worker process. A new connection past it closes the oldest idle one
+    # (one that sent nothing yet, else a kept-alive one); only when all are busy is it refused.
     max_connections: int = Field(1000, ge=1)
+    # A new connection must finish its TLS handshake within this, and its first request must be
+    # complete within this of its first byte. One that connected and sends nothing is idle, like
+    # a kept-alive one: closed after server.keepalive_seconds, or first under pressure.
+    new_connection_seconds: float = Field(3.0, gt=0, le=60)
+    # Connections in the middle of their TLS handshake or of a request (slow ones): past this many,
+    # the oldest of them is closed, so trickling clients cannot fill max_connections. Connections
+    # that connected and sent nothing yet are bounded by max_connections and new_connection_seconds.
+    max_slow_connections: int = Field(256, ge=1)
     # Bodies larger than this are JSON-decoded at most ``large_body_concurrency`` at a time, so a
     # burst of huge reviews cannot multiply the decoded size by the thread count.
     large_body_bytes: int = Field(256 * 1024, ge=1024)

@@ -503,7 +503,7 @@ def test_kubelet_configz_grants_only_get_on_nodes_proxy_and_turns_the_reader_on(
     assert _rules_of(objects, "ClusterRole", "gpushare-webhook-kubelet-configz") == [
         {"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]
     assert _rules_of(objects, "ClusterRole", "gpushare-webhook") == [
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
+        {"apiGroups": [""], "resources": ["namespaces", "nodes", "pods"], "verbs": ["get", "list", "watch"]}]
     granted = one(objects, "ClusterRoleBinding", "gpushare-webhook-kubelet-configz")
     assert granted["roleRef"]["name"] == "gpushare-webhook-kubelet-configz"
     assert granted["subjects"] == [{"kind": "ServiceAccount", "name": "gpushare-webhook", "namespace": NS}]

@@ -38,11 +38,10 @@ ALIAS_BOMB = "kind: ConfigMap\nmetadata: {name: lol}\ndata:\n  a0: &a0 '" + "x" 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The real server on the demo snapshot, with a 256 KiB body limit (so that over-limit bodies
-    stay small) and a queue budget of 5 s: these tests are about answers, not load shedding, and
-    on a loaded test machine a request may wait past the default 0.25 s and get a 503."""
+    stay small); reviews are shed only past the API server's deadline, so load on the test
+    machine does not turn these answers into 503s."""
     with gpushare_server(tmp_path_factory.mktemp("hostile-input"),
-                         env={"GPUSHARE_SERVER__MAX_BODY_BYTES": str(MAX_BODY),
-                              "GPUSHARE_OVERLOAD__QUEUE_BUDGET_SECONDS": "5"}) as running:
+                         env={"GPUSHARE_SERVER__MAX_BODY_BYTES": str(MAX_BODY)}) as running:
         yield running
 
 

@@ -21,6 +21,7 @@ from webhook.routes.ops import ops_routes
 from webhook.routes.services import Services
 from webhook.server.auth import install_auth
 from webhook.server.cert_metrics import CertificateCollector
+from webhook.server.deadline import budget_seconds
 from webhook.server.http_errors import error_response
 from webhook.server.jsonbody import LargeBodyGate
 from webhook.server.logs import RequestLog
@@ -47,7 +48,7 @@ def create_app(services: Services) -> Flask:
     app.extensions["gpushare.telemetry"] = telemetry
     observer = Observer(metrics, RequestLog(settings.logging) if settings.logging.requests else None, telemetry)
     gate = LargeBodyGate(settings.overload.large_body_bytes, settings.overload.large_body_concurrency,
-                         settings.overload.queue_budget_seconds)
+                         budget_seconds(None, settings.overload))
     install_auth(app, settings.auth, lambda status, reason: observer.refused(endpoint_label(request.path),
                                                                              status, reason))
     metrics.registry.register(CertificateCollector(settings.server.cert_dir))

@@ -15,6 +15,8 @@ import socket
 import ssl
 from dataclasses import dataclass
 
+from webhook.server.deadline import timeout_parameter
+
 MAX_HEAD_BYTES = 16 * 1024  # an admission request's head is a few hundred bytes
 
 
@@ -23,25 +25,7 @@ class RequestHead:
     method: str
     path: str
     close: bool  # the client asked to close the connection after this request
-
-
-def read_request(sock: socket.socket, limit: int) -> tuple[bytes, RequestHead | None, bool]:
-    """What is readable now without blocking, until it holds one complete request or about
-    ``limit`` bytes; that request's head if it is one (see ``one_complete_request``); and
-    whether the peer closed the connection."""
-    data = b""
-    while len(data) < limit:
-        try:
-            chunk = sock.recv(65536)
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-            break
-        if not chunk:
-            return data, None, True
-        data += chunk
-        head = one_complete_request(data)
-        if head is not None:
-            return data, head, False  # the usual case: one TLS record held it all, one read
-    return data, one_complete_request(data), False
+    timeout: str | None  # the API server's ?timeout= (webhook.server.deadline), if any
 
 
 def one_complete_request(data: bytes) -> RequestHead | None:
@@ -75,10 +59,10 @@ def one_complete_request(data: bytes) -> RequestHead | None:
     if end + 4 + (length or 0) != len(data):
         return None  # the body is not all here yet, or another request follows it
     try:
-        path = target.decode("ascii").split("?", 1)[0]
+        path, _, query = target.decode("ascii").partition("?")
     except UnicodeDecodeError:
         return None
-    return RequestHead(method.decode("ascii", "replace"), path, close)
+    return RequestHead(method.decode("ascii", "replace"), path, close, timeout_parameter(query) if query else None)
 
 
 def send_now(sock: socket.socket, data: bytes) -> bool:
@@ -87,3 +71,53 @@ def send_now(sock: socket.socket, data: bytes) -> bool:
         return sock.send(data) == len(data)
     except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError, OSError):
         return False
+
+
+def request_state(data: bytes | bytearray, max_body: int) -> str:
+    """Whether ``data`` holds the first request of a connection in full, as the poller reads it:
+    ``"incomplete"`` while more bytes are due, ``"complete"`` once it is all here, ``"thread"``
+    for what the poller leaves to a thread and gunicorn's parser (``Expect``, a head over
+    MAX_HEAD_BYTES, a body over ``max_body``: the parser refuses or streams those)."""
+    end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
+    if end < 0:
+        return "incomplete" if len(data) <= MAX_HEAD_BYTES else "thread"
+    length = 0
+    chunked = False
+    for line in bytes(data[:end]).split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            value = value.strip()
+            if not value.isdigit():
+                return "complete"  # malformed: all of the head is here, the parser answers 400
+            length = int(value)
+        elif name == b"transfer-encoding":
+            chunked = True
+        elif name == b"expect":
+            return "thread"
+    body = end + 4
+    if chunked:
+        if _chunked_complete(data, body):
+            return "complete"
+        return "incomplete" if len(data) - body <= max_body else "thread"
+    if length > max_body:
+        return "thread"
+    return "complete" if len(data) >= body + length else "incomplete"
+
+
+def _chunked_complete(data: bytes | bytearray, pos: int) -> bool:
+    """Whether a chunked body starting at ``pos`` has arrived up to its last chunk and trailers
+    (True for a malformed one too: the parser answers it)."""
+    while True:
+        line_end = data.find(b"\r\n", pos)
+        if line_end < 0:
+            return False
+        try:
+            size = int(bytes(data[pos:line_end]).split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            return True
+        if size == 0:
+            return data.find(b"\r\n\r\n", line_end) >= 0 or data[line_end + 2:line_end + 4] == b"\r\n"
+        pos = line_end + 2 + size + 2
+        if pos > len(data):
+            return False

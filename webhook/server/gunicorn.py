@@ -7,6 +7,10 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+# Settings newer gunicorn releases have and older ones do not; where missing, the old default
+# is what we ask for (control_socket_disable: 27 added a control socket, on by default).
+OPTIONAL_SETTINGS = frozenset({"control_socket_disable"})
+
 
 class EmbeddedGunicorn(BaseApplication):  # type: ignore[misc]
     """Gunicorn's arbiter and workers around an app built by ``factory`` in each worker."""
@@ -18,6 +22,8 @@ class EmbeddedGunicorn(BaseApplication):  # type: ignore[misc]
 
     def load_config(self) -> None:
         for key, value in self._options.items():
+            if key in OPTIONAL_SETTINGS and key not in self.cfg.settings:
+                continue
             if value is not None or key in ("accesslog",):
                 self.cfg.set(key, value)
 

@@ -1,11 +1,10 @@
 """Gunicorn settings for the webhook, derived from the one Settings object.
 
-Worker model: one ``gthread`` process (``webhook.server.worker.WebhookWorker``, which adds client
-deadlines, load shedding and JSON protocol errors; see docs/operations.md).
-The API server keeps TLS connections alive and
-reuses them; gthread keeps idle keep-alive connections in a poller instead of pinning a
-thread to each (the sync worker cannot do keep-alive at all, and async workers would add
-a monkey-patching dependency). One process keeps the in-memory binding assume-cache exact;
+Worker model: one process running ``webhook.server.worker.WebhookWorker``, a worker class of
+our own on gunicorn's public base ``Worker`` (an event loop that does the TLS handshake and
+reads every request without blocking, threads for complete requests only; see
+docs/operations.md). The API server keeps TLS connections alive and reuses them; idle ones wait
+in the poller, never in a thread. One process keeps the in-memory binding assume-cache exact;
 throughput scales with replicas.
 """
 
@@ -39,7 +38,8 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
         "graceful_timeout": server.graceful_timeout_seconds,
         "certfile": str(directory / "tls.crt"),
         "keyfile": str(directory / "tls.key"),
-        # One cached TLS context, rebuilt when the certificate files change (rotation, no restart).
+        # gunicorn's ssl_context server hook: one cached TLS context, rebuilt when the certificate
+        # files change (rotation, no restart). The worker wraps each connection with it.
         "ssl_context": reloading_ssl_context,
         # Admission requests have short headers; bound them so a hostile client cannot hog memory.
         "limit_request_line": 4094,

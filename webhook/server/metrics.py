@@ -166,6 +166,9 @@ class Metrics:
                                        "slow, by stage (handshake, headers, body).", ["stage"], registry=r)
         self.open_connections = Gauge("gpushare_open_connections", "Open client connections of this process.",
                                       registry=r)
+        self.evicted = Counter("gpushare_connections_evicted", "Idle connections closed to make room for new ones, by "
+                               "kind (unrequested: no complete request yet; idle: kept-alive; busy: the new one, "
+                               "every other connection being busy).", ["kind"], registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}  # labels() validates on every call; look up once
         self._before_scrape: list[Callable[[], None]] = []
         self._rendered: list[Callable[[], bytes]] = []

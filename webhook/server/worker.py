@@ -1,29 +1,40 @@
-"""The gunicorn worker: gthread, made safe for the API server's hot path.
+"""The gunicorn worker: an event loop of our own on gunicorn's public base ``Worker``.
 
-What it adds to gunicorn's threaded worker:
-- **Deadlines for slow clients.** A new connection waits in the poller, not in a thread, until
-  it sends something. From the moment a thread takes a request, the TLS handshake, headers and
-  body must arrive within ``overload.client_timeout_seconds``: each read gets only the time
-  left. A client that trickles bytes (slowloris) gets a JSON 408 and is disconnected; one
-  that stalls mid-handshake is disconnected.
-- **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; a
-  Content-Length body is read before a thread takes a slot, so slow senders cannot hold one.
-  With the GIL, more evaluating threads only contend, and starve the poller.
-- **Refusal at the door** (``webhook.server.door``). While a new request would wait over half the
-  queue budget, the poller reads a kept-alive connection's request itself and answers a
-  complete POST with a prepared JSON 503: no thread, no HTTP parser, no WSGI request.
-- **Load shedding.** A POST that waited longer than ``overload.queue_budget_seconds`` for a
-  thread and a slot is answered at once with a JSON 503 without running the app: under
-  overload every request still gets an answer well inside the webhook timeout, and the API
-  server applies the webhook's failurePolicy. No Retry-After header: client-go would retry
-  inside the timeout and multiply the load.
+gunicorn runs it as ``worker_class``; it uses only the documented extension points (the base
+``gunicorn.workers.base.Worker``: ``init_process``, ``run``, ``notify``, ``handle_exit``,
+``handle_error``, ``load_wsgi``; the ``ssl_context``, ``pre_request`` and ``post_request``
+server hooks) and gunicorn's HTTP library (``gunicorn.http.RequestParser``,
+``gunicorn.http.wsgi.create``), never another worker's internals. What it does:
+
+- **Connections are read in the poller.** One thread (the poller) accepts, does the TLS
+  handshake without blocking, and reads each request until it is complete; only then does a
+  thread get it. An idle or trickling client (slowloris, in the handshake, the headers or the
+  body) costs a socket and a buffer, never a thread. A new connection must finish its
+  handshake within ``overload.new_connection_seconds`` and its first request within as long of
+  its first byte; on a kept-alive connection a request must be complete within ``overload.client_timeout_seconds``
+  of its first byte. Late: a JSON 408 (if anything was sent) and the connection is closed.
+- **Room under pressure.** Past ``overload.max_slow_connections`` connections in the middle of
+  a handshake or a request, the oldest of them is closed; past ``overload.max_connections`` in
+  all, the oldest idle one (connected and silent, then kept-alive); new connections are always
+  accepted. A connection that connected and sends nothing is idle, like a kept-alive one.
+- **Tool endpoints in their own slots.** /dry-run, the scheduler extender and other tool POSTs
+  evaluate in ``overload.auxiliary_concurrency`` slots apart from the admission reviews'.
+- **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; with
+  the GIL, more evaluating threads only contend, and starve the poller.
+- **Refusal by deadline** (``webhook.server.deadline``). A review is refused with a JSON 503 (the
+  API server then applies the webhook's failurePolicy) only when it could not be answered
+  before the deadline the API server gave the call (``?timeout=``, less the rounding and a
+  margin), or when ``overload.max_waiting_requests`` reviews are already waiting (sustained
+  overload: each waiting review holds a connection). No Retry-After header: client-go would
+  retry inside the timeout and multiply the load.
+- **Refusal at the door** (``webhook.server.door``). While refusals are possible at all, the
+  poller answers a complete POST that cannot be answered in time with a prepared 503: no
+  thread, no HTTP parser, no WSGI request. A thread re-checks the deadline after its wait for a
+  thread and for a slot.
 - **JSON protocol errors.** A malformed request line or header gets the same JSON error shape
   as the app's errors instead of gunicorn's HTML page.
-- Metrics: queue wait, in-flight and waiting requests, open connections, client timeouts.
-
-It relies on gunicorn 27's gthread internals (``TConn``, ``handle``, ``handle_request``,
-``_keepalive_after``, ``on_client_socket_readable``, the keep-alive and pending-connection
-queues); pyproject pins ``gunicorn>=27,<28``.
+- Metrics: queue wait, in-flight and waiting requests, open connections, client timeouts,
+  evicted connections.
 """
 
 from __future__ import annotations
@@ -33,11 +44,12 @@ import errno
 import io
 import json
 import logging
+import os
 import queue
-import select
 import selectors
 import socket
 import ssl
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -45,29 +57,33 @@ from functools import partial
 from typing import Any
 
 from gunicorn import http
-from gunicorn import sock as gsock
 from gunicorn.http import errors as http_errors
+from gunicorn.http import wsgi
 from gunicorn.http.body import LengthReader
-from gunicorn.workers.gthread import TConn, ThreadWorker
+from gunicorn.workers.base import Worker
 from werkzeug.exceptions import RequestTimeout
 
 from policies.settings import OverloadSettings
-from webhook.server import door
+from webhook.server import deadline, door
 from webhook.server.http_errors import error_body
 from webhook.server.metrics import Metrics, endpoint_label
 from webhook.server.telemetry import Telemetry
 
 log = logging.getLogger("gpushare.worker")
 LINGER_SECONDS = 2.0
+ADMISSION_PATHS = frozenset({"/validate", "/mutate"})  # the API server's calls (webhook.routes.admission)
+STOP_KEEPALIVE_SECONDS = 1.0  # on SIGTERM, kept-alive connections get this long for one last request
 STAGES = {"handshake": "TLS handshake", "headers": "request headers", "body": "request body"}
 # gunicorn's request parsing errors and the status each deserves.
-_CLIENT_ERRORS: tuple[tuple[type[Exception], int], ...] = (
-    (http_errors.LimitRequestLine, 414),
-    (http_errors.LimitRequestHeaders, 431),
-    (http_errors.UnsupportedTransferCoding, 501),
-    (http_errors.ExpectationFailed, 417),
-    (http_errors.ParseException, 400),
-)
+# (ExpectationFailed and UnsupportedTransferCoding are newer than some supported releases.)
+_CLIENT_ERRORS: tuple[tuple[type[Exception], int], ...] = tuple(
+    (cls, status) for cls, status in (
+        (getattr(http_errors, "LimitRequestLine", None), 414),
+        (getattr(http_errors, "LimitRequestHeaders", None), 431),
+        (getattr(http_errors, "UnsupportedTransferCoding", None), 501),
+        (getattr(http_errors, "ExpectationFailed", None), 417),
+        (http_errors.ParseException, 400),
+    ) if isinstance(cls, type))
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 414: "URI Too Long", 417: "Expectation Failed",
             431: "Request Header Fields Too Large", 500: "Internal Server Error", 501: "Not Implemented",
             503: "Service Unavailable"}
@@ -76,9 +92,9 @@ _REASONS = {400: "Bad Request", 408: "Request Timeout", 414: "URI Too Long", 417
 class ClientTimeout(RequestTimeout):
     """The client did not send its request in time (HTTP 408)."""
 
-    def __init__(self, stage: str, seconds: float) -> None:
+    def __init__(self, stage: str, seconds: float, setting: str = "client_timeout_seconds") -> None:
         super().__init__(f"the {STAGES.get(stage, stage)} did not arrive within {seconds:g} s "
-                         "(overload.client_timeout_seconds); send the whole request at once")
+                         f"(overload.{setting}); send the whole request at once")
         self.stage = stage
 
 
@@ -90,142 +106,141 @@ def http_json(status: int, payload: Any, *, close: bool) -> bytes:
     return head.encode("ascii") + body
 
 
-class _DeadlineSocket:
-    """What the HTTP parser reads through: every recv gets only the time left before the deadline."""
+class Conn:
+    """One client connection: its socket, what the poller has read of the next request, and the
+    deadlines of its current stage."""
 
-    def __init__(self, sock: socket.socket, conn: DeadlineConn) -> None:
-        self._sock = sock
+    __slots__ = (
+        "buf",
+        "client",
+        "client_timeout",
+        "data",
+        "deadline",
+        "fresh",
+        "queued_at",
+        "server",
+        "sock",
+        "stage",
+        "timeout",
+        "waited",
+    )
+
+    def __init__(self, sock: socket.socket, client: Any, server: Any, client_timeout: float) -> None:
+        self.sock = sock
+        self.client = client
+        self.server = server
+        self.buf = bytearray()  # what the poller has read of the next request
+        self.stage = "handshake"
+        self.fresh = True  # no request yet (its deadline: overload.new_connection_seconds)
+        self.timeout = 0.0  # poller deadline: handshake + first request, a request, or keep-alive
+        self.deadline = 0.0  # thread deadline for reading what the poller did not
+        self.queued_at = 0.0
+        self.waited = 0.0
+        self.data = b""  # the request handed to a thread
+        self.client_timeout = client_timeout
+
+    def timed_out(self) -> ClientTimeout:
+        return ClientTimeout(self.stage, self.client_timeout)
+
+
+class _DeadlineSocket:
+    """What the HTTP parser reads through in a thread (only when the poller left it something to
+    read: Expect, a large body): every recv gets only the time left before the deadline."""
+
+    def __init__(self, conn: Conn) -> None:
         self._conn = conn
 
     def recv(self, size: int) -> bytes:
         remaining = self._conn.deadline - time.monotonic()
         if remaining <= 0:
             raise self._conn.timed_out()
-        self._sock.settimeout(remaining)
+        self._conn.sock.settimeout(remaining)
         try:
-            return self._sock.recv(size)
+            return self._conn.sock.recv(size)
         except TimeoutError:
             raise self._conn.timed_out() from None
 
-    def settimeout(self, value: float | None) -> None:
-        self._sock.settimeout(value)
-
-    def gettimeout(self) -> float | None:
-        return self._sock.gettimeout()
-
-
-class DeadlineConn(TConn):  # type: ignore[misc]
-    """A connection that knows when its current request must have arrived."""
-
-    client_timeout = 5.0
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.deadline = 0.0
-        self.stage = "handshake"
-        self.queued_at = time.monotonic()
-        self.waited = 0.0
-        self.linger: Callable[[socket.socket], None] | None = None
-
-    def close(self, graceful: bool = False) -> None:
-        # gunicorn lingers on a graceful close in the main thread for up to 2 s, which a client
-        # that never closes would turn into a stalled event loop; the worker lingers in its poller.
-        if graceful and self.linger is not None:
-            self.linger(self.sock)
-        else:
-            super().close(graceful)
-
-    def has_data(self) -> bool:
-        """Whether request bytes are already here (decrypted in TLS, or in the kernel buffer)."""
-        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
-            return True
-        poller = select.poll()
-        poller.register(self.sock.fileno(), select.POLLIN)
-        return bool(poller.poll(0))
-
-    def timed_out(self) -> ClientTimeout:
-        return ClientTimeout(self.stage, self.client_timeout)
-
-    def init(self) -> None:
-        """TLS handshake and HTTP/1.1 parser, both under the deadline (gunicorn's own init would
-        reset the socket to blocking without a timeout; HTTP/2 is not offered, see gunicorn_conf)."""
-        if self.initialized:
-            return
-        self.initialized = True
-        self.sock.settimeout(max(self.deadline - time.monotonic(), 0.001))
-        if self.cfg.is_ssl:
-            try:
-                self.sock = gsock.ssl_wrap_socket(self.sock, self.cfg)
-                if not self.cfg.do_handshake_on_connect:
-                    self.sock.do_handshake()
-            except TimeoutError:
-                raise self.timed_out() from None
-        self.stage = "headers"
-        self.parser = http.get_parser(self.cfg, self.sock, self.client)
-        self.parser.unreader.sock = _DeadlineSocket(self.sock, self)
-
 
 class ConnectionQueue:
-    """gthread's deque of idle (kept-alive or pending) connections, oldest first, with O(1)
-    removal: ``deque.remove`` compares against every entry, about 30 µs per request at 900
-    open connections, paid in the poller that everything else waits on."""
+    """Idle or reading connections, oldest first, with O(1) removal (``deque.remove`` compares
+    against every entry: about 30 µs per request at 900 open connections, in the poller)."""
 
     def __init__(self) -> None:
-        self._conns: dict[Any, None] = {}  # insertion-ordered; appended in timeout order
+        self._conns: dict[Conn, None] = {}  # insertion-ordered
 
-    def append(self, conn: Any) -> None:
+    def append(self, conn: Conn) -> None:
         self._conns[conn] = None
 
-    def remove(self, conn: Any) -> None:
+    def remove(self, conn: Conn) -> None:
         del self._conns[conn]
 
-    def popleft(self) -> Any:
+    def discard(self, conn: Conn) -> None:
+        self._conns.pop(conn, None)
+
+    def popleft(self) -> Conn:
         conn = next(iter(self._conns))
         del self._conns[conn]
         return conn
 
-    def __getitem__(self, index: int) -> Any:
-        if index != 0:
-            raise IndexError("only the oldest connection can be looked up")
-        try:
-            return next(iter(self._conns))
-        except StopIteration:
-            raise IndexError("no connections") from None
+    def oldest(self) -> Conn | None:
+        return next(iter(self._conns), None)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __contains__(self, conn: Conn) -> bool:
+        return conn in self._conns
+
+    def __iter__(self) -> Iterator[Conn]:
         return iter(list(self._conns))
 
     def __len__(self) -> int:
         return len(self._conns)
 
 
-class WebhookWorker(ThreadWorker):  # type: ignore[misc]
-    """gthread with client deadlines, load shedding and JSON protocol errors (see the module doc)."""
+class WebhookWorker(Worker):  # type: ignore[misc]
+    """See the module doc."""
 
     limits = OverloadSettings()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.keepalived_conns = ConnectionQueue()
-        self.pending_conns = ConnectionQueue()
+        self.poller: selectors.BaseSelector | None = None
+        self.nr_conns = 0
+        self.keepalived = ConnectionQueue()  # idle between requests, oldest first
+        self.reading = ConnectionQueue()  # handshaking or part of a request here, oldest first
+        self.unrequested = ConnectionQueue()  # handshake done, nothing sent yet, oldest first
         self._metrics: Metrics | None = None
         self._telemetry: Telemetry | None = None
-        # When each request waiting for a thread was queued (oldest first), and one entry per
-        # request a thread holds: deque and list appends and pops are atomic, so request threads
-        # never take a lock for these; /metrics reads the lengths, the door reads the oldest.
+        # Requests handed to threads and not yet answered; when each request waiting for a thread
+        # was queued (oldest first); one entry per request a thread holds; per request evaluating.
+        # deque and list appends and pops are atomic, so threads never take a lock for these.
+        self._jobs: queue.SimpleQueue[Conn | None] = queue.SimpleQueue()
+        self._done: deque[tuple[Conn, bool]] = deque()
+        self._threads: list[threading.Thread] = []
+        self._in_threads = 0
         self._waiting: deque[float] = deque()
         self._busy: list[None] = []
         self._handling: list[None] = []
-        self._door_answers: dict[bool, bytes] = {}
+        self._door_answers: dict[tuple[str, str | None, bool], bytes] = {}
+        self._budgets: dict[str | None, float] = {}
+        self._shortest_budget = self._budget("1s")  # the API server never sends less than 1s
         self._seconds_per_request = 0.0
         # Evaluation slots as tokens in a C queue: taking one blocks without the GIL, and costs a
         # fraction of threading.Semaphore's Python-level condition variable.
         self._app_slots: queue.SimpleQueue[None] = queue.SimpleQueue()
         for _ in range(self.limits.app_concurrency):
             self._app_slots.put(None)
+        # /dry-run and the scheduler extender evaluate in slots of their own: a body that costs
+        # seconds of CPU there never holds the slots the API server's reviews need.
+        self._aux_slots: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(self.limits.auxiliary_concurrency):
+            self._aux_slots.put(None)
         self._shed_since_log = 0
         self._shed_logged_at = 0.0
         self._lingering: deque[tuple[float, socket.socket]] = deque()
+        self._ssl_context: Callable[[], ssl.SSLContext] | None = None
+        self._notified_at = 0.0
+        self._scanned_at = 0.0
+
+    # -- gunicorn's base Worker
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -237,62 +252,364 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
             self._metrics.waiting.set_function(self._requests_waiting)
             self._metrics.in_flight.set_function(lambda: len(self._busy))
 
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.alive = False  # the signal wakes the poller through the base Worker's pipe
+
+    def run(self) -> None:
+        self.poller = selectors.DefaultSelector()
+        self.poller.register(self.PIPE[0], selectors.EVENT_READ, self._wake)
+        for listener in self.sockets:
+            listener.setblocking(False)
+            self.poller.register(listener, selectors.EVENT_READ, self._accept)
+        for i in range(self.cfg.threads):
+            thread = threading.Thread(target=self._thread, name=f"request-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        while self.alive:
+            self._loop(1.0)
+            if self.ppid != os.getppid():
+                log.info("parent changed, shutting down")
+                break
+        self._drain()
+
+    def _loop(self, timeout: float) -> None:
+        now = time.monotonic()
+        if now - self._notified_at >= 1.0:  # the arbiter's heartbeat: a file write, not every event
+            self.notify()
+            self._notified_at = now
+        try:
+            events = self.poller.select(timeout)  # type: ignore[union-attr]
+        except OSError as exc:
+            if exc.errno != errno.EINTR:
+                raise
+            events = []
+        for key, _ in events:
+            key.data(key.fileobj)
+        self._finish()
+        now = time.monotonic()
+        if now - self._scanned_at >= 0.1:
+            self._scanned_at = now
+            self._murder(now)
+
+    def _drain(self) -> None:
+        """SIGTERM: stop accepting; requests in threads finish and are answered; a kept-alive
+        connection may send one more request (answered with Connection: close) for a moment."""
+        for listener in self.sockets:
+            with contextlib.suppress(KeyError, ValueError):
+                self.poller.unregister(listener)  # type: ignore[union-attr]
+        stop = time.monotonic() + STOP_KEEPALIVE_SECONDS
+        for conn in self.keepalived:
+            conn.timeout = min(conn.timeout, stop)
+        grace = time.monotonic() + self.cfg.graceful_timeout
+        while (self._in_threads or len(self.keepalived) or len(self.reading) or len(self.unrequested)) \
+                and time.monotonic() < grace:
+            self._loop(0.1)
+        for conn in [*self.keepalived, *self.reading, *self.unrequested]:
+            _close_quietly(conn.sock)
+        for _ in self._threads:
+            self._jobs.put(None)
+        for listener in self.sockets:
+            _close_quietly(listener)
+
+    def _wake(self, _fileobj: Any) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self.PIPE[0], 4096):
+                pass
+
     def _count(self, fn: Callable[..., None], *args: Any) -> None:
         """Metrics are updated in the telemetry thread, off the request path (webhook.server.telemetry)."""
         if self._telemetry is not None:
             self._telemetry.call(fn, *args)
 
-    # -- connections: new ones wait in the poller (not in a thread) for their first bytes
+    # -- connections: the poller does the TLS handshake and reads each request in full
 
-    def accept(self, listener: socket.socket) -> None:
-        try:
-            client_sock, client_addr = listener.accept()
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
-                raise
-            return
+    def _context(self) -> ssl.SSLContext:
+        """The TLS context from gunicorn's ``ssl_context`` server hook (webhook.server.tls_reload
+        caches it per certificate version), with gunicorn's documented default as the base."""
+        cfg = self.cfg
+
+        def default() -> ssl.SSLContext:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=cfg.ca_certs)
+            context.load_cert_chain(certfile=cfg.certfile, keyfile=cfg.keyfile)
+            context.verify_mode = cfg.cert_reqs
+            if cfg.ciphers:
+                context.set_ciphers(cfg.ciphers)
+            return context
+
+        return cfg.ssl_context(cfg, default)  # type: ignore[no-any-return]
+
+    def _accept(self, listener: socket.socket) -> None:
+        for _ in range(64):  # a burst of new connections in one wake-up, bounded
+            try:
+                client_sock, client_addr = listener.accept()
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                    raise
+                return
+            self._accepted(listener, client_sock, client_addr)
+
+    def _accepted(self, listener: socket.socket, client_sock: socket.socket, client_addr: Any) -> None:
+        client_sock.setblocking(False)
+        sock: socket.socket = client_sock
+        stage = "headers"
+        if self.cfg.is_ssl:
+            try:
+                sock = self._context().wrap_socket(client_sock, server_side=True, do_handshake_on_connect=False,
+                                                   suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
+            except (OSError, ValueError):
+                _close_quietly(client_sock)
+                return
+            stage = "handshake"
         self.nr_conns += 1
-        conn = DeadlineConn(self.cfg, client_sock, client_addr, listener.getsockname())
-        conn.client_timeout = self.limits.client_timeout_seconds
-        conn.linger = self._linger
-        # All pending connections share this timeout, so the deque stays ordered for murder_pending.
-        conn.timeout = time.monotonic() + self.limits.client_timeout_seconds
-        self.pending_conns.append(conn)
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn))
+        conn = Conn(sock, client_addr, listener.getsockname(), self.limits.client_timeout_seconds)
+        conn.stage = stage
+        conn.timeout = time.monotonic() + self.limits.new_connection_seconds
+        self.reading.append(conn)
+        self.poller.register(sock, selectors.EVENT_READ, partial(self._on_reading, conn))  # type: ignore[union-attr]
+        self._make_room(conn)
 
-    def enqueue_req(self, conn: DeadlineConn) -> None:
+    def _make_room(self, newest: Conn) -> None:
+        """Under pressure close the oldest idle connections, never the new one. Slow connections
+        (a handshake or a request under way) have a budget of their own, smaller than
+        max_connections; past max_connections the oldest connection that never sent anything goes
+        first, then the oldest kept-alive one, then the oldest slow one. Only when every other
+        connection is busy in a thread is the new one closed."""
+        while len(self.reading) > self.limits.max_slow_connections:
+            if self.reading.oldest() is newest:
+                break
+            self._close_reading(self.reading.popleft(), "slow")
+        while self.nr_conns > self.limits.max_connections:
+            if len(self.unrequested):
+                self._close_reading(self.unrequested.popleft(), "unrequested")
+            elif len(self.keepalived):
+                self._close_reading(self.keepalived.popleft(), "idle")
+            elif len(self.reading) > 1 and self.reading.oldest() is not newest:
+                self._close_reading(self.reading.popleft(), "slow")
+            else:
+                self.reading.discard(newest)
+                self._close_reading(newest, "busy")
+                return
+
+    def _close_reading(self, conn: Conn, why: str) -> None:
+        self._unregister(conn)
+        self._evicted(conn, why)
+
+    def _evicted(self, conn: Conn, why: str) -> None:
+        self.nr_conns -= 1
+        if self._metrics is not None:
+            self._count(self._metrics.evicted.labels(why).inc)
+        _close_quietly(conn.sock)
+
+    def _unregister(self, conn: Conn) -> None:
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.poller.unregister(conn.sock)  # type: ignore[union-attr]
+
+    def _on_keepalive_readable(self, conn: Conn, _fileobj: Any) -> None:
+        """A kept-alive connection's next request begins. Usually it is all here in one read: then
+        it is refused at the door (the connection stays registered, no poller change) or goes to
+        a thread; otherwise the connection is read on, with the request's own deadline."""
+        conn.stage = "headers"
+        state = self._read(conn)
+        if state == "complete" and self._refused_while_kept_alive(conn):
+            return
+        self.keepalived.remove(conn)
+        if state == "closed":
+            self._unregister(conn)
+            self.nr_conns -= 1
+            _close_quietly(conn.sock)
+        elif state == "incomplete":
+            conn.timeout = time.monotonic() + self.limits.client_timeout_seconds
+            self.reading.append(conn)
+            self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._on_reading, conn))  # type: ignore[union-attr]
+            if conn.buf.find(b"\r\n\r\n") >= 0:
+                conn.stage = "body"
+        else:
+            self._unregister(conn)
+            self._dispatch(conn)
+
+    def _on_reading(self, conn: Conn, _fileobj: Any) -> None:
+        """The TLS handshake, then the request's bytes, without blocking; a complete request goes
+        to the door and then to a thread."""
+        if conn.stage == "handshake":
+            try:
+                conn.sock.do_handshake()  # type: ignore[attr-defined]
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return  # more of the handshake is due; the new-connection deadline bounds it
+            except (OSError, ValueError) as exc:  # not TLS, or the client went away
+                log.debug("TLS handshake with %s failed: %s", _peer(conn.client), exc)
+                self._drop(conn)
+                return
+            conn.stage = "headers"
+        state = self._read(conn)
+        if state == "closed":
+            self._drop(conn)
+        elif state == "incomplete":
+            if not conn.buf:
+                if conn.fresh and conn in self.reading:
+                    # Handshake done, nothing sent yet: idle, like a pre-dialled or kept-alive
+                    # connection (closed after server.keepalive_seconds, or first under pressure).
+                    self.reading.remove(conn)
+                    conn.timeout = time.monotonic() + self.cfg.keepalive
+                    self.unrequested.append(conn)
+            elif conn in self.unrequested:  # its first bytes: now it is sending its first request
+                self.unrequested.remove(conn)
+                conn.timeout = time.monotonic() + self.limits.new_connection_seconds
+                self.reading.append(conn)
+            if conn.stage == "headers" and conn.buf.find(b"\r\n\r\n") >= 0:
+                conn.stage = "body"
+        else:
+            self.reading.discard(conn)
+            self.unrequested.discard(conn)
+            self._unregister(conn)
+            self._dispatch(conn)
+
+    def _read(self, conn: Conn) -> str:
+        """Read what is here without blocking: the request's state (door.request_state), or
+        "closed" when the peer closed or failed."""
+        limit = door.MAX_HEAD_BYTES + self.limits.buffer_body_bytes
+        state = door.request_state(conn.buf, self.limits.buffer_body_bytes) if conn.buf else "incomplete"
+        while state == "incomplete" and len(conn.buf) <= limit:
+            try:
+                chunk = conn.sock.recv(65536)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                break
+            except OSError:
+                return "closed"
+            if not chunk:
+                return "closed"  # the peer closed (or never sent a request)
+            conn.buf += chunk
+            state = door.request_state(conn.buf, self.limits.buffer_body_bytes)
+        return "thread" if state == "incomplete" and len(conn.buf) > limit else state
+
+    def _refused_while_kept_alive(self, conn: Conn) -> bool:
+        """The door for a kept-alive connection's complete request: refused (and the connection
+        handled) or not. A refused connection stays registered in the poller: no system calls but
+        the read and the answer, which is what keeps refusing cheap under sustained overload."""
+        ahead = self._requests_waiting()
+        if not ahead or (ahead < self.limits.max_waiting_requests
+                         and self._expected_wait(ahead) <= self._shortest_budget):
+            return False
+        head = door.one_complete_request(bytes(conn.buf))
+        why = self._door_refusal(ahead, head) if head is not None else None
+        if why is None or head is None:
+            return False
+        conn.buf.clear()
+        self.keepalived.remove(conn)
+        if not door.send_now(conn.sock, self._door_answer(why, head)):
+            self._unregister(conn)
+            self.nr_conns -= 1  # the answer could not be written at once: the client is not reading
+            _close_quietly(conn.sock)
+            return True
+        if self._metrics is not None:
+            self._count(self._metrics.count_request, endpoint_label(head.path), "", "", "overloaded", None)
+        self._log_shed()
+        if head.close:
+            self._unregister(conn)
+            self.nr_conns -= 1
+            self._linger(conn.sock)
+        else:
+            conn.timeout = time.monotonic() + (self.cfg.keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
+            self.keepalived.append(conn)  # at the back, with a fresh timeout
+        return True
+
+    def _drop(self, conn: Conn) -> None:
+        self.reading.discard(conn)
+        self.unrequested.discard(conn)
+        self._unregister(conn)
+        self.nr_conns -= 1
+        _close_quietly(conn.sock)
+
+    def _dispatch(self, conn: Conn) -> None:
+        """A request is all here (or is one for gunicorn's parser to refuse or stream): refuse it
+        at the door if it cannot be answered in time, else give it to a thread. The connection is
+        in no queue and not registered in the poller."""
+        data = bytes(conn.buf)
+        conn.buf.clear()
+        conn.fresh = False
+        ahead = self._requests_waiting()
+        if ahead and (ahead >= self.limits.max_waiting_requests
+                      or self._expected_wait(ahead) > self._shortest_budget):
+            head = door.one_complete_request(data)
+            why = self._door_refusal(ahead, head) if head is not None else None
+            if why is not None and head is not None:
+                self._refuse_at_door(conn, why, head)
+                return
+        conn.data = data
         conn.queued_at = time.monotonic()
         self._waiting.append(conn.queued_at)
-        super().enqueue_req(conn)
+        self._in_threads += 1
+        self._jobs.put(conn)
 
-    def handle(self, conn: DeadlineConn) -> Any:
-        now = time.monotonic()
-        conn.waited = now - conn.queued_at
-        conn.deadline = now + conn.client_timeout
-        with contextlib.suppress(IndexError):
-            self._waiting.popleft()
-        self._handling.append(None)
-        try:
-            return self._handle(conn)
-        finally:
-            self._handling.pop()
+    def _refuse_at_door(self, conn: Conn, why: str, head: door.RequestHead) -> None:
+        if not door.send_now(conn.sock, self._door_answer(why, head)):
+            self.nr_conns -= 1  # the answer could not be written at once: the client is not reading
+            _close_quietly(conn.sock)
+            return
+        if self._metrics is not None:
+            self._count(self._metrics.count_request, endpoint_label(head.path), "", "", "overloaded", None)
+        self._log_shed()
+        if head.close:
+            self.nr_conns -= 1
+            self._linger(conn.sock)
+            return
+        self._keep_alive(conn)
 
-    def _handle(self, conn: DeadlineConn) -> Any:
-        if not conn.initialized:
+    def _keep_alive(self, conn: Conn) -> None:
+        conn.timeout = time.monotonic() + (self.cfg.keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
+        self.keepalived.append(conn)
+        self.poller.register(conn.sock, selectors.EVENT_READ,  # type: ignore[union-attr]
+                             partial(self._on_keepalive_readable, conn))
+
+    def _finish(self) -> None:
+        """Connections whose request a thread has answered: kept alive (the next request may be
+        here already, read ahead by the parser), or closed."""
+        while self._done:
+            conn, keep = self._done.popleft()
+            self._in_threads -= 1
+            if not keep:
+                self.nr_conns -= 1
+                self._linger(conn.sock)
+                continue
             try:
-                conn.init()
-            except ClientTimeout as exc:
-                self.handle_error(None, conn.sock, conn.client, exc)
-                return False
-            except OSError as exc:  # includes ssl.SSLError: not TLS, or the client went away
-                log.debug("TLS handshake with %s failed: %s", _peer(conn.client), exc)
-                return False
-            if not conn.has_data():
-                # Handshake done but no request yet (a pre-dialled connection): wait in the
-                # poller like a kept-alive connection instead of holding this thread.
-                return True
-        conn.stage = "headers"
-        return super().handle(conn)
+                conn.sock.setblocking(False)
+            except OSError:
+                self.nr_conns -= 1
+                _close_quietly(conn.sock)
+                continue
+            if conn.buf:  # pipelined: the next request is (partly) here already
+                conn.stage = "headers"
+                conn.timeout = time.monotonic() + self.limits.client_timeout_seconds
+                self.reading.append(conn)
+                self.poller.register(conn.sock, selectors.EVENT_READ,  # type: ignore[union-attr]
+                                     partial(self._on_reading, conn))
+                self._on_reading(conn, None)
+            else:
+                self._keep_alive(conn)
+
+    def _murder(self, now: float) -> None:
+        """Close connections whose time ran out: a 408 to one that sent part of a request; a
+        stalled handshake, a new connection that sent nothing, an expired keep-alive: just closed."""
+        while len(self.keepalived) and self.keepalived.oldest().timeout <= now:  # type: ignore[union-attr]
+            conn = self.keepalived.popleft()
+            self._unregister(conn)
+            self.nr_conns -= 1
+            _close_quietly(conn.sock)
+        for conn in [c for c in (*self.reading, *self.unrequested) if c.timeout <= now]:
+            self.reading.discard(conn)
+            self.unrequested.discard(conn)
+            self._unregister(conn)
+            self.nr_conns -= 1
+            setting, seconds = (("new_connection_seconds", self.limits.new_connection_seconds) if conn.fresh
+                                else ("client_timeout_seconds", self.limits.client_timeout_seconds))
+            exc = ClientTimeout(conn.stage, seconds, setting)
+            if self._metrics is not None:
+                self._count(self._metrics.client_timeouts.labels(conn.stage).inc)
+            if conn.buf:
+                log.info("closing a slow client connection from %s: %s", _peer(conn.client), exc.description)
+                door.send_now(conn.sock, http_json(408, error_body(408, exc.description or ""), close=True))
+            _close_quietly(conn.sock)
+        while self._lingering and (self._lingering[0][0] <= now or self._lingering[0][1].fileno() < 0):
+            self._unlinger(self._lingering.popleft()[1])
 
     def _linger(self, sock: socket.socket) -> None:
         """Close after the response without a reset: send FIN, then read and drop what the client
@@ -300,7 +617,7 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
         try:
             socket.socket.shutdown(sock, socket.SHUT_WR)
             sock.setblocking(False)
-            self.poller.register(sock, selectors.EVENT_READ, partial(self._drain_lingering, sock))
+            self.poller.register(sock, selectors.EVENT_READ, partial(self._drain_lingering, sock))  # type: ignore[union-attr]
         except (OSError, ValueError, KeyError):
             _close_quietly(sock)
             return
@@ -318,109 +635,124 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
 
     def _unlinger(self, sock: socket.socket) -> None:
         with contextlib.suppress(KeyError, ValueError, OSError):
-            self.poller.unregister(sock)
+            self.poller.unregister(sock)  # type: ignore[union-attr]
         _close_quietly(sock)
 
-    def murder_pending(self) -> None:
-        super().murder_pending()
-        now = time.monotonic()
-        while self._lingering and (self._lingering[0][0] <= now or self._lingering[0][1].fileno() < 0):
-            self._unlinger(self._lingering.popleft()[1])
+    # -- threads: complete requests only
 
-    # -- refusing at the door (webhook.server.door): kept-alive connections, read by the poller
-
-    def _requests_waiting(self) -> int:
-        """Requests not yet evaluating: queued for a thread, or in one (being read, or waiting
-        for an evaluation slot)."""
-        return len(self._waiting) + max(0, len(self._handling) - len(self._busy))
-
-    def _over_budget(self) -> bool:
-        """Whether a request arriving now would likely wait over half the queue budget before
-        it is evaluated: the requests ahead of it times the recent time per evaluation, divided
-        by the slots; or the oldest request waiting for a thread has waited that long. Half, so
-        that refusals happen here, cheaply, and seldom in a thread after the full wait."""
-        waiting = self._waiting
-        ahead = self._requests_waiting()
-        if not ahead:
-            return False
-        limit = self.limits.queue_budget_seconds / 2
-        if ahead * self._seconds_per_request / self.limits.app_concurrency > limit:
-            return True
-        try:
-            return time.monotonic() - waiting[0] > limit
-        except IndexError:
-            return False
-
-    def on_client_socket_readable(self, conn: DeadlineConn, client: socket.socket) -> None:
-        if not self._over_budget():
-            super().on_client_socket_readable(conn, client)
-            return
-        self._door(conn)
-
-    def _door(self, conn: DeadlineConn) -> None:
-        """Answer a POST with 503 from here if it is all here and plain; else queue it as usual.
-        A refused connection stays registered in the poller: two fewer system calls per refusal."""
-        try:
-            data, head, closed = door.read_request(conn.sock, door.MAX_HEAD_BYTES + self.limits.buffer_body_bytes)
-        except OSError:
-            data, head, closed = b"", None, True
-        refusable = head is not None and head.method == "POST"
-        refused = refusable and door.send_now(conn.sock, self._door_answer(head.close))
-        if refused:
-            if self._metrics is not None:
-                self._count(self._metrics.count_request, endpoint_label(head.path), "", "", "overloaded", None)
-            self._log_shed()
-            if not head.close:
-                self.keepalived_conns.remove(conn)  # and back at the end, with a fresh timeout
-                conn.set_timeout()
-                self.keepalived_conns.append(conn)
+    def _thread(self) -> None:
+        while True:
+            conn = self._jobs.get()
+            if conn is None:
                 return
-        self.poller.unregister(conn.sock)
-        self.keepalived_conns.remove(conn)
-        if refused:  # the client asked to close after this answer
-            self.nr_conns -= 1
-            conn.close(graceful=True)
-        elif closed or refusable:  # the peer went away, or the answer could not be written at once
-            self.nr_conns -= 1
-            conn.close()
-        else:
-            if data:
-                conn.parser.unreader.unread(data)
-            self.enqueue_req(conn)
+            keep = self._serve(conn)
+            self._done.append((conn, keep))
+            with contextlib.suppress(OSError):
+                os.write(self.PIPE[1], b".")
 
-    def _door_answer(self, close: bool) -> bytes:
-        answers = self._door_answers
-        if close not in answers:
-            reason = ("gpushare-webhook is overloaded: a new request would wait over half of "
-                      f"overload.queue_budget_seconds={self.limits.queue_budget_seconds:g} to be evaluated, "
-                      "so this one was refused without evaluation; the API server applies the webhook's "
-                      "failurePolicy")
-            answers[close] = http_json(503, error_body(503, reason), close=close)
-        return answers[close]
+    def _serve(self, conn: Conn) -> bool:
+        """Parse and answer one request; whether the connection stays open."""
+        now = time.monotonic()
+        conn.waited = now - conn.queued_at
+        conn.deadline = now + conn.client_timeout
+        conn.stage = "headers"
+        with contextlib.suppress(IndexError):
+            self._waiting.popleft()
+        self._handling.append(None)
+        req = None
+        try:
+            conn.sock.settimeout(conn.client_timeout)  # bounds the answer's writes too
+            parser = http.RequestParser(self.cfg, _DeadlineSocket(conn), conn.client)
+            parser.unreader.unread(conn.data)
+            conn.data = b""
+            req = next(parser)
+            keep = self.handle_request(req, conn)
+            if keep:
+                # What the app did not read of the body, then anything read ahead (pipelining),
+                # goes back to the poller's buffer.
+                while req.body.read(65536):
+                    pass
+                conn.buf += parser.unreader.buf.getvalue()
+            return keep
+        except ClientTimeout as exc:
+            self.handle_error(req, conn.sock, conn.client, exc)
+        except (http_errors.NoMoreData, StopIteration):
+            pass
+        except ssl.SSLError as exc:
+            log.debug("TLS error from %s: %s", _peer(conn.client), exc)
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, None):
+                log.exception("socket error answering %s", _peer(conn.client))
+        except Exception as exc:
+            self.handle_error(req, conn.sock, conn.client, exc)
+        finally:
+            self._handling.pop()
+        return False
 
-    # -- requests
-
-    def handle_request(self, req: Any, conn: DeadlineConn) -> bool:
+    def handle_request(self, req: Any, conn: Conn) -> bool:
         conn.stage = "body"
         if self._metrics is not None:
             self._count(self._metrics.queue_wait.observe, conn.waited)
-        if req.method == "POST" and conn.waited > self.limits.queue_budget_seconds:
-            return self._shed(req, conn)
+        budget = 0.0
+        if req.method == "POST":
+            budget = self._budget(deadline.timeout_parameter(req.query) if req.query else None)
+            if conn.waited + self._seconds_per_request > budget:
+                return self._shed(req, conn, budget)
         self._buffer_body(req)
-        self._app_slots.get()
-        if req.method == "POST" and time.monotonic() - conn.queued_at > self.limits.queue_budget_seconds:
-            self._app_slots.put(None)  # the wait for a slot used up the budget: refuse, don't answer late
-            return self._shed(req, conn)
+        admission = req.method != "POST" or req.path in ADMISSION_PATHS
+        slots = self._app_slots if admission else self._aux_slots
+        slots.get()
+        if req.method == "POST" and time.monotonic() - conn.queued_at + self._seconds_per_request > budget:
+            slots.put(None)  # the wait for a slot used up the budget: refuse, don't answer late
+            return self._shed(req, conn, budget)
         self._busy.append(None)
         started = time.monotonic()
         try:
-            return bool(super().handle_request(req, conn))
+            return self._run_app(req, conn)
         finally:
             self._busy.pop()
-            self._app_slots.put(None)
-            # A moving average of the time a request holds a slot: it turns the number of
-            # requests ahead into the wait a new one can expect (see _over_budget).
-            self._seconds_per_request += (time.monotonic() - started - self._seconds_per_request) / 64
+            slots.put(None)
+            if admission:
+                # A moving average of the time a review holds a slot: it turns the number of
+                # requests ahead into the wait a new one can expect (see _expected_wait).
+                self._seconds_per_request += (time.monotonic() - started - self._seconds_per_request) / 64
+
+    def _run_app(self, req: Any, conn: Conn) -> bool:
+        """The WSGI call, as gunicorn's own workers make it (gunicorn.http.wsgi)."""
+        environ: dict[str, Any] = {}
+        resp = None
+        try:
+            self.cfg.pre_request(self, req)
+            resp, environ = wsgi.create(req, conn.sock, conn.client, conn.server, self.cfg)
+            environ["wsgi.multithread"] = True
+            self.nr += 1
+            if self.nr >= self.max_requests and self.alive:
+                log.info("restarting the worker after this request (max_requests)")
+                self.alive = False
+            if not self.alive or not self.cfg.keepalive:
+                resp.force_close()
+            respiter = self.wsgi(environ, resp.start_response)
+            try:
+                if isinstance(respiter, environ["wsgi.file_wrapper"]):
+                    resp.write_file(respiter)
+                else:
+                    for item in respiter:
+                        resp.write(item)
+                resp.close()
+            finally:
+                if hasattr(respiter, "close"):
+                    respiter.close()
+            return not resp.should_close()
+        except (Exception, SystemExit):
+            if resp is not None and resp.headers_sent:
+                log.exception("error while sending an answer to %s", _peer(conn.client))
+                return False  # half an answer went out: close, never write a second one
+            raise
+        finally:
+            try:
+                self.cfg.post_request(self, req, environ, resp)
+            except Exception:
+                log.exception("post_request hook failed")
 
     def _buffer_body(self, req: Any) -> None:
         """Read a Content-Length body (under the client deadline) before the request takes an
@@ -431,32 +763,80 @@ class WebhookWorker(ThreadWorker):  # type: ignore[misc]
                 and not any(name == "EXPECT" for name, _ in req.headers):
             req.body = io.BytesIO(req.body.read(reader.length))
 
-    def _shed(self, req: Any, conn: DeadlineConn) -> bool:
+    # -- refusing: at the door (poller) or in the thread
+
+    def _requests_waiting(self) -> int:
+        """Requests not yet evaluating: queued for a thread, or in one (being read, or waiting
+        for an evaluation slot)."""
+        return len(self._waiting) + max(0, len(self._handling) - len(self._busy))
+
+    def _budget(self, timeout: str | None) -> float:
+        """Seconds after its arrival by which a review must be answerable (webhook.server.deadline)."""
+        try:
+            return self._budgets[timeout]
+        except KeyError:
+            value = deadline.budget_seconds(timeout, self.limits)
+            if len(self._budgets) < 256:  # the API server sends at most a few dozen distinct values
+                self._budgets[timeout] = value
+            return value
+
+    def _expected_wait(self, ahead: int) -> float:
+        """When a review arriving now would be answered: the requests ahead of it times the recent
+        time per evaluation, divided by the slots, plus its own evaluation; and at least as late as
+        the oldest waiting request has waited already (a stalled queue shows there first)."""
+        estimate = (ahead / self.limits.app_concurrency + 1) * self._seconds_per_request
+        try:
+            return max(estimate, time.monotonic() - self._waiting[0])
+        except IndexError:
+            return estimate
+
+    def _door_refusal(self, ahead: int, head: door.RequestHead) -> str | None:
+        """Why the door refuses this request, or None to queue it."""
+        if head.method != "POST":
+            return None  # health checks and scrapes are never refused
+        if ahead >= self.limits.max_waiting_requests:
+            return "full"
+        return "late" if self._expected_wait(ahead) > self._budget(head.timeout) else None
+
+    def _door_answer(self, why: str, head: door.RequestHead) -> bytes:
+        """The prepared 503 for a door refusal; one per reason, deadline and Connection header."""
+        key = (why, head.timeout, head.close)
+        answer = self._door_answers.get(key)
+        if answer is None:
+            if why == "full":
+                reason = (f"gpushare-webhook is overloaded: {self.limits.max_waiting_requests} reviews are "
+                          "already waiting to be evaluated (overload.max_waiting_requests), so this one was "
+                          "refused without evaluation; the API server applies the webhook's failurePolicy")
+            else:
+                reason = ("gpushare-webhook is overloaded: this review would be answered after its deadline ("
+                          f"{deadline.describe(head.timeout, self.limits)}), so it was refused without "
+                          "evaluation; the API server applies the webhook's failurePolicy")
+            answer = http_json(503, error_body(503, reason), close=head.close)
+            if len(self._door_answers) < 512:
+                self._door_answers[key] = answer
+        return answer
+
+    def _shed(self, req: Any, conn: Conn, budget: float) -> bool:
         waited = time.monotonic() - conn.queued_at
-        reason = (f"gpushare-webhook is overloaded: this request waited {waited:.2f} s to be evaluated "
-                  f"(overload.queue_budget_seconds={self.limits.queue_budget_seconds:g}) and was refused "
-                  "without evaluation; the API server applies the webhook's failurePolicy")
-        keep_alive = not req.should_close()
+        timeout = deadline.timeout_parameter(req.query) if req.query else None
+        reason = (f"gpushare-webhook is overloaded: this review waited {waited:.2f} s to be evaluated and "
+                  f"would be answered after its deadline ({deadline.describe(timeout, self.limits)}), so it "
+                  "was refused without evaluation; the API server applies the webhook's failurePolicy")
+        keep_alive = not req.should_close() and self.alive
         conn.sock.sendall(http_json(503, error_body(503, reason), close=not keep_alive))
         if self._metrics is not None:
             self._count(self._metrics.count_request, endpoint_label(req.path), "", "", "overloaded", None)
         self._log_shed()
-        return keep_alive  # gunicorn drains the unread body before reusing the connection
+        return keep_alive  # the unread body is drained before the connection is reused
 
     def _log_shed(self) -> None:
         """One warning per 5 s at most: under overload a line per refusal would add to the load."""
         self._shed_since_log += 1
         now = time.monotonic()
         if now - self._shed_logged_at >= 5.0:
-            log.warning("overloaded: refused %d requests that waited over %g s for a worker thread",
-                        self._shed_since_log, self.limits.queue_budget_seconds)
+            log.warning("overloaded: refused %d reviews that could not be answered before their deadline "
+                        "or found %d already waiting", self._shed_since_log, self.limits.max_waiting_requests)
             self._shed_since_log, self._shed_logged_at = 0, now
-
-    def _keepalive_after(self, conn: DeadlineConn, keepalive: bool) -> bool:
-        try:
-            return bool(super()._keepalive_after(conn, keepalive))
-        except ClientTimeout:  # the leftover body trickled in too slowly: just close
-            return False
 
     # -- errors before the app ran
 
