@@ -23,7 +23,8 @@ class FollowerView:
         self._availability = Availability(False, reason, NOT_LEADER, "the binding reaches the leader")
 
     def availability(self) -> Availability:
-        return self._availability
+        base = self.base.availability()
+        return base if not base.usable else self._availability  # not synced, stale: said first
 
     def get_node(self, name: str) -> NodeInfo | None:
         return self.base.get_node(name)

@@ -78,7 +78,8 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
                 leader.start()
                 atexit.register(leader.stop)  # a worker that exits releases the Lease and its label
 
-        return Services(settings=settings, engine=engine, state=live, ready=live.synced,
+        ready = live.synced if leader is None else (lambda: live.synced() and leader.known())
+        return Services(settings=settings, engine=engine, state=live, ready=ready,
                         state_source=source, state_status=status, ledger=ledger, start=start, audit=audit,
                         allocation=allocation_exporter(settings, live), leader=leader)
     if snapshot is not None:

@@ -89,6 +89,11 @@ class LeaderElector:
         """Leading, and renewed within the renew deadline (a stalled loop stops leading too)."""
         return self._leading and self.clock() - self._renewed_at < self.settings.renew_deadline_seconds
 
+    def known(self) -> bool:
+        """Whether this replica has read the Lease once (it knows whether it leads): /readyz waits
+        for it, so that a replica taking reviews answers bindings as leader or as follower knowingly."""
+        return self._observed is not None
+
     def holder(self) -> str:
         """Who leads as this replica last saw the Lease ("" when nobody)."""
         observed = self._observed
@@ -117,8 +122,10 @@ class LeaderElector:
             if self._leading:
                 self._renew_once()
                 wait = self.settings.retry_period_seconds
+            elif not self.ready():
+                wait = 0.05  # a local check: campaign as soon as the state has synced
             else:
-                if self.ready() and self._try_acquire_or_renew():
+                if self._try_acquire_or_renew():
                     self._set_leading(True)
                 wait = self.settings.retry_period_seconds * (1 + random.random() * JITTER)
             if self._leading and not self._labelled:
