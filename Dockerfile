@@ -8,11 +8,12 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-COPY pyproject.toml README.md ./
+# constraints.txt pins every runtime dependency at the version CI tested (.ci/run installs with it too).
+COPY pyproject.toml README.md constraints.txt ./
 COPY policies ./policies
 COPY webhook ./webhook
 COPY certs ./certs
-RUN pip install --upgrade pip && pip install . \
+RUN pip install --upgrade pip && pip install --constraint constraints.txt . \
     && pip uninstall --yes pip \
     && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
 

@@ -43,6 +43,18 @@ class RotationRequest:
     rotation: CertRotationSettings
     force_serving: bool = False
     force_ca: bool = False
+    # Keep the names of the certificate being replaced (extra SANs given once at issue, e.g.
+    # `--san` for a node IP): the daily rotation runs without them and must not drop them.
+    keep_names: bool = True
+
+
+def wanted_names(request: RotationRequest, serving: Issued | None) -> list[str]:
+    """The configured names, then any the current certificate carries beyond them."""
+    names = list(request.dns_names)
+    if request.keep_names and serving is not None:
+        configured = normalised_names(names)
+        names += sorted(subject_names(serving.cert) - configured)
+    return names
 
 
 @dataclass
@@ -70,8 +82,8 @@ def serving_problem(serving: Issued | None, ca: Issued, request: RotationRequest
         return "the serving certificate is not signed by the current CA"
     if is_due(serving.cert, request.rotation.renew_after_fraction, now):
         return f"the serving certificate passed {request.rotation.renew_after_fraction:.0%} of its lifetime"
-    if subject_names(serving.cert) != normalised_names(request.dns_names):
-        return "the serving certificate names differ from the configured ones"
+    if not normalised_names(request.dns_names) <= subject_names(serving.cert):
+        return "the serving certificate lacks configured names"
     if key_type_of(serving.key) != request.certs.key_type:
         return f"the serving key is {key_type_of(serving.key)}, configured {request.certs.key_type}"
     return None
@@ -103,7 +115,8 @@ def rotate(store: CertStore, request: RotationRequest, publish: Publish,
     if why is not None:
         # The serving certificate never outlives the CA that signed it.
         remaining_days = (ca.cert.not_valid_after_utc - now).total_seconds() / 86400
-        result.serving = issue_serving(ca, request.dns_names, min(cfg.cert_days, remaining_days), cfg.key_type)
+        names = wanted_names(request, current.serving)
+        result.serving = issue_serving(ca, names, min(cfg.cert_days, remaining_days), cfg.key_type)
         store.save_serving(result.serving, result.bundle)
         result.actions.append(f"issued a serving certificate ({why})")
     else:

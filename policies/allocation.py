@@ -1,4 +1,4 @@
-"""GPU allocation per node and card, as ``kubectl inspect cgpu`` reports it (seeds 001, 003).
+"""GPU allocation per node and card, as ``kubectl inspect cgpu`` reports it (ACK GPU-sharing pages).
 
 Built on ``cards.node_cards``: the occupancy admission and scoring decide with is the
 occupancy ``inspect`` shows, so the three never disagree.
@@ -72,7 +72,7 @@ class ClusterUsage:
 
     @property
     def percent(self) -> int:
-        """Whole percent, rounded down, as the seeds print it (3/15 is 20%, 24/60 is 40%)."""
+        """Whole percent, rounded down, as the ACK pages print it (3/15 is 20%, 24/60 is 40%)."""
         return self.used_mem * 100 // self.total_mem if self.total_mem else 0
 
     @property

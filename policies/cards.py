@@ -28,10 +28,11 @@ from .settings import Names
 
 Placement = Literal["binpack", "spread"]
 CORE_PER_CARD = 100
-# cGPU cannot create more than 20 instances on one card (seed 002).
+# cGPU cannot create more than 20 instances on one card (ACK "Manage the shared GPU scheduling component").
 MAX_PODS_PER_CARD = 20
-# The modes built on cGPU: cgpu and core_mem (002), and mps, "NVIDIA MPS isolation technology
-# combined with Alibaba Cloud cGPU technology" (003). What 002 states for cGPU (ECS only, the
+# The modes built on cGPU: cgpu and core_mem (ACK "Manage the shared GPU scheduling component"),
+# and mps, "NVIDIA MPS isolation technology combined with Alibaba Cloud cGPU technology" (ACK "GPU
+# node scheduling labels"). What the first page states for cGPU (ECS only, the
 # memory-isolation regions, the version matrix, 20 pods per card) applies to all three.
 CGPU_MODES = frozenset({"cgpu", "core_mem", "mps"})
 CARD_LIMITED_MODES = CGPU_MODES

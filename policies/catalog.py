@@ -1,4 +1,4 @@
-"""Facts from the seeds as data: regions per mode and the version matrix (policies/data/*.yaml).
+"""Facts from the ACK documentation pages as data: regions per mode and the version matrix (policies/data/*.yaml).
 
 The shipped files are the defaults; ``Settings.catalog`` overrides them (a whole file, or
 single keys inline). Everything is validated once, when the engine is built, so a broken

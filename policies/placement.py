@@ -30,6 +30,9 @@ class PodDemand:
     gpus: tuple[PodGPU, ...]
     whole_gpus: int = 0
     topology_gpus: int = 0
+    # GPU values rule GS003 refuses ('container "c": aliyun.com/gpu-mem=4000m'): never a card
+    # demand, but a ranking says so instead of "no GPU requested".
+    refused: tuple[str, ...] = ()
     # Derived once: judging reads it for every node.
     is_core_mem: bool = field(init=False, compare=False)
 
@@ -49,15 +52,19 @@ def demand_from_containers(key: str, containers: Sequence[ContainerRequest], nam
     r = names.resources
     gpus: list[PodGPU] = []
     whole = topology = 0
+    refused = []
     for c in containers:
         mem = c.count(r.gpu_mem)
+        if mem is None and c.has(r.gpu_mem):
+            value = c.value(r.gpu_mem)
+            refused.append(f'container "{c.name}": {r.gpu_mem}={value.raw if value is not None else "?"}')
         if mem is not None:
             core = c.amount(r.gpu_core)
             index = c.index if c.group == "containers" else None
             gpus.append(PodGPU(c.name, mem, int(core) if core is not None else 0, index))
         whole += int(c.amount(r.gpu_exclusive) or 0)
         topology += int(c.amount(r.gpu_topology) or 0)
-    return PodDemand(key, tuple(gpus), whole, topology)
+    return PodDemand(key, tuple(gpus), whole, topology, tuple(refused))
 
 
 def demand_from_pod(pod: PodInfo) -> PodDemand:

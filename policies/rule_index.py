@@ -9,6 +9,7 @@ from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .mutations import MUTATIONS
 from .rules.base import REGISTRY
 from .settings import Settings, Severity
+from .sources import cite
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,15 +19,21 @@ class RuleEntry:
     default_severity: Severity | None  # None for mutations: they patch, they do not judge
     severity: Severity | None  # as configured
     enabled: bool
-    seed: str
+    seed: str  # source codes as the rule declares them; ``sources`` is what users read
     title: str
     doc: str
     kinds: tuple[str, ...]
     stateful: bool
 
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The documents (by title) or the project decision this rule comes from."""
+        return cite(self.seed)
+
     def as_dict(self) -> dict[str, object]:
         return {"id": self.id, "category": self.category, "severity": self.severity,
-                "defaultSeverity": self.default_severity, "enabled": self.enabled, "seed": self.seed,
+                "defaultSeverity": self.default_severity, "enabled": self.enabled,
+                "sources": list(self.sources),
                 "title": self.title, "doc": self.doc, "kinds": list(self.kinds), "stateful": self.stateful}
 
 
@@ -44,3 +51,8 @@ def rule_entries(settings: Settings) -> list[RuleEntry]:
         entries.append(RuleEntry(mutation.id, "mutation", None, None, override is None or override.enabled,
                                  mutation.seed, mutation.title, mutation.doc, (), False))
     return entries
+
+
+def known_rule_ids() -> frozenset[str]:
+    """Every id a config may name: rules and mutations."""
+    return frozenset(REGISTRY) | frozenset(MUTATIONS)

@@ -2,7 +2,7 @@
 
 Filters every node (card-model selectors and required node affinity, then the placement
 checks GB001-GB005 through ``placement.judge``) and scores the nodes that fit, 0..100,
-by the node's own placement policy (seed 003):
+by the node's own placement policy (ACK "GPU node scheduling labels"):
 
 - binpack (default): how full the chosen cards are after placing the pod, so the
   fullest card that fits wins and empty cards stay free for large requests;
@@ -324,6 +324,9 @@ def explain(score: NodeScore, demand: PodDemand) -> list[str]:
     if profile is None or score.cards is None:
         if demand.whole_gpus:
             return [f"whole GPUs ({demand.whole_gpus}) are counted by kube-scheduler; not scored here"]
+        if demand.refused:
+            return [f"not ranked on GPUs: {'; '.join(demand.refused)} refused by GS003; "
+                    "fix it to see where the pod fits"]
         return ["no GPU requested; kube-scheduler ranks this pod"]
     if demand.gpus:
         placement = profile.cards.placement

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from datetime import date
 from pathlib import Path
 from typing import Any, Literal
@@ -196,7 +197,7 @@ class WhenStateUnavailable(_Section):
     # guard capacity, and blocking every binding while the API is flaky stops the cluster.
     placement: FailMode = "open"
     # A node mode change that cannot be checked is refused: it is rare, done by a person
-    # who can retry, and getting it wrong breaks running GPU pods (seed 002).
+    # who can retry, and getting it wrong breaks running GPU pods (ACK "Manage the shared GPU scheduling component").
     node_mode_change: FailMode = "closed"
     # GC001 (can any node hold this pod?) only advises: never block a pod because it could not be judged.
     capacity: FailMode = "open"
@@ -285,7 +286,7 @@ class NodePolicySettings(_Section):
 
 
 class CatalogSettings(_Section):
-    """Facts from the seeds (policies/data/*.yaml), overridable by operators.
+    """Facts from the ACK documentation pages (policies/data/*.yaml), overridable by operators.
 
     ``file`` is a YAML file with the same keys as the shipped data; ``regions`` and
     ``versions`` override single entries inline. Later sources win per key.
@@ -541,8 +542,15 @@ def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def load_settings(path: str | Path | None = None) -> Settings:
-    """Defaults, overlaid by the YAML file at ``path`` (if any), overlaid by the environment."""
+def load_settings(path: str | Path | None = None, known_rules: Collection[str] | None = None) -> Settings:
+    """Defaults, overlaid by the YAML file at ``path`` (if any), overlaid by the environment.
+
+    Errors are one ``ConfigFileError`` in plain words that names its source: the file, or the
+    environment variable that set the value. With ``known_rules``, rule ids outside it are one too
+    (the rules import this module, so the caller, not this module, knows them).
+    """
+    from pydantic import ValidationError
+
     from_file: dict[str, Any] = {}
     if path is not None:
         import yaml
@@ -551,22 +559,118 @@ def load_settings(path: str | Path | None = None) -> Settings:
             text = Path(path).read_text(encoding="utf-8")
             loaded = yaml.safe_load(text) or {}
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise ConfigFileError(f"{path}: cannot read config: {exc}") from None
+            raise ConfigFileError(f"{path}: cannot read config: {_one_line(str(exc))}") from None
         if not isinstance(loaded, dict):
-            raise ConfigFileError(f"{path}: config must be a mapping, got {type(loaded).__name__}")
-        from_file = loaded
+            raise ConfigFileError(f"{path}: config must be a mapping of sections (names, rules, server, ...), "
+                                  f"not {_kind(loaded)}")
+        from_file = _rule_ids_upper(loaded)
+    from_environment = _from_environment()
     try:
-        return Settings(**_deep_merge(from_file, _from_environment()))
-    except ValueError as exc:
-        where = f"{path}: " if path else ""
-        raise ConfigFileError(f"{where}invalid configuration: {exc}") from None
+        settings = Settings(**_deep_merge(from_file, from_environment))
+    except ValidationError as exc:
+        raise ConfigFileError(plain_errors(exc, lambda loc: _source_of(loc, path, from_environment))) from None
+    if known_rules is not None:
+        _check_rule_ids(settings, set(known_rules), path, from_environment)
+    return settings
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _kind(value: object) -> str:
+    return {dict: "a mapping", list: "a list", str: "text", bool: "true/false", int: "a number",
+            float: "a number", type(None): "empty"}.get(type(value), type(value).__name__)
+
+
+def _rule_ids_upper(data: dict[str, Any]) -> dict[str, Any]:
+    """Rule ids are upper case (GS003); the environment hands them over lower case."""
+    rules = data.get("rules")
+    if isinstance(rules, dict):
+        return {**data, "rules": {str(key).upper(): value for key, value in rules.items()}}
+    return data
+
+
+def _env_name(loc: tuple[Any, ...]) -> str:
+    return ENV_PREFIX + ENV_NESTED_DELIMITER.join(str(part).upper() for part in loc)
+
+
+def _env_sets(loc: tuple[Any, ...], environment: dict[str, Any]) -> bool:
+    node: Any = environment
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _source_of(loc: tuple[Any, ...], path: str | Path | None, environment: dict[str, Any]) -> str:
+    for end in range(len(loc), 0, -1):  # the variable may set a whole section as JSON
+        if _env_sets(loc[:end], environment):
+            return f"environment variable {_env_name(loc[:end])}"
+    return str(path) if path is not None else "settings"
+
+
+def _check_rule_ids(settings: Settings, known: set[str], path: str | Path | None,
+                    environment: dict[str, Any]) -> None:
+    unknown = sorted(set(settings.rules) - known)
+    if unknown:
+        source = _source_of(("rules", unknown[0]), path, environment)
+        raise ConfigFileError(f"{source}: names unknown rules: {', '.join(unknown)} "
+                              "(`gpushare rules` lists every rule id)")
+
+
+_PLAIN = {
+    "int_parsing": "is not a whole number", "int_type": "is not a whole number",
+    "int_from_float": "is not a whole number", "float_parsing": "is not a number", "float_type": "is not a number",
+    "bool_parsing": "is not true or false", "bool_type": "is not true or false",
+    "string_type": "is not text", "dict_type": "is not a mapping", "model_type": "is not a mapping",
+    "list_type": "is not a list", "tuple_type": "is not a list", "missing": "is missing",
+    "extra_forbidden": "is not a setting", "path_type": "is not a file path",
+}
+
+
+def plain_errors(exc: Any, source: Any) -> str:
+    """pydantic's validation errors as one line of plain words, each with where it came from."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        where = ".".join(str(p) for p in loc) or "config"
+        value = error.get("input")
+        kind, ctx = error["type"], error.get("ctx") or {}
+        shown = _show(value)
+        if kind == "extra_forbidden":
+            text = f"{where}: unknown setting"
+        elif kind == "literal_error":
+            text = f"{where}: {shown} is not one of {ctx.get('expected', '')}"
+        elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+            bound = {"greater_than_equal": ("at least", "ge"), "greater_than": ("more than", "gt"),
+                     "less_than_equal": ("at most", "le"), "less_than": ("less than", "lt")}[kind]
+            text = f"{where}: {shown} must be {bound[0]} {ctx.get(bound[1])}"
+        elif kind == "missing":
+            text = f"{where}: is missing"
+        elif kind in _PLAIN:
+            text = f"{where}: {shown} {_PLAIN[kind]}"
+        else:
+            text = f"{where}: {shown}: {error['msg'][:1].lower()}{error['msg'][1:]}"
+        parts.append(f"{source(loc)}: {text}")
+    return "; ".join(parts)
+
+
+def _show(value: object) -> str:
+    import json
+
+    try:
+        return json.dumps(value, default=str)[:80]
+    except (TypeError, ValueError):
+        return repr(value)[:80]
 
 
 def _from_environment() -> dict[str, Any]:
     """The settings given as GPUSHARE_* variables (``__`` between nested keys), as a nested dict."""
     if not any(name.upper().startswith(ENV_PREFIX) for name in os.environ):
         return {}
-    from pydantic import create_model
+    from pydantic import ValidationError, create_model
     from pydantic_settings import BaseSettings, SettingsConfigDict
 
     class FromEnvironment(BaseSettings):
@@ -575,4 +679,8 @@ def _from_environment() -> dict[str, Any]:
 
     fields: dict[str, Any] = {name: (info.annotation, info) for name, info in Settings.model_fields.items()}
     reader = create_model("SettingsFromEnvironment", __base__=FromEnvironment, **fields)
-    return reader().model_dump(exclude_unset=True)
+    try:
+        values = reader().model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        raise ConfigFileError(plain_errors(exc, lambda loc: f"environment variable {_env_name(loc)}")) from None
+    return _rule_ids_upper(values)

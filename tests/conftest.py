@@ -6,6 +6,10 @@ from policies.engine import Engine
 from policies.settings import Settings, load_settings
 from webhook.state.snapshot import load_demo_snapshot
 
+from . import hermetic
+
+hermetic.install()
+
 
 @pytest.fixture(scope="session")
 def settings() -> Settings:
@@ -36,3 +40,14 @@ def session(server):
     """A TLS session that trusts only the server's generated CA."""
     with server.session() as client:
         yield client
+
+
+
+@pytest.fixture(autouse=True)
+def _reads_only_the_repository():
+    """Fail the test that opened (or passed to a command) a file beside the repository."""
+    before = len(hermetic.violations)
+    yield
+    found = hermetic.violations[before:]
+    del hermetic.violations[before:]
+    assert not found, f"the test read outside the repository: {found}"

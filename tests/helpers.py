@@ -19,7 +19,7 @@ import requests
 from bench.processes import free_port, https_server
 
 DATA = Path(__file__).parent / "data"
-SEEDS = DATA / "seeds"  # copies of the ACK documentation pages (tests/data/SOURCES.md)
+SEEDS = DATA / "seeds"  # copies of ACK documentation pages (tests/data/seeds/README.md)
 T = TypeVar("T")
 
 

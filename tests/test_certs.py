@@ -146,7 +146,7 @@ def test_changed_names_or_key_type_reissue(tmp_path):
     store = Recording(tmp_path)
     rotate(store, request(), store.publish)
     renamed = rotate(store, request(certs={"namespace": "gpu"}), store.publish)
-    assert "names differ" in renamed.actions[0]
+    assert "lacks configured names" in renamed.actions[0]
     assert "gpushare-webhook.gpu.svc" in subject_names(renamed.serving.cert)
     rekeyed = rotate(store, request(certs={"namespace": "gpu", "key_type": "ecdsa-p384"}), store.publish)
     assert "configured ecdsa-p384" in rekeyed.actions[0]
@@ -215,3 +215,17 @@ def test_cli_issue_refuses_to_replace_a_ca_unless_asked(tmp_path):
     assert (tmp_path / "d" / "ca.crt").read_bytes() == ca
     assert run_cli("issue", "--cert-dir", "d", "--overwrite", cwd=tmp_path).returncode == 0
     assert (tmp_path / "d" / "ca.crt").read_bytes() != ca
+
+
+def test_rotate_keeps_the_extra_names_of_the_certificate_it_replaces(tmp_path):
+    """The daily CronJob runs `certs rotate` without the `--san` given at issue: those names stay."""
+    from .check_helpers import run_gpushare
+
+    certs = tmp_path / "certs"
+    issued = run_gpushare("certs", "issue", "--cert-dir", certs, "--san", "10.0.0.7", "--san", "webhook.example.com")
+    assert issued.returncode == 0, issued.stderr
+    before = subject_names(DirectoryStore(certs).load().serving.cert)
+    assert {"10.0.0.7", "webhook.example.com"} <= before
+    rotated = run_gpushare("certs", "rotate", "--cert-dir", certs, "--force")
+    assert rotated.returncode == 0, rotated.stderr
+    assert subject_names(DirectoryStore(certs).load().serving.cert) == before

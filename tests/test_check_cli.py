@@ -18,6 +18,7 @@ from rfc3986_validator import validate_rfc3986
 from policies.engine import Engine
 from policies.rules.base import REGISTRY
 from policies.settings import load_settings
+from policies.sources import cite
 
 from .check_helpers import SEED_33, SEED_OK, check_json, line_of, run_gpushare, write_yaml
 from .helpers import DATA, gpushare_executable
@@ -228,18 +229,21 @@ def test_fail_on_warn_counts_warnings(tmp_path):
     assert strict.returncode == 1 and strict.stdout.startswith("::error ")
 
 
-def test_rules_lists_every_rule_with_id_severity_seed_and_explanation(tmp_path):
+def test_rules_lists_every_rule_with_id_severity_source_and_explanation(tmp_path):
     done = run_gpushare("rules", "--format", "json")
     assert done.returncode == 0
     listed = {entry["id"]: entry for entry in json.loads(done.stdout)}
     assert set(REGISTRY) <= set(listed) and {"GM001", "GM002", "GM003"} <= set(listed)
     for rule_id, rule in REGISTRY.items():
-        assert (listed[rule_id]["severity"], listed[rule_id]["seed"], listed[rule_id]["title"]) == (
-            rule.severity, rule.seed, rule.title)
+        assert (listed[rule_id]["severity"], listed[rule_id]["sources"], listed[rule_id]["title"]) == (
+            rule.severity, list(cite(rule.seed)), rule.title)
+    assert listed["GS001"]["sources"] == ['ACK documentation: "Allocate computing power by scheduling shared GPU"']
     text = run_gpushare("rules").stdout.splitlines()
-    assert text[0].split() == ["ID", "SEVERITY", "SEED", "CHECKS"]
+    assert text[0].split() == ["ID", "SEVERITY", "SOURCE", "CHECKS"]
     gs001 = next(line for line in text if line.startswith("GS001"))
-    assert gs001.split(None, 3) == ["GS001", "deny", "000", REGISTRY["GS001"].title]
+    mark = gs001.split(None, 3)[2]
+    assert gs001.split(None, 3) == ["GS001", "deny", mark, REGISTRY["GS001"].title]
+    assert f"  {mark} ACK documentation: \"Allocate computing power by scheduling shared GPU\"" in text
     (tmp_path / ".gpushare.yaml").write_text("rules:\n  GS001: {severity: warn}\n  GS002: {enabled: false}\n")
     configured = run_gpushare("rules", cwd=tmp_path).stdout
     assert "GS001  warn (default deny)" in configured and "GS002  off" in configured

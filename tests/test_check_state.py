@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from policies.rules.base import REGISTRY, Subject, rule
+from policies.rules.base import REGISTRY, Found, Subject, rule
 from webhook.cli.commands import main
 from webhook.state.snapshot import DEMO_SNAPSHOT
 
@@ -29,12 +29,12 @@ KNOWN_NODE = "cn-beijing.192.168.1.10"
 def probe() -> Iterator[str]:
     """A stateful warn rule that reports what it was shown."""
 
-    def seen(subject: Subject) -> Iterator[tuple[str, tuple]]:
+    def seen(subject: Subject) -> Iterator[Found]:
         assert subject.state is not None  # the engine never runs a stateful rule without state
         node = subject.state.get_node(KNOWN_NODE)
         old = (subject.old or {}).get("metadata", {}).get("labels", {}).get("ack.node.gpu.schedule")
-        yield (f"{subject.label} op={subject.operation} nodes={len(subject.state.nodes())} "
-               f"known={node is not None} old-mode={old}", ())
+        yield Found(f"{subject.label} op={subject.operation} nodes={len(subject.state.nodes())} "
+                    f"known={node is not None} old-mode={old}")
 
     rule("GT900", severity="warn", seed="test", kinds=("Pod", "Job", "Node", "Binding"),
          title="probe", doc="probe", stateful=True)(seen)
@@ -63,7 +63,7 @@ def test_stateful_rules_get_the_snapshot_for_every_kind(tmp_path, probe):
     # The real stateful rules judge these objects against the snapshot too: the demo node runs a
     # core+mem pod, so relabelling it (GN006) and placing a mem-only pod there (GB001) fail.
     assert with_state.exit_code == 1, with_state.output
-    findings = json.loads(with_state.output)["findings"]
+    findings = json.loads(with_state.stdout)["findings"]  # stderr names the snapshot judged against
     assert {"GN006", "GB001"} <= {f["rule"] for f in findings}
     messages = [f["message"] for f in findings if f["rule"] == probe]
     assert messages == [

@@ -74,3 +74,26 @@ def test_the_build_copies_every_package_the_distribution_installs():
     copied = {c.value[0] for c in stages()[0] if c.cmd == "COPY"}
     assert packages <= copied
     assert project["project"]["scripts"]["gpushare"] == "webhook.cli:main"
+
+
+def test_the_image_and_ci_install_the_pinned_runtime_dependencies():
+    """constraints.txt pins each runtime dependency; the image and CI both install with it."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not pinned: {line}"
+            pins[canonicalize_name(name)] = version
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for requirement in map(Requirement, declared):
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not pinned in constraints.txt"
+        assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} breaks {requirement}"
+    runs = " ".join(" ".join(c.value) for stage in stages() for c in stage if c.cmd == "RUN")
+    assert "--constraint constraints.txt ." in runs
+    copies = [c.value for c in stages()[0] if c.cmd == "COPY"]
+    assert any("constraints.txt" in value for value in copies)
+    assert "--constraint constraints.txt -e '.[test]'" in (ROOT / ".ci" / "run").read_text()

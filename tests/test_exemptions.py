@@ -73,8 +73,8 @@ def test_on_a_workloads_own_metadata_it_is_not_applied_because_pods_do_not_inher
     assert not verdict.allowed
     assert verdict.findings[0].message == (
         "GE001: Deployment default/legacy: gpushare.io/exempt=GS003 is on the Deployment's own metadata, which its "
-        "pods do not inherit, so it is not applied; put it and gpushare.io/exempt-reason under "
-        'spec.template.metadata.annotations["gpushare.io/exempt"]')
+        "pods do not inherit, so it is not applied; put it and gpushare.io/exempt-reason in the pod template's "
+        "annotations, spec.template.metadata.annotations")
 
 
 def test_unknown_ids_warn_and_known_ones_still_apply(engine):

@@ -259,8 +259,10 @@ def test_relabelling_an_existing_node_warns_and_unknown_cpu_policy_warns(server,
 
 def test_rules_cite_kubernetes_and_project_choices():
     rules = {r["id"]: r for r in json.loads(gpushare("rules", "--format", "json").stdout)}
-    assert rules["GS004"]["seed"] == "Kubernetes" and "before validating webhooks run" in rules["GS004"]["doc"]
-    assert rules["GN006"]["seed"] == "project choice" and rules["GS007"]["seed"] == "project choice"
+    assert rules["GS004"]["sources"] == ['Kubernetes documentation: "Resource Management for Pods and Containers"']
+    assert "before validating webhooks run" in rules["GS004"]["doc"]
+    assert rules["GN006"]["sources"][0].startswith("project choice")
+    assert rules["GS007"]["sources"][0].startswith("project choice")
     assert rules["GC001"]["defaultSeverity"] == "warn"
 
 

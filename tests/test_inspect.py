@@ -179,4 +179,5 @@ def test_errors_are_one_line_with_exit_codes(tmp_path):
     assert done.returncode == 1 and "cannot reach the API server" in done.stderr
     assert "Traceback" not in done.stderr
     done = inspect("--kubeconfig", str(tmp_path / "absent"))
-    assert done.returncode == 2 and "no usable cluster configuration" in done.stderr
+    assert done.returncode == 2 and "absent: not a usable cluster configuration" in done.stderr
+    assert "--snapshot" in done.stderr

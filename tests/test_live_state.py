@@ -245,7 +245,7 @@ def test_tls_and_token_from_the_kubeconfig(tmp_path):
 def test_bad_kubeconfig_is_a_clear_error(tmp_path):
     broken = tmp_path / "kubeconfig"
     broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
-    with pytest.raises(StateSourceError, match="kubeconfig: cannot configure the Kubernetes client"):
+    with pytest.raises(StateSourceError, match="kubeconfig: not a usable cluster configuration"):
         core_api(broken)
 
 

@@ -68,7 +68,7 @@ def test_readyz_flips_only_after_the_first_sync_and_the_source_is_logged(api, tm
         api.set_unavailable(False)
         wait_until(lambda: session.get(server.url + "/readyz", timeout=5).status_code == 200, timeout=20,
                    what="/readyz after the sync")
-        assert "cluster state source: live:" in server.log()
+        assert f"cluster state: cluster from kubeconfig {kubeconfig} (API server" in server.log()
 
 
 def test_decisions_follow_watch_events(api, tmp_path):
@@ -152,7 +152,7 @@ def test_bad_kubeconfig_or_both_sources_exit_2(tmp_path):
     base = [gpushare_executable(), "serve", "--cert-dir", str(tmp_path / "c"), "--port", "0"]
     result = subprocess.run([*base, "--kubeconfig", str(broken)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "kubeconfig: cannot configure the Kubernetes client" in result.stderr and "Traceback" not in result.stderr
+    assert "kubeconfig: not a usable cluster configuration" in result.stderr and "Traceback" not in result.stderr
     both = subprocess.run([*base, "--kubeconfig", str(broken), "--snapshot", str(broken)], capture_output=True,
                           text=True, timeout=60)
     assert both.returncode == 2 and "not both" in both.stderr

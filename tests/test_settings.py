@@ -1,6 +1,11 @@
+import json
+
 import pytest
 
 from policies.settings import ConfigFileError, load_settings
+
+from .check_helpers import run_gpushare, write_yaml
+from .manifests import MEM, container
 
 
 def test_defaults_carry_the_names_of_the_design():
@@ -37,3 +42,40 @@ def test_bad_files_are_refused_with_the_file_name(tmp_path, text):
 def test_missing_file_is_refused(tmp_path):
     with pytest.raises(ConfigFileError, match="cannot read config"):
         load_settings(tmp_path / "absent.yaml")
+
+
+def test_rule_overrides_from_the_environment_in_any_case(tmp_path):
+    pod = write_yaml(tmp_path / "x.yaml", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                           "spec": {"containers": [container("c", {MEM: "2Gi"})]}})
+    for name in ("GPUSHARE_RULES__GS003__SEVERITY", "gpushare_rules__gs003__severity"):
+        done = run_gpushare("check", "--format", "json", pod, env={name: "warn"})
+        assert done.returncode == 0, done.stderr
+        assert [f["severity"] for f in json.loads(done.stdout)["findings"]] == ["warn"]
+    listed = run_gpushare("rules", env={"GPUSHARE_RULES__GS003__ENABLED": "false"}).stdout
+    assert "GS003  off" in listed
+
+
+@pytest.mark.parametrize(("env", "text", "expected"), [
+    ({"GPUSHARE_RULES__GS999__SEVERITY": "warn"}, None,
+     "environment variable GPUSHARE_RULES__GS999: names unknown rules: GS999"),
+    ({"GPUSHARE_SERVER__THREADS": "many"}, None,
+     'environment variable GPUSHARE_SERVER__THREADS: server.threads: "many" is not a whole number'),
+    ({}, "server:\n  threads: many\n", 'CONFIG: server.threads: "many" is not a whole number'),
+    ({}, "rules:\n  GS999: {enabled: false}\n", "CONFIG: names unknown rules: GS999"),
+    ({}, "rules:\n  GS001: {severity: fatal}\n",
+     "CONFIG: rules.GS001.severity: \"fatal\" is not one of 'deny' or 'warn'"),
+    ({}, "server:\n  port: 99999\n", "CONFIG: server.port: 99999 must be at most 65535"),
+    ({}, "nonsense: 1\n", "CONFIG: nonsense: unknown setting"),
+    ({}, "- a list\n", "CONFIG: config must be a mapping of sections"),
+])
+def test_config_errors_in_plain_words_name_their_source(tmp_path, env, text, expected):
+    config = tmp_path / "c.yaml"
+    config.write_text(text or "{}\n")
+    pod = write_yaml(tmp_path / "x.yaml", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+    for command in (["check", "--config", config, pod], ["rules", "--config", config],
+                    ["score", "--config", config, pod]):
+        done = run_gpushare(*command, env=env)
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.splitlines()
+        assert line.startswith(f"gpushare: error: {expected.replace('CONFIG', str(config))}"), line
+        assert "pydantic" not in done.stderr and "None" not in done.stderr

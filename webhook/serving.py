@@ -3,9 +3,14 @@ app (routes/) + gunicorn (server/) -> a running server. It is the one module tha
 
 from __future__ import annotations
 
+import errno
 import gc
 import logging
+import socket
+import ssl
+import sys
 from pathlib import Path
+from typing import Any
 
 from flask import Flask
 
@@ -21,10 +26,14 @@ from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options
 from webhook.state.audit_loop import AuditLoop
-from webhook.state.snapshot import load_demo_snapshot, load_snapshot
+from webhook.state.snapshot import describe_snapshot, load_demo_snapshot, load_snapshot
 from webhook.state.status import StateStatus
 
 log = logging.getLogger("gpushare.serve")
+
+
+class ServeError(ValueError):
+    """``gpushare serve`` cannot start: unusable certificates, an address in use."""
 
 
 def new_ledger(settings: Settings) -> PlacementLedger:
@@ -56,6 +65,8 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
 
             configz = api_fetcher(api, settings.state.kubelet_configz, settings.state.connect_timeout_seconds)
         live = LiveClusterState(api, settings.names, settings.state, status=status, configz=configz)
+        where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the in-cluster service account"
+        description = f"cluster from {where} (API server {host})"
         log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
         audit = AuditLoop(live, settings, live.synced) if settings.audit.interval_seconds > 0 else None
         leader = None
@@ -80,17 +91,16 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
 
         ready = live.synced if leader is None else (lambda: live.synced() and leader.known())
         return Services(settings=settings, engine=engine, state=live, ready=ready,
-                        state_source=source, state_status=status, ledger=ledger, start=start, audit=audit,
-                        allocation=allocation_exporter(settings, live), leader=leader)
+                        state_source=source, state_description=description, state_status=status, ledger=ledger,
+                        start=start, audit=audit, allocation=allocation_exporter(settings, live), leader=leader)
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"
     else:
         state = load_demo_snapshot(settings.names)
         source = "demo-snapshot"
-    nodes, pods = state.counts()
-    log.warning("cluster state source: %s (%d nodes, %d GPU pods)", source, nodes, pods)
     return Services(settings=settings, engine=engine, state=state, state_source=source,
+                    state_description=describe_snapshot(state, snapshot),
                     state_status=StateStatus.loaded_snapshot(source), ledger=ledger,
                     allocation=allocation_exporter(settings, state))
 
@@ -107,12 +117,60 @@ def serving_names(settings: Settings) -> list[str]:
 
 
 def prepare_certificates(settings: Settings, cert_dir: Path) -> bool:
-    generated = ensure_serving_certs(cert_dir, serving_names(settings), ca_days=settings.certs.ca_days,
-                                     cert_days=settings.certs.cert_days, key_type=settings.certs.key_type)
+    """Generate what is missing, then prove the pair loads: a bad file is one line now, not a
+    worker that fails to start over and over."""
+    try:
+        generated = ensure_serving_certs(cert_dir, serving_names(settings), ca_days=settings.certs.ca_days,
+                                         cert_days=settings.certs.cert_days, key_type=settings.certs.key_type)
+        for name in ("tls.crt", "tls.key"):
+            if b"-----BEGIN " not in (cert_dir / name).read_bytes():
+                raise ServeError(f"{cert_dir / name}: not a PEM file (remove it to have a new one generated)")
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert_dir / "tls.crt",
+                                                                            cert_dir / "tls.key")
+    except ServeError:
+        raise
+    except (OSError, ValueError, TypeError, ssl.SSLError) as exc:
+        reason = " ".join(str(getattr(exc, "strerror", None) or exc).split()) or type(exc).__name__
+        raise ServeError(f"{cert_dir}: cannot use the certificates there (ca.crt, ca.key, tls.crt, tls.key): "
+                         f"{reason}") from None
     if generated:
         log.warning("generated a self-signed CA and serving certificate in %s", cert_dir)
     return generated
 
+
+def check_address(host: str, port: int) -> None:
+    """Bind once before gunicorn does: gunicorn retries a busy address for seconds, logging each try."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+            probe.bind((host, port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ServeError(f"cannot listen on {host}:{port}: the port is in use (another server? "
+                             "choose one with --port)") from None
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def urls(host: str, port: int) -> str:
+    """The address as URLs a user can paste; a wildcard address names the local one too."""
+    shown = f"[{host}]" if ":" in host else host
+    if host in ("0.0.0.0", "::", ""):
+        return f"https://{shown}:{port} (all interfaces; locally https://localhost:{port})"
+    return f"https://{shown}:{port}"
+
+
+def announce(services: Services, cert_dir: Path, listeners: list[Any]) -> None:
+    """One line once the sockets are bound: where it listens, what it judges against, what to trust."""
+    addresses = []
+    for listener in listeners:
+        host, port = listener.sock.getsockname()[:2]
+        addresses.append(urls(host, port))
+    ca = cert_dir / "ca.crt"
+    trust = f"clients trust the CA {ca}" if ca.exists() else f"clients trust the CA that signed {cert_dir / 'tls.crt'}"
+    ready = "" if services.state_source.startswith(("snapshot:", "demo")) else ", ready once nodes and pods are listed"
+    print(f"gpushare: serving on {', '.join(addresses)}; cluster state: {services.state_description}{ready}; {trust}",
+          file=sys.stdout, flush=True)
 
 def scheduler_notice(settings: Settings) -> str:
     """What GM001 does in this process, said once at start (the choice matters: docs/install.md)."""
@@ -125,9 +183,11 @@ def scheduler_notice(settings: Settings) -> str:
 
 def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig: Path | None = None) -> None:
     """Generate certificates if missing, then run the webhook under gunicorn until signalled."""
-    prepare_certificates(settings, cert_dir)
-    # Fail fast on a bad snapshot or kubeconfig, before forking.
+    # Fail fast on a bad snapshot or kubeconfig, before forking and before writing certificates.
     services = build_services(settings, snapshot, kubeconfig)
+    prepare_certificates(settings, cert_dir)
+    if settings.server.port:
+        check_address(settings.server.host, settings.server.port)
     configured_guards(settings.auth)  # and on an unusable CA or token file
     log.info("%s", scheduler_notice(settings))
     if settings.server.workers > 1:
@@ -145,4 +205,6 @@ def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeco
         gc.freeze()
         return app
 
-    run_gunicorn(factory, gunicorn_options(settings, cert_dir))
+    options = gunicorn_options(settings, cert_dir)
+    options["when_ready"] = lambda arbiter: announce(services, cert_dir, arbiter.LISTENERS)
+    run_gunicorn(factory, options)

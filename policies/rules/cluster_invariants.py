@@ -36,11 +36,11 @@ _invariant("GA004", "deny", "003",
            "Shared-GPU pods need a node labelled ack.node.gpu.schedule cgpu, core_mem, share or mps "
            "(core+mem pods: core_mem), topology pods need topology, and shared GPU scheduling needs the "
            "CPU manager policy none.")
-_invariant("GA005", "deny", "project choice",
+_invariant("GA005", "deny", "project choice: a card record that points at no card is a broken record",
            "a pod's recorded card index exists on its node",
            "The card a pod's allocation annotation names (scheduler.framework.gpushare.allocation or "
            "ALIYUN_COM_GPU_MEM_IDX) is below the node's card count; else the record points at no card.")
-_invariant("GA006", "warn", "gpushare-scheduler-extender",
+_invariant("GA006", "warn", "source code: github.com/AliyunContainerService/gpushare-scheduler-extender",
            "bound pods are assigned their card soon after binding",
            "The scheduler marks a bound pod assigned=false with its assume time; the device plugin flips it to "
            "true when the container starts. A pod still false after audit.unassigned_after_seconds was never "

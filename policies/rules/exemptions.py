@@ -17,7 +17,8 @@ def _known_ids() -> set[str]:
     return set(REGISTRY) | set(MUTATIONS)
 
 
-@rule("GE001", severity="warn", seed="issue 5", kinds=EXEMPTABLE_KINDS,
+@rule("GE001", severity="warn", kinds=EXEMPTABLE_KINDS,
+      seed="project choice: an exemption that is not applied must not pass silently",
       title="Exemptions are allowed by an admin, carry a reason and name known rules",
       doc="gpushare.io/exempt lists rule ids to skip for this object and needs a non-empty "
           "gpushare.io/exempt-reason; it is honoured only in namespaces an admin allows (a Namespace "
@@ -32,10 +33,10 @@ def exemption_is_usable(subject: Subject) -> Iterator[Found]:
         return
     listed = ",".join(exemption.ids) or "(nothing)"
     if exemption.misplaced:
-        wanted = render_path((*annotations_path(subject.kind), names.exempt_annotation))
+        wanted = render_path(annotations_path(subject.kind))  # the map, not the key inside it
         yield Found(f"{subject.label}: {names.exempt_annotation}={listed} is on the {subject.kind}'s own metadata, "
                     f"which its pods do not inherit, so it is not applied; put it and "
-                    f"{names.exempt_reason_annotation} under {wanted}", exemption.path)
+                    f"{names.exempt_reason_annotation} in the pod template's annotations, {wanted}", exemption.path)
     elif not exemption.reason:
         yield Found(f"{subject.label}: {names.exempt_annotation}={listed} has no {names.exempt_reason_annotation}, "
                     f"so it is not applied; add {names.exempt_reason_annotation} saying why the rules do not "

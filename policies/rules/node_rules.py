@@ -1,4 +1,4 @@
-"""GN001-GN008: GPU scheduling modes on Node CREATE and UPDATE (seeds 000, 001, 002, 003).
+"""GN001-GN008: GPU scheduling modes on Node CREATE and UPDATE (ACK GPU-sharing pages, docs/design.md).
 
 On UPDATE a rule judges only what the update changes: a node that already carries a bad
 value is not held hostage on unrelated updates (the node lifecycle controller tainting
@@ -22,7 +22,8 @@ from .base import Found, Subject, rule
 
 NODE = ("Node",)
 PLACEMENTS = ("binpack", "spread")
-# cGPU isolation runs only on ECS instances (002); mps is built on cGPU too (policies/cards.py).
+# cGPU isolation runs only on ECS instances (ACK "Manage the shared GPU scheduling component");
+# mps is built on cGPU too (policies/cards.py).
 ECS_ONLY_MODES = CGPU_MODES
 
 
@@ -148,8 +149,8 @@ def no_shared_mode_with_static_cpu(subject: Subject) -> Iterator[Found]:
 
 @rule("GN003", severity="deny", seed="000, 002", kinds=NODE,
       title="The mode is available in the node's region",
-      doc="cgpu and mps need a region with GPU memory isolation (002); core_mem a region with "
-          "computing power allocation (000); share works in any region.")
+      doc="cgpu and mps need a region with GPU memory isolation; core_mem a region with "
+          "computing power allocation; share works in any region.")
 def mode_available_in_region(subject: Subject) -> Iterator[Found]:
     node = _node(subject)
     mode = _mode(node, subject)
@@ -202,9 +203,9 @@ def isolation_only_on_ecs(subject: Subject) -> Iterator[Found]:
 
 @rule("GN005", severity="deny", seed="000, 002", kinds=NODE, operations=("UPDATE",),
       title="No GPU mode switched by relabelling an existing node",
-      doc="Computing power allocation does not work when an existing node is labelled core_mem (000): "
+      doc="Computing power allocation does not work when an existing node is labelled core_mem: "
           "denied, add the node to a core_mem node pool instead. Any other change of an existing node's "
-          "GPU scheduling label warns: ACK advises against changing it with kubectl label (002). Nodes "
+          "GPU scheduling label warns: ACK advises against changing it with kubectl label. Nodes "
           "created with the label, and the configured node-pool identities, may.")
 def no_core_mem_by_relabel(subject: Subject) -> Iterator[Found]:
     old = _old_node(subject)
@@ -234,7 +235,9 @@ def no_core_mem_by_relabel(subject: Subject) -> Iterator[Found]:
                 _label_path(subject.names.labels.schedule))
 
 
-@rule("GN006", severity="deny", seed="project choice", kinds=NODE, operations=("UPDATE",), stateful=True,
+@rule("GN006", severity="deny", kinds=NODE,
+      seed="project choice: a mode change under running GPU pods breaks them; ACK only advises against it",
+      operations=("UPDATE",), stateful=True,
       title="The mode does not change under running GPU pods",
       doc="Project choice, for safety: the ACK pages only warn against relabelling existing nodes, but "
           "changing ack.node.gpu.schedule under running GPU pods withdraws the resources they were "
@@ -269,7 +272,7 @@ def no_mode_change_under_pods(subject: Subject) -> Iterator[Found]:
 @rule("GN007", severity="deny", seed="002", kinds=NODE,
       title="Node components fit the cGPU version matrix",
       doc="Enabling cgpu, core_mem or mps checks kubelet, container runtime, OS image, NVIDIA driver "
-          "and GPU series against the matrix of seed 002: known-incompatible values are denied, "
+          "and GPU series against the cGPU version matrix: known-incompatible values are denied, "
           "values the node does not show or the matrix does not know are warned about.")
 def components_fit_matrix(subject: Subject) -> Iterator[Found]:
     node = _node(subject)

@@ -18,6 +18,9 @@ CORE_STEP, CORE_MIN, CORE_MAX = 5, 5, 100
 _UNIT_SCALE = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
                "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
+# Extended resources: "request and limit must be equal if both are present" (Kubernetes docs).
+K8S_RESOURCES = 'Kubernetes documentation: "Resource Management for Pods and Containers"'
+
 
 def _raw(value: ResourceValue) -> str:
     return str(value.raw)
@@ -116,6 +119,8 @@ def mem_suggestion(value: ResourceValue) -> str:
     if quantity > MAX_CARD_GIB:  # no division: Decimal's 28 digits cannot floor 1e29
         return f"use a whole number of GiB up to {MAX_CARD_GIB}"
     low = int(quantity // 1)
+    if quantity == low:  # "4000m" is exactly 4, written in thousandths
+        return f"use {low}"
     return f"use {low} or {low + 1}"
 
 
@@ -141,7 +146,7 @@ def memory_whole_gib(subject: Subject) -> Iterator[Found]:
                         value.path)
 
 
-@rule("GS004", severity="deny", seed="Kubernetes", kinds=POD_KINDS, applies=requests_gpu_resources,
+@rule("GS004", severity="deny", seed=K8S_RESOURCES, kinds=POD_KINDS, applies=requests_gpu_resources,
       title="GPU requests equal limits",
       doc="Kubernetes' own rule for extended resources (Kubernetes documentation, \"Managing Resources "
           "for Containers\", extended resources): they cannot be overcommitted, so a request must equal "
@@ -222,7 +227,8 @@ def names_a_near_miss(subject: Subject) -> bool:
     return bool(_near_misses(subject))
 
 
-@rule("GS007", severity="deny", seed="project choice", kinds=POD_KINDS, applies=names_a_near_miss,
+@rule("GS007", severity="deny", kinds=POD_KINDS,
+      seed="project choice: a misspelt resource name leaves the pod Pending forever", applies=names_a_near_miss,
       title="No near miss of the shared-GPU resource names",
       doc="A resource such as aliyun.com/gpu-memory, aliyun.com/gpu_mem, alibaba.com/gpu-mem or "
           "aliyun.com/gpu-core-percentage is valid to Kubernetes but offered by no node, so the pod "

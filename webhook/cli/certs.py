@@ -13,13 +13,9 @@ from typing import Any
 
 import click
 
-from webhook.cli.common import UsageFailure, load_cli_settings
+from webhook.cli.common import ClusterFailure, OneLineUsage, UsageFailure, load_cli_settings
 
 KEY_TYPES = ("ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-4096")
-
-
-class ClusterFailure(click.ClickException):
-    """The cluster refused or could not be reached (exit 1)."""
 
 
 @dataclass
@@ -127,7 +123,7 @@ def _run(action: Any) -> Any:
     except HTTPError as exc:
         raise ClusterFailure(f"cannot reach the API server: {exc}") from None
     except OSError as exc:
-        raise click.ClickException(f"cannot write the certificates: {exc}") from None
+        raise ClusterFailure(f"cannot write the certificates: {exc}") from None
 
 
 def _report(target: Target, result: Any) -> None:
@@ -146,7 +142,7 @@ def certs() -> None:
     """Issue, inject and rotate the webhook's CA and serving certificate."""
 
 
-@certs.command()
+@certs.command(cls=OneLineUsage)
 @_common
 @click.option("--overwrite", is_flag=True, help="Replace existing material (breaks trust until re-injected).")
 @click.option("--mutating", help="MutatingWebhookConfiguration to inject into (default from config).")
@@ -170,7 +166,7 @@ def issue(overwrite: bool, inject: bool, mutating: str | None, validating: str |
     _report(target, _run(action))
 
 
-@certs.command(name="inject")
+@certs.command(name="inject", cls=OneLineUsage)
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="YAML config file.")
 @click.option("--ca-bundle", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="PEM file with the CA certificates to inject.")
@@ -219,7 +215,7 @@ def _read_bundle(target: Target, ca_bundle: Path | None, cert_dir: Path | None, 
     return data
 
 
-@certs.command(name="rotate")
+@certs.command(name="rotate", cls=OneLineUsage)
 @_common
 @click.option("--renew-after", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="Reissue once this fraction of a certificate's lifetime has passed (default 2/3).")

@@ -15,54 +15,19 @@ from typing import Any, TextIO
 
 import click
 
+from webhook.cli.common import (
+    DEFAULT_CONFIG,
+    OneLineUsage,
+    UsageFailure,
+    config_path,
+    load_cli_settings,
+    one_line,
+)
 from webhook.report import FORMATS
 
-DEFAULT_CONFIG = ".gpushare.yaml"
-
-
-class InputFailure(click.ClickException):
-    """Exit 2 with one line: unreadable input, a bad config, a usage error."""
-
-    exit_code = 2
-
-    def __init__(self, message: str) -> None:
-        super().__init__(one_line(message))
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"gpushare: error: {self.format_message()}", err=True)
-
-
-class OneLineUsage(click.Command):
-    """Usage errors as one line with exit code 2, instead of the usage block."""
-
-    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
-                     **extra: Any) -> click.Context:
-        try:
-            return super().make_context(info_name, args, parent, **extra)
-        except click.UsageError as exc:
-            raise InputFailure(f"{exc.format_message()} (see gpushare {self.name} --help)") from None
-
-
-def one_line(message: str) -> str:
-    """Multi-line messages (pydantic's) folded into one line, without the docs links."""
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and "errors.pydantic.dev" not in ln]
-    return " ".join(lines)
-
-
-def config_path(config: Path | None) -> Path | None:
-    """The config file: --config, else .gpushare.yaml in the working directory when present."""
-    if config is None and Path(DEFAULT_CONFIG).is_file():
-        return Path(DEFAULT_CONFIG)
-    return config
-
-
-def load_config(config: Path | None):  # type: ignore[no-untyped-def]  (Settings, imported late)
-    from policies.settings import ConfigFileError, load_settings
-
-    try:
-        return load_settings(config_path(config))
-    except ConfigFileError as exc:
-        raise InputFailure(str(exc)) from None
+# The one error style lives in common.py; these names stay importable from here.
+InputFailure = UsageFailure
+load_config = load_cli_settings
 
 
 def wants_color(choice: str, stream: TextIO) -> bool:
@@ -143,6 +108,10 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
         raise InputFailure(f"{config_path(config)}: {exc}") from None
     state, known_nodes = _load_snapshot(snapshot, settings) if snapshot is not None else (None, {})
     namespaces = _load_namespace_labels(namespace_labels) if namespace_labels is not None else None
+    if state is not None:
+        from webhook.state.snapshot import describe_snapshot
+
+        _note(f"cluster state: {describe_snapshot(state, snapshot)}")
     checker = Checker(engine, state, known_nodes, namespace, namespaces)
     try:
         selection = select_files(paths, (*settings.check.exclude, *exclude))

@@ -16,7 +16,7 @@ def read_state(snapshot: Path | None, kubeconfig: Path | None, context: str | No
     """The state and how findings name its source (the snapshot's path, or ``live:<where>``)."""
     if snapshot is not None:
         return _snapshot_state(snapshot, names), str(snapshot)
-    state = _live_state(kubeconfig, context, names)
+    state, _described = _live_state(kubeconfig, context, names)
     return state, f"live:{kubeconfig}" if kubeconfig is not None else "live:cluster"
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.common import UsageFailure, load_cli_settings
+from webhook.cli.common import ClusterFailure, OneLineUsage, UsageFailure, load_cli_settings
 
 
-@click.command()
+@click.command(cls=OneLineUsage)
 @click.argument("nodes", nargs=-1)
 @click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
               help="Read `kubectl get nodes,pods -A -o yaml|json` output instead of the live cluster.")
@@ -27,10 +27,17 @@ def inspect(nodes: tuple[str, ...], snapshot: Path | None, output: str, details:
     from webhook.report.inspect_view import as_json, detail_table, summary_table
 
     names = load_cli_settings(config).names
-    state = _snapshot_state(snapshot, names) if snapshot is not None else _live_state(kubeconfig, context, names)
+    if snapshot is not None:
+        from webhook.state.snapshot import describe_snapshot
+
+        state = _snapshot_state(snapshot, names)
+        described = describe_snapshot(state, snapshot)
+    else:
+        state, described = _live_state(kubeconfig, context, names)
     missing = [n for n in nodes if state.get_node(n) is None]
     if missing:
-        raise UsageFailure(f"no such node: {', '.join(missing)}")
+        raise UsageFailure(f"no such node: {', '.join(missing)} (in the {described})")
+    click.echo(f"gpushare: cluster state: {described}", err=True)  # stderr: the table stays kubectl's
     usage = cluster_usage(state, names, nodes)
     if output == "json":
         click.echo(json.dumps(as_json(usage), indent=2))
@@ -50,6 +57,7 @@ def _snapshot_state(path: Path, names):  # type: ignore[no-untyped-def]
 
 
 def _live_state(kubeconfig: Path | None, context: str | None, names):  # type: ignore[no-untyped-def]
+    """The cluster read once, and which cluster it was, in words."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
@@ -57,11 +65,17 @@ def _live_state(kubeconfig: Path | None, context: str | None, names):  # type: i
     from webhook.state.kube_client import KubeConfigError, api_client
 
     try:
-        return read_cluster(api_client(kubeconfig, context), names)
+        client = api_client(kubeconfig, context)
+        host = client.configuration.host
+        state = read_cluster(client, names)
     except KubeConfigError as exc:
-        raise UsageFailure(str(exc)) from None
+        raise UsageFailure(f"{str(exc).rstrip('.')}; to read a saved cluster instead, pass --snapshot FILE "
+                           "(from `kubectl get nodes,pods -A -o yaml`)") from None
     except ApiException as exc:
-        raise click.ClickException(f"the API server refused to list nodes and pods: HTTP {exc.status} "
+        raise ClusterFailure(f"the API server refused to list nodes and pods: HTTP {exc.status} "
                                    f"{exc.reason}") from None
     except HTTPError as exc:
-        raise click.ClickException(f"cannot reach the API server: {exc}") from None
+        raise ClusterFailure(f"cannot reach the API server: {exc}") from None
+    where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the default kubeconfig or in-cluster account"
+    nodes, pods = state.counts()
+    return state, f"cluster from {where} (API server {host}): {nodes} nodes, {pods} GPU pods"

@@ -1,4 +1,4 @@
-"""``gpushare rules``: every rule and mutation with id, severity, seed and a one-line explanation."""
+"""``gpushare rules``: every rule and mutation with id, severity, source and a one-line explanation."""
 
 from __future__ import annotations
 
@@ -15,19 +15,26 @@ from webhook.cli.check import DEFAULT_CONFIG, OneLineUsage, load_config
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
               help=f"YAML config file (default {DEFAULT_CONFIG} when present): shows severities as configured.")
 def rules(fmt: str, config: Path | None) -> None:
-    """List every rule with its severity, seed and what it checks."""
+    """List every rule with its severity, its source and what it checks."""
     from policies.rule_index import rule_entries
 
     entries = rule_entries(load_config(config))
     if fmt == "json":
         click.echo(json.dumps([e.as_dict() for e in entries], indent=2))
         return
-    rows = [("ID", "SEVERITY", "SEED", "CHECKS")]
+    # Sources are long titles: the table numbers them and lists them once below it.
+    notes: dict[str, int] = {}
+    rows = [("ID", "SEVERITY", "SOURCE", "CHECKS")]
     for e in entries:
         severity = "off" if not e.enabled else (e.severity or "mutates")
         if e.enabled and e.severity != e.default_severity:
             severity += f" (default {e.default_severity})"
-        rows.append((e.id, severity, e.seed, e.title + (" [needs --snapshot]" if e.stateful else "")))
+        numbers = sorted(notes.setdefault(source, len(notes) + 1) for source in e.sources)
+        marks = ",".join(f"[{number}]" for number in numbers)
+        rows.append((e.id, severity, marks, e.title + (" [needs --snapshot]" if e.stateful else "")))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3])
+    click.echo("\nSources:")
+    for source, number in notes.items():
+        click.echo(f"  [{number}] {source}")

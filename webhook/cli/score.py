@@ -91,7 +91,7 @@ def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top
     from policies.resources import ShapeError
     from policies.scoring import Scorer
     from webhook.documents.manifests import ManifestError, parse_manifests
-    from webhook.state.snapshot import SnapshotError, load_demo_snapshot, load_snapshot
+    from webhook.state.snapshot import SnapshotError, describe_snapshot, load_demo_snapshot, load_snapshot
 
     settings = load_config(config)
     text, source = _read(file)
@@ -104,7 +104,8 @@ def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top
         raise InputFailure(f"--node {node}: no such node in the cluster state")
     dry_run = DryRun(Engine(settings), Scorer(settings.names))
     console = Console(width=max(Console().width, 140))
-    failed = False
+    console.print(f"cluster state: {describe_snapshot(state, snapshot)}", highlight=False)
+    failed = unreadable = False
     for manifest in manifests:
         if not manifest.kind:
             raise InputFailure(f"{source}:{manifest.line}: object has no kind")
@@ -112,9 +113,11 @@ def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top
         namespace = str(meta.get("namespace") or "default") if isinstance(meta, dict) else "default"
         try:
             report = dry_run.report(manifest.kind, manifest.obj, state, namespace=namespace, node=node)
-        except ShapeError as exc:
-            raise InputFailure(f"{source}:{manifest.line_of(exc.path)}: {manifest.kind}: {exc}") from None
+        except ShapeError as exc:  # this object cannot be ranked; the others still are
+            click.echo(f"gpushare: error: {source}:{manifest.line_of(exc.path)}: {manifest.kind}: {exc}", err=True)
+            unreadable = True
+            continue
         _render(console, report, manifest, top or None)
         fits_somewhere = report.ranking is None or any(s.fits for s in report.ranking)
         failed = failed or not report.verdict.allowed or not fits_somewhere
-    sys.exit(1 if failed else 0)
+    sys.exit(2 if unreadable else 1 if failed else 0)

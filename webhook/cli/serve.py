@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.common import UsageFailure, load_cli_settings
+from webhook.cli.common import OneLineUsage, UsageFailure, load_cli_settings
 
 
-@click.command()
+@click.command(cls=OneLineUsage)
 @click.option("--host", help="Address to listen on (default from config: 0.0.0.0).")
 @click.option("--port", type=click.IntRange(0, 65535), help="Port to listen on (default 8443).")
 @click.option("--cert-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -27,18 +27,16 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
     from policies.catalog import CatalogError
     from webhook.server.auth import AuthConfigError
     from webhook.server.logs import configure_logging
-    from webhook.serving import run_server
+    from webhook.serving import ServeError, run_server
     from webhook.state.live import StateSourceError
     from webhook.state.snapshot import SnapshotError
 
     if snapshot is not None and kubeconfig is not None:
         raise UsageFailure("give --snapshot or --kubeconfig, not both")
 
-    if config is None and Path(".gpushare.yaml").is_file():
-        config = Path(".gpushare.yaml")
     settings = load_cli_settings(config, host=host, port=port, cert_dir=cert_dir)
     configure_logging(settings.logging)
     try:
         run_server(settings, settings.server.cert_dir, snapshot, kubeconfig)
-    except (SnapshotError, AuthConfigError, StateSourceError, CatalogError) as exc:
+    except (SnapshotError, AuthConfigError, StateSourceError, CatalogError, ServeError) as exc:
         raise UsageFailure(str(exc)) from None

@@ -100,7 +100,7 @@ def create_dashboard(settings: Settings, state: ClusterState, config: DashboardC
             error = "Paste one or more Kubernetes manifests (YAML or JSON)."
         else:
             try:
-                results = dry_run_body(text, dry_run, state, request.form.get("node", "").strip())
+                results = dry_run_body(text, dry_run, state, request.form.get("node", "").strip(), settings.input)
             except DryRunInputError as exc:
                 error = str(exc)
         return render_template("index.html", page=page_model(), refresh=config.refresh_seconds,

@@ -15,8 +15,9 @@ from typing import Any
 from policies.cluster import ClusterState
 from policies.engine import Engine
 from policies.grants import NamespaceLabels
-from policies.resources import ShapeError, render_path
+from policies.resources import POD_SPEC_PATHS, ShapeError, pod_spec, render_path
 from policies.rules.base import Finding
+from policies.selectors import node_selector_from_spec
 from policies.settings import Severity
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
 from webhook.documents.sources import STDIN, read_text
@@ -190,6 +191,10 @@ class Checker:
                                       namespace=namespace, old=old, state=self.state,
                                       namespaces=self.namespaces)
         verdict = self.engine.validate(subject)
+        if kind in POD_SPEC_PATHS:
+            # The node constraints are read as /dry-run and `score` read them: a selector the API
+            # server would refuse (Gt "16GiB") is the same problem here, on this object only.
+            node_selector_from_spec(*pod_spec(obj, kind))
 
         def locate(finding: Finding, reason: str = "") -> Located:
             return Located(finding, manifest.source, manifest.line_of(finding.path), manifest.line,

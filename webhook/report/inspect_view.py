@@ -1,4 +1,4 @@
-"""``gpushare inspect`` output: the table of ``kubectl inspect cgpu`` (seeds 001, 002, 003), the
+"""``gpushare inspect`` output: the table of ``kubectl inspect cgpu`` (as the ACK GPU-sharing pages print it), the
 per-pod detail of ``-d``, and JSON.
 
 The table is laid out as Go's tabwriter lays out the original (two spaces between columns,

@@ -41,7 +41,7 @@ def _location(source: str, line: int | None) -> dict[str, Any]:
 
 def descriptor(entry: RuleEntry) -> dict[str, Any]:
     level = LEVELS[entry.default_severity or "warn"]
-    source = f"seed {entry.seed}" if entry.seed[:1].isdigit() else entry.seed
+    source = "; ".join(entry.sources)
     return {
         "id": entry.id,
         "shortDescription": {"text": entry.title},
@@ -49,7 +49,7 @@ def descriptor(entry: RuleEntry) -> dict[str, Any]:
         "help": {"text": f"{entry.doc} (Source: {source}.) To exempt one object, annotate it with "
                          f"gpushare.io/exempt: {entry.id} and a gpushare.io/exempt-reason."},
         "defaultConfiguration": {"level": level},
-        "properties": {"seed": entry.seed, "kinds": list(entry.kinds), "stateful": entry.stateful,
+        "properties": {"sources": list(entry.sources), "kinds": list(entry.kinds), "stateful": entry.stateful,
                        "tags": ["kubernetes", "gpu-sharing"], "problem.severity": level},
     }
 

@@ -22,7 +22,8 @@ def _parts(finding: Located, exempt: bool) -> list[tuple[str, str]]:
     where = f"{finding.source}:{finding.line}:" if finding.line else f"{finding.source}:"
     parts = [(where, "cyan"), (" ", ""), (label, STYLES[label]), (" ", ""),
              (finding.message, "dim" if exempt else "")]
-    if finding.line != finding.document_line:
+    # Where the object starts helps only when it does not start the file.
+    if finding.line != finding.document_line and finding.document_line > 1:
         parts.append((f" (document at line {finding.document_line})", "dim"))
     if exempt:
         parts.append((f" (exempted: {finding.exemption_reason})", "dim"))
@@ -30,7 +31,9 @@ def _parts(finding: Located, exempt: bool) -> list[tuple[str, str]]:
 
 
 def render(report: Report, out: TextIO, *, settings: Settings, color: bool = False) -> None:
-    lines = [_parts(f, False) for f in report.findings] + [_parts(f, True) for f in report.exempted]
+    ordered = sorted([(f, False) for f in report.findings] + [(f, True) for f in report.exempted],
+                     key=lambda pair: (pair[0].source, pair[0].line or 0))  # by file, then line
+    lines = [_parts(f, exempt) for f, exempt in ordered]
     summary = summary_line(report)
     failed = report.exit_code != 0
     if not color:

@@ -72,6 +72,12 @@ def _render(report: ObjectReport, manifest: Manifest) -> dict[str, Any]:
     return out
 
 
+def _name_of(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
 def _check_node(node: str, state: ClusterState | None) -> None:
     if not node:
         return
@@ -100,9 +106,14 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
             if isinstance(manifest.obj.get("metadata"), dict) else "default"
         try:
             report = dry_run.report(kind, manifest.obj, state, namespace=namespace, node=node)
-        except ShapeError as exc:
-            raise DryRunInputError(f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}") from None
+        except ShapeError as exc:  # this object cannot be judged; the others still are
+            # Not allowed: the API server itself refuses an object of this shape.
+            results.append({"kind": kind, "name": _name_of(manifest.obj), "line": manifest.line, "allowed": False,
+                            "error": f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}"})
+            continue
         results.append(_render(report, manifest))
+    if all("error" in result for result in results):  # nothing could be judged: the body is bad
+        raise DryRunInputError("; ".join(result["error"] for result in results))
     return results
 
 
@@ -118,7 +129,7 @@ def dry_run_routes(services: Services, observer: Observer, dry_run: DryRun) -> B
                                    settings.input)
         except DryRunInputError as exc:
             raise Refusal(400, str(exc)) from None
-        return {"state": services.state_source, "results": results}
+        return {"state": services.state_source, "cluster": services.state_description, "results": results}
 
     routes.add_url_rule("/dry-run", "dry_run", observed(observer, register_endpoint("/dry-run"), answer),
                         methods=["POST"])

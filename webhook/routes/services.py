@@ -24,6 +24,8 @@ class Services:
     state: ClusterState | None
     ready: Callable[[], bool] = field(default=lambda: True)
     state_source: str = "none"
+    # The same in words, for people: "demo snapshot: 4 nodes, 2 GPU pods".
+    state_description: str = "no cluster state"
     # Filled by the state source (snapshot: once at load; live: per watch event); read by /metrics.
     state_status: StateStatus | None = None
     # Admission side effects (the assume-cache); None where nothing may be recorded.

@@ -13,6 +13,11 @@ from typing import Any
 SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
+def one_line(exc: BaseException) -> str:
+    """yaml and kubernetes errors span lines; an error message is one."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 class KubeConfigError(ValueError):
     """No usable cluster configuration (no service account, no kubeconfig, bad context)."""
 
@@ -28,6 +33,7 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None) -> An
     An explicit ``kubeconfig`` (or ``context``) wins; else the in-cluster service account when
     this runs in a pod; else ``$KUBECONFIG`` or ``~/.kube/config`` as kubectl would read them.
     """
+    import yaml
     from kubernetes import client, config
 
     configuration = client.Configuration()
@@ -39,7 +45,6 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None) -> An
             where = str(kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config")
             config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, context=context,
                                     client_configuration=configuration, persist_config=False)
-    except (config.ConfigException, OSError, ValueError, TypeError) as exc:
-        raise KubeConfigError(f"no usable cluster configuration: {where}: cannot configure the Kubernetes "
-                              f"client: {exc}") from None
+    except (config.ConfigException, OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
+        raise KubeConfigError(f"{where}: not a usable cluster configuration: {one_line(exc)}") from None
     return client.ApiClient(configuration)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,21 +28,25 @@ def _documents(text: str, source: str) -> list[Any]:
         raise SnapshotError(str(exc)) from None
 
 
-def _flatten(docs: list[Any]) -> list[dict[str, Any]]:
+def _flatten(docs: list[Any], source: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for doc in docs:
         if isinstance(doc, list):
-            items.extend(_flatten(doc))
+            items.extend(_flatten(doc, source))
         elif isinstance(doc, dict) and isinstance(doc.get("items"), list):
-            items.extend(_flatten(doc["items"]))
+            items.extend(_flatten(doc["items"], source))
         elif isinstance(doc, dict):
             items.append(doc)
+        else:  # text or a number where Kubernetes objects belong: not kubectl output at all
+            raise SnapshotError(f"{source}: not a cluster snapshot: found {type(doc).__name__} "
+                                f"{json.dumps(doc, default=str)[:40]} where Kubernetes objects belong "
+                                "(expected `kubectl get nodes,pods -A -o yaml` output)")
     return items
 
 
 def snapshot_objects(text: str, source: str = "<snapshot>") -> list[dict[str, Any]]:
     """Every object of `kubectl get ... -o yaml|json` output, Lists flattened."""
-    return _flatten(_documents(text, source))
+    return _flatten(_documents(text, source), source)
 
 
 def snapshot_from_objects(items: list[dict[str, Any]], names: Names) -> ClusterSnapshot:
@@ -82,3 +87,10 @@ def demo_snapshot_text() -> str:
 
 def load_demo_snapshot(names: Names) -> ClusterSnapshot:
     return snapshot_from_text(demo_snapshot_text(), names, f"<embedded {DEMO_SNAPSHOT}>")
+
+
+def describe_snapshot(state: ClusterSnapshot, snapshot: str | Path | None) -> str:
+    """Which cluster a command judged against, for people: "snapshot file X: 3 nodes, 1 GPU pod"."""
+    nodes, pods = state.counts()
+    what = f"snapshot file {snapshot}" if snapshot is not None else "demo snapshot"
+    return f"{what}: {nodes} node{'s' * (nodes != 1)}, {pods} GPU pod{'s' * (pods != 1)}"
