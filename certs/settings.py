@@ -22,9 +22,14 @@ class CertSettings(_Section):
     ca_days: int = Field(3650, ge=1)
     cert_days: int = Field(365, ge=1)
 
+    # Services that reach the same pods under other names: the bindings Service selects the
+    # leader alone (docs/operations.md, "Replicas and the leader"); the certificate names it too.
+    other_services: tuple[str, ...] = ("gpushare-webhook-bindings",)
+
     def service_dns_names(self) -> list[str]:
-        svc, ns = self.service_name, self.namespace
-        return [svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local"]
+        ns = self.namespace
+        return [name for svc in (self.service_name, *self.other_services)
+                for name in (svc, f"{svc}.{ns}", f"{svc}.{ns}.svc", f"{svc}.{ns}.svc.cluster.local")]
 
 
 class CertRotationSettings(_Section):

@@ -109,6 +109,10 @@ class Availability:
 
     usable: bool
     reason: str = ""
+    # Why nothing was checked, as the fail-mode message says it.
+    cause: str = "the cluster state is not usable"
+    # When a request denied for it (fail-closed) can succeed.
+    retry_when: str = "the webhook has synced"
 
 
 USABLE = Availability(True)

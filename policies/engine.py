@@ -182,10 +182,10 @@ class Engine:
         """The configured fail mode for stateful rules whose state is not usable."""
         mode = getattr(self.settings.state.when_unavailable, exc.switch)
         setting = f"state.when_unavailable.{exc.switch}"
-        prefix = f"{', '.join(rule_ids)}: {exc.what} because the cluster state is not usable ({exc.reason})"
+        prefix = f"{', '.join(rule_ids)}: {exc.what} because {exc.cause} ({exc.reason})"
         if mode == "closed":
-            return Finding(rule_ids[0], "deny", f"{prefix}; denied ({setting}: closed), retry when the webhook "
-                                                f"has synced")
+            return Finding(rule_ids[0], "deny", f"{prefix}; denied ({setting}: closed), retry when "
+                                                f"{exc.retry_when}")
         return Finding(rule_ids[0], "warn", f"{prefix}; admitted without the check ({setting}: open)")
 
     def admit(self, subject: Subject, ledger: PlacementLedger) -> Verdict:

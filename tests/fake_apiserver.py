@@ -11,8 +11,10 @@ It speaks what clients (the official ``kubernetes`` client, kubectl-like tools) 
   ADDED events; ``allowWatchBookmarks`` gets BOOKMARK events; ``timeoutSeconds`` ends the
   stream cleanly; a resourceVersion older than the compaction point gets an ``ERROR`` event
   with a 410 Status (as kube-apiserver does), or an HTTP 410 with ``gone_as_http=True``;
-- single objects: GET, POST (create), PUT, PATCH (merge, strategic-merge as merge, JSON
-  patch), DELETE, each producing the watch events a real server would;
+- single objects: GET, POST (create; 409 AlreadyExists), PUT (409 Conflict when it names an
+  older ``metadata.resourceVersion``, checked atomically), PATCH (merge, strategic-merge as
+  merge, JSON patch), DELETE, each producing the watch events a real server would; lists take
+  an equality ``labelSelector``;
 - the node proxy to a kubelet's ``/configz`` (``GET /api/v1/nodes/NAME/proxy/configz``): the
   answer given with ``set_kubelet_configz``; a node without one answers as kube-apiserver does
   when it cannot dial the kubelet (503 ServiceUnavailable, "error trying to reach service: ...",
@@ -396,6 +398,10 @@ class FakeApiServer:
             more = position < len(keys)
             remaining = len(keys) - position if not namespace else None
             bodies = [collection.objects[k].body for k in page]
+            selector = query.get("labelSelector")
+            if selector:  # equality requirements only ("k=v,k2=v2"), what the webhook's clients send
+                wanted = dict(part.split("=", 1) for part in selector.split(",") if "=" in part)
+                bodies = [b for b in bodies if _labels_match(json.loads(b), wanted)]
             kind = collection.kind or "Unknown"
             api_version = collection.api_version or "v1"
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
@@ -493,6 +499,13 @@ class FakeApiServer:
                 return 200, current
             if method == "PUT":
                 obj = json.loads(body)
+                # Optimistic concurrency, checked under the store's lock as kube-apiserver checks it
+                # in one storage transaction: a replace naming an older resourceVersion is refused.
+                sent = (obj.get("metadata") or {}).get("resourceVersion")
+                if sent and sent != str(stored.rv):
+                    raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {key[1]} "{okey[1]}": the '
+                                                    "object has been modified; please apply your changes to the "
+                                                    "latest version and try again")
             elif "json-patch" in content_type:
                 try:
                     obj = jsonpatch.apply_patch(current, json.loads(body))
@@ -514,6 +527,11 @@ def _merge(target: Any, patch: Any) -> Any:
         else:
             out[key] = _merge(out.get(key), value)
     return out
+
+
+def _labels_match(obj: dict[str, Any], wanted: dict[str, str]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k.strip()) == v.strip() for k, v in wanted.items())
 
 
 def _is_watch(query: dict[str, str]) -> bool:

@@ -20,8 +20,9 @@ from webhook.settings import CertRotationSettings, CertSettings
 
 from .helpers import gpushare_executable
 
-SERVICE_NAMES = ["gpushare-webhook", "gpushare-webhook.gpushare-system", "gpushare-webhook.gpushare-system.svc",
-                 "gpushare-webhook.gpushare-system.svc.cluster.local"]
+# Both Services: the one every review reaches, and the one that selects the binding leader.
+SERVICE_NAMES = [f"{svc}{suffix}" for svc in ("gpushare-webhook", "gpushare-webhook-bindings")
+                 for suffix in ("", ".gpushare-system", ".gpushare-system.svc", ".gpushare-system.svc.cluster.local")]
 
 
 def request(**kwargs) -> RotationRequest:

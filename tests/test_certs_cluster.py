@@ -73,8 +73,9 @@ def test_rotate_into_secrets_and_inject_every_webhook(cluster, tmp_path):
     assert secret(cluster, "gpushare-webhook-tls")["type"] == "kubernetes.io/tls"
     assert set(ca) == {"ca.crt", "ca.key"} and set(tls) == {"tls.crt", "tls.key", "ca.crt"}
     serving = x509.load_pem_x509_certificate(tls["tls.crt"])
-    assert subject_names(serving) == {"gpushare-webhook", f"gpushare-webhook.{NS}", f"gpushare-webhook.{NS}.svc",
-                                      f"gpushare-webhook.{NS}.svc.cluster.local"}
+    # Both Services name the pods: the one for every review and the one selecting the binding leader.
+    assert subject_names(serving) == {f"{svc}{suffix}" for svc in ("gpushare-webhook", "gpushare-webhook-bindings")
+                                      for suffix in ("", f".{NS}", f".{NS}.svc", f".{NS}.svc.cluster.local")}
     assert injected_bundles(cluster) == [ca["ca.crt"]] * 5
     patches = [w for w in cluster.writes if w.method == "PATCH"]
     assert {w.content_type for w in patches} == {"application/json-patch+json"}

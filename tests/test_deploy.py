@@ -86,6 +86,8 @@ EXPECTED = {
     ("ClusterRole", "", "gpushare-webhook-certs"), ("ClusterRoleBinding", "", "gpushare-webhook-certs"),
     ("ConfigMap", NS, "gpushare-webhook-config"), ("Deployment", NS, "gpushare-webhook"),
     ("PodDisruptionBudget", NS, "gpushare-webhook"), ("Service", NS, "gpushare-webhook"),
+    ("Service", NS, "gpushare-webhook-bindings"),
+    ("Role", NS, "gpushare-webhook-leader"), ("RoleBinding", NS, "gpushare-webhook-leader"),
     ("Job", NS, "gpushare-webhook-certs"), ("CronJob", NS, "gpushare-webhook-cert-rotation"),
     ("MutatingWebhookConfiguration", "", "gpushare-webhook"),
     ("ValidatingWebhookConfiguration", "", "gpushare-webhook"),
@@ -248,8 +250,17 @@ def test_rbac_is_least_privilege(rendered):
     # The webhook: get/list/watch on namespaces, nodes and pods, nothing else cluster-wide, through one binding.
     assert _rules_of(rendered, "ClusterRole", "gpushare-webhook") == [
         {"apiGroups": [""], "resources": ["namespaces", "nodes", "pods"], "verbs": ["get", "list", "watch"]}]
-    (binding,) = _bindings_to(rendered, "gpushare-webhook")
-    assert binding["roleRef"]["name"] == "gpushare-webhook"
+    bound_webhook = {(b["kind"], b["roleRef"]["name"], b["metadata"].get("namespace", ""))
+                     for b in _bindings_to(rendered, "gpushare-webhook")}
+    assert bound_webhook == {("ClusterRoleBinding", "gpushare-webhook", ""),
+                             ("RoleBinding", "gpushare-webhook-leader", NS)}
+    # Leader election, in its own namespace only: its Lease by name (create cannot be named) and pod labels.
+    assert _rules_of(rendered, "Role", "gpushare-webhook-leader") == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["gpushare-webhook-bindings"],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
+    assert one(rendered, "Role", "gpushare-webhook-leader")["metadata"]["namespace"] == NS
     # The certificate job: its own identity and roles, its Secrets and the two configurations by name.
     bound = {(b["kind"], b["roleRef"]["name"]) for b in _bindings_to(rendered, "gpushare-webhook-certs")}
     assert bound == {("RoleBinding", "gpushare-webhook-certs"), ("ClusterRoleBinding", "gpushare-webhook-certs")}
@@ -284,6 +295,16 @@ def covered(hooks: dict[str, Obj]) -> set[tuple[str, str, str]]:
             for resource in r["resources"] for op in r["operations"]}
 
 
+def test_bindings_service_selects_the_leader_and_pods_know_their_name(rendered):
+    both = one(rendered, "Service", "gpushare-webhook")["spec"]["selector"]
+    leader = one(rendered, "Service", "gpushare-webhook-bindings")["spec"]["selector"]
+    assert leader == {**both, "gpushare.io/binding-leader": "true"}
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in one(
+        rendered, "Deployment", "gpushare-webhook")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPUSHARE_LEADER__POD_NAME"] == "metadata.name"
+    assert env["GPUSHARE_LEADER__NAMESPACE"] == "metadata.namespace"
+
+
 def test_webhook_configurations(rendered):
     hooks = webhooks(rendered)
     for name, webhook in hooks.items():
@@ -292,7 +313,10 @@ def test_webhook_configurations(rendered):
         assert isinstance(webhook["timeoutSeconds"], int) and 1 <= webhook["timeoutSeconds"] <= 10, name
         assert webhook["failurePolicy"] in ("Fail", "Ignore"), name
         service = webhook["clientConfig"]["service"]
-        assert (service["name"], service["namespace"], service["port"]) == ("gpushare-webhook", NS, 443), name
+        # Bindings go to the leader alone: the Service that selects the leader's label.
+        expected_service = ("gpushare-webhook-bindings" if name == "bindings.validate.gpushare.io"
+                            else "gpushare-webhook")
+        assert (service["name"], service["namespace"], service["port"]) == (expected_service, NS, 443), name
         expected_path = "/mutate" if webhook["_kind"].startswith("Mutating") else "/validate"
         assert service["path"] == expected_path, name
     validating = {n: w for n, w in hooks.items() if w["_kind"].startswith("Validating")}

@@ -16,9 +16,12 @@ def test_defaults_carry_the_names_of_the_design():
     assert settings.names.scheduler_name == "ack-co-scheduler"
     assert settings.names.gpushare_daemonsets == ("gpushare-device-plugin-ds",)
     assert settings.server.max_body_bytes == 4 * 1024 * 1024
+    # The webhook's Service and the one that selects the binding leader.
     assert settings.certs.service_dns_names() == [
         "gpushare-webhook", "gpushare-webhook.gpushare-system", "gpushare-webhook.gpushare-system.svc",
-        "gpushare-webhook.gpushare-system.svc.cluster.local"]
+        "gpushare-webhook.gpushare-system.svc.cluster.local",
+        "gpushare-webhook-bindings", "gpushare-webhook-bindings.gpushare-system",
+        "gpushare-webhook-bindings.gpushare-system.svc", "gpushare-webhook-bindings.gpushare-system.svc.cluster.local"]
 
 
 def test_file_then_environment(tmp_path, monkeypatch):

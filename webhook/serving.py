@@ -69,15 +69,30 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         description = f"cluster from {where} (API server {host})"
         log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
         audit = AuditLoop(live, settings, live.synced) if settings.audit.interval_seconds > 0 else None
+        leader = None
+        if settings.leader.enabled:
+            from webhook.state.leader import elector
+
+            namespace = settings.leader.namespace or settings.certs.namespace
+            leader = elector(api.api_client, settings.leader, namespace, live.synced)
+            status.leader = leader.leading
+            log.warning("leader election: lease %s/%s as %s; bindings are judged by the leader",
+                        namespace, settings.leader.lease_name, leader.identity)
 
         def start() -> None:
             live.start()
             if audit is not None:
                 audit.start()
+            if leader is not None:
+                import atexit
 
-        return Services(settings=settings, engine=engine, state=live, ready=live.synced,
+                leader.start()
+                atexit.register(leader.stop)  # a worker that exits releases the Lease and its label
+
+        ready = live.synced if leader is None else (lambda: live.synced() and leader.known())
+        return Services(settings=settings, engine=engine, state=live, ready=ready,
                         state_source=source, state_description=description, state_status=status, ledger=ledger,
-                        start=start, audit=audit, allocation=allocation_exporter(settings, live))
+                        start=start, audit=audit, allocation=allocation_exporter(settings, live), leader=leader)
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"

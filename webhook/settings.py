@@ -19,14 +19,28 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from certs.settings import CertRotationSettings, CertSettings
 from policies.settings import PolicySettings, RuleOverride, Severity, _Section
 
-__all__ = ["AuthSettings", "CertRotationSettings", "CertSettings", "CheckSettings", "ConfigFileError",
-           "InputSettings", "LogSettings", "MetricsSettings", "OverloadSettings", "RuleOverride",
-           "ScoringSettings", "ServerSettings", "Settings", "load_settings"]
+__all__ = [
+    "AuthSettings",
+    "CertRotationSettings",
+    "CertSettings",
+    "CheckSettings",
+    "ConfigFileError",
+    "InputSettings",
+    "LeaderSettings",
+    "LogSettings",
+    "MetricsSettings",
+    "OverloadSettings",
+    "RuleOverride",
+    "ScoringSettings",
+    "ServerSettings",
+    "Settings",
+    "load_settings",
+]
 
 
 class ServerSettings(_Section):
@@ -126,8 +140,8 @@ class LogSettings(_Section):
 class MetricsSettings(_Section):
     """The GPU allocation series on /metrics (docs/metrics.md has the list and the series count)."""
 
-    # Whether this replica exports the GPU allocation series. There is no leader election yet:
-    # with several replicas each exports the same numbers, and the shipped dashboard and alerts
+    # Whether this replica exports the GPU allocation series. Leader election decides only who judges
+    # bindings: with several replicas each exports the same numbers, and the shipped dashboard and alerts
     # fold the copies with max(); turn it off to save the series (docs/metrics.md).
     export_allocation: bool = True
     # Per-card series besides the per-node ones: none, only cards holding a pod, or every card
@@ -161,6 +175,38 @@ class ScoringSettings(_Section):
     extender_max_priority: int = Field(10, ge=1, le=100)
 
 
+class LeaderSettings(_Section):
+    """Leader election among replicas: ``pods/binding`` reviews are judged by the leader alone, so
+    one assume-cache sees every admitted binding (docs/operations.md, "Replicas and the leader").
+
+    The defaults are client-go's (k8s.io/component-base config defaults: lease 15 s, renew
+    deadline 10 s, retry 2 s) and its rules hold: lease > renew deadline > 1.2 x retry."""
+
+    # Off: every replica judges bindings with its own assume-cache (one replica is then exact).
+    enabled: bool = True
+    lease_name: str = Field("gpushare-webhook-bindings", min_length=1)
+    # The Lease's namespace, the webhook's own ("" takes certs.namespace; the Deployment sets it
+    # from the downward API).
+    namespace: str = ""
+    # A Lease stores whole seconds (coordination.k8s.io/v1 leaseDurationSeconds).
+    lease_duration_seconds: int = Field(15, ge=1)
+    renew_deadline_seconds: float = Field(10.0, gt=0)
+    retry_period_seconds: float = Field(2.0, gt=0)
+    # This replica's pod (downward API metadata.name): the leader labels it so that the bindings
+    # Service selects it. Empty: no pod to label (outside a cluster), the Lease alone decides.
+    pod_name: str = ""
+    routing_label: str = "gpushare.io/binding-leader"
+
+    @model_validator(mode="after")
+    def _client_go_order(self) -> LeaderSettings:
+        # client-go's NewLeaderElector refuses the same (leaderelection.go, JitterFactor 1.2).
+        if self.lease_duration_seconds <= self.renew_deadline_seconds:
+            raise ValueError("leader.lease_duration_seconds must be greater than leader.renew_deadline_seconds")
+        if self.renew_deadline_seconds <= 1.2 * self.retry_period_seconds:
+            raise ValueError("leader.renew_deadline_seconds must be greater than 1.2 x leader.retry_period_seconds")
+        return self
+
+
 class Settings(PolicySettings):
     """Everything configurable. ``load_settings`` overlays a file and the environment on the defaults."""
 
@@ -174,6 +220,7 @@ class Settings(PolicySettings):
     auth: AuthSettings = AuthSettings()
     scoring: ScoringSettings = ScoringSettings()
     input: InputSettings = InputSettings()
+    leader: LeaderSettings = LeaderSettings()
 
 
 ENV_PREFIX = "GPUSHARE_"

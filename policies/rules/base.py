@@ -43,9 +43,11 @@ class StateUnavailable(Exception):
     """A stateful rule needs the cluster state and it is not usable; the engine applies the
     configured fail mode (``state.when_unavailable.<switch>``)."""
 
-    def __init__(self, switch: str, what: str, reason: str) -> None:
+    def __init__(self, switch: str, what: str, reason: str, cause: str = "the cluster state is not usable",
+                 retry_when: str = "the webhook has synced") -> None:
         super().__init__(f"{what}: {reason}")
         self.switch, self.what, self.reason = switch, what, reason
+        self.cause, self.retry_when = cause, retry_when
 
 
 T = TypeVar("T")
@@ -117,7 +119,7 @@ class Subject:
             raise StateUnavailable(switch, what, "no cluster state was given")
         availability = self.state.availability()
         if not availability.usable:
-            raise StateUnavailable(switch, what, availability.reason)
+            raise StateUnavailable(switch, what, availability.reason, availability.cause, availability.retry_when)
         return self.state
 
     @computed_once

@@ -113,6 +113,10 @@ def _check(subject: Subject, where: Placement) -> Checked | None:
     what = f"{subject.kind} {where.pod_key} to node {where.node}: GPU placement not checked"
     pod: PodInfo | None = None
     if subject.kind == "Binding":
+        seen = subject.state
+        if seen is not None and seen.get_pod(where.namespace, where.pod_name) is None \
+                and seen.has_pod(where.namespace, where.pod_name):
+            return None  # a pod without GPUs (resources never change): nothing to place, whoever judges
         state = subject.usable_state(SWITCH, what)
         pod = state.get_pod(where.namespace, where.pod_name)
         if pod is None:

@@ -13,6 +13,7 @@ from flask import Blueprint, Response
 from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
 from policies.engine import Engine
+from policies.leadership import FollowerView
 from policies.resources import ShapeError
 from policies.rules.base import UserInfo
 from webhook.routes.body import BadRequest
@@ -21,16 +22,19 @@ from webhook.routes.review import AdmissionReview, ReviewError, build_response, 
 from webhook.routes.services import Services
 from webhook.server.http_errors import error_response, json_response
 from webhook.server.metrics import register_endpoint
+from webhook.state.leader import LeaderElector
 
 Mode = Literal["mutate", "validate"]
 
 
 def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState | None,
-                  mode: Mode, ledger: PlacementLedger | None = None) -> dict[str, Any]:
+                  mode: Mode, ledger: PlacementLedger | None = None,
+                  leader: LeaderElector | None = None) -> dict[str, Any]:
     """The AdmissionReview response for one request, mutating or validating.
 
     With a ``ledger``, a validated request that is not a dry run records what it admitted
-    (placements, new pods) so that the next request sees it before the watch does.
+    (placements, new pods) so that the next request sees it before the watch does. With a
+    ``leader``, a binding reaching a replica that does not lead meets the placement fail mode.
     """
     request = review.request
     kind = request.kind.kind
@@ -38,6 +42,8 @@ def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState |
         return build_response(review, None, allowed=True)
     if ledger is not None and state is not None:
         state = ledger.view(state)  # what this process admitted counts before the watch shows it
+    if leader is not None and state is not None and kind == "Binding" and not leader.leading():
+        state = FollowerView(state, leader.holder())
     subject = engine.subject(
         kind, request.object, operation=request.operation, namespace=request.namespace,
         old=request.old_object, user=UserInfo(request.user_info.username, tuple(request.user_info.groups)),
@@ -64,7 +70,7 @@ def admission_routes(services: Services, observer: Observer, read_json: Callable
         review: AdmissionReview | None = None
         try:
             review = parse_review(read_json())
-            body = answer_review(review, services.engine, services.state, mode, services.ledger)
+            body = answer_review(review, services.engine, services.state, mode, services.ledger, services.leader)
         except (BadRequest, ReviewError) as exc:
             observer.refused(mode, 400, str(exc), time.perf_counter() - started, review)
             return error_response(400, str(exc))

@@ -11,6 +11,7 @@ from policies.engine import Engine
 from webhook.server.allocation_metrics import AllocationExporter
 from webhook.settings import Settings
 from webhook.state.audit_loop import AuditLoop
+from webhook.state.leader import LeaderElector
 from webhook.state.status import StateStatus
 
 
@@ -35,3 +36,5 @@ class Services:
     audit: AuditLoop | None = None
     # The GPU allocation series, when this replica exports them (metrics.export_allocation).
     allocation: AllocationExporter | None = None
+    # Leader election among replicas (live state, leader.enabled): only the leader judges bindings.
+    leader: LeaderElector | None = None

@@ -80,6 +80,9 @@ class _StateCollector(Collector):
             yield GaugeMetricFamily("gpushare_state_last_event_age_seconds",
                                     "Seconds since the last watch event (snapshot: since load).",
                                     value=status.age_seconds() or 0.0)
+        if status.leader is not None:
+            yield GaugeMetricFamily("gpushare_binding_leader", "1 while this replica holds the leader Lease and "
+                                    "judges pods/binding reviews.", value=1.0 if status.leader() else 0.0)
         configz = status.configz
         if configz is not None:  # the opt-in kubelet /configz reader (state.kubelet_configz)
             reads = CounterMetricFamily("gpushare_kubelet_configz_reads", "Reads of kubelets' /configz through the "

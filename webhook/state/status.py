@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -57,6 +58,8 @@ class StateStatus:
     events: int = 0
     # Set when the opt-in kubelet /configz reader runs (state.kubelet_configz.enabled).
     configz: ConfigzStatus | None = None
+    # Set when replicas elect a leader (leader.enabled, live state): whether this one leads.
+    leader: Callable[[], bool] | None = None
 
     def synced(self, value: bool = True) -> None:
         self.is_synced = value
