@@ -9,12 +9,10 @@ nodes bounds what the pod can ever get.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .cards import node_cards
-from .cluster import NodeInfo, PodInfo
-from .placement import SHARED_MODES, PodDemand, judge, node_profile
+from .placement import SHARED_MODES, NodeProfile, PodDemand, judge
 from .selectors import NodeSelector
 from .settings import Names
 
@@ -43,26 +41,30 @@ def _modes_for(demand: PodDemand) -> frozenset[str]:
     return frozenset({"core_mem"}) if demand.is_core_mem else SHARED_MODES
 
 
-def _could_take(node: NodeInfo, demand: PodDemand, selector: NodeSelector, names: Names) -> bool:
+def _could_take(profile: NodeProfile, demand: PodDemand, selector: NodeSelector, names: Names) -> bool:
+    node = profile.node
     return (node.labels.get(names.labels.schedule, "") in _modes_for(demand)
             and selector.mismatch(node.labels, node.name) is None)
 
 
-def judge_capacity(demand: PodDemand, selector: NodeSelector, nodes: Sequence[NodeInfo],
-                   pods_on_node: Callable[[str], Iterable[PodInfo]], names: Names) -> CapacityVerdict:
-    """What the cluster's nodes say about ``demand`` (only shared-GPU demands are judged)."""
+def judge_capacity(demand: PodDemand, selector: NodeSelector, profiles: Sequence[NodeProfile],
+                   names: Names) -> CapacityVerdict:
+    """What the cluster's nodes say about ``demand`` (only shared-GPU demands are judged).
+
+    ``profiles`` are the nodes with what their pods hold, as the scoring engine keeps them up to
+    date (built once per node change, not once per review)."""
     if not demand.gpus:
         return CapacityVerdict()
     need = max(demand.gpus, key=lambda g: g.mem)
-    if demand.is_core_mem and not any(n.labels.get(names.labels.schedule) == "core_mem" for n in nodes):
+    if demand.is_core_mem and not any(p.node.labels.get(names.labels.schedule) == "core_mem" for p in profiles):
         return CapacityVerdict(never=f"it asks for {names.resources.gpu_core} and the cluster has no core_mem node "
                                      f"(computing power allocation needs a core_mem node pool)")
-    candidates = [n for n in nodes if _could_take(n, demand, selector, names)]
+    candidates = [p for p in profiles if _could_take(p, demand, selector, names)]
     if not candidates:
         kind = "core_mem" if demand.is_core_mem else f"shared-mode ({', '.join(sorted(SHARED_MODES))})"
         constraint = "" if selector.empty else " that matches its node selectors or affinity"
         return CapacityVerdict(never=f"the cluster has no {kind} node{constraint}")
-    largest = max((CardAt(n.name, c.index, c.total_mem) for n in candidates for c in node_cards(n, (), names).cards),
+    largest = max((CardAt(p.name, c.index, c.total_mem) for p in candidates for c in p.cards.cards),
                   key=lambda c: (c.total_mem, c.node), default=None)
     if largest is None:
         return CapacityVerdict(never="no node that could take it shows its GPU cards (gpu-mem and gpu-count)")
@@ -71,14 +73,12 @@ def judge_capacity(demand: PodDemand, selector: NodeSelector, nodes: Sequence[No
                                      f"more than the largest card of any node that could take it: "
                                      f"{largest.total_mem} GiB ({largest.where})")
     closest: CardAt | None = None
-    for node in candidates:
-        pods: Iterable[PodInfo] = pods_on_node(node.name)
-        profile = node_profile(node, list(pods), names)
+    for profile in candidates:
         if judge(demand, profile, names).fits:
             return CapacityVerdict()
         for card in profile.cards.cards:
             if card.total_mem >= need.mem and (closest is None or card.free_mem > closest.free_mem):
-                closest = CardAt(node.name, card.index, card.total_mem, card.free_mem)
+                closest = CardAt(profile.name, card.index, card.total_mem, card.free_mem)
     shown = (f"; the closest is {closest.where} with {closest.free_mem} of {closest.total_mem} GiB free"
              if closest is not None else "")
     return CapacityVerdict(not_now=f'container "{need.container}" ({names.resources.gpu_mem}={need.mem}) fits no '

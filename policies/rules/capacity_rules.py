@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 
 from ..capacity import judge_capacity
 from ..placement import demand_from_containers
 from ..resources import POD_SPEC_PATHS
+from ..scoring import Scorer
 from ..selectors import node_selector_from_spec
+from ..settings import Names
 from .base import Found, Subject, rule
 from .placement_rules import placement_of
 
@@ -18,6 +21,12 @@ SWITCH = "capacity"
 def asks_gpu_memory(subject: Subject) -> bool:
     """A pod or template asking for gpu-mem (the only demand GC001 judges)."""
     return subject.names.resources.gpu_mem in subject.asked
+
+
+@lru_cache(maxsize=8)
+def _scorer(names: Names) -> Scorer:
+    """One node-profile cache per configuration, as the scheduler extender keeps one per process."""
+    return Scorer(names)
 
 
 @rule("GC001", severity="warn", seed="000, 003", kinds=POD_KINDS, operations=("CREATE",), stateful=True,
@@ -36,8 +45,10 @@ def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     if not demand.gpus:
         return
     state = subject.usable_state(SWITCH, f"{subject.label}: whether any node can hold it")
-    verdict = judge_capacity(demand, node_selector_from_spec(spec, base), state.nodes(), state.pods_on_node,
-                             subject.names)
+    # The cluster as the watch shows it (an admission view adds assumed bindings on top, which an
+    # advisory "not now" can do without): its profiles are kept up to date per node change.
+    _, profiles = _scorer(subject.names).profiles(getattr(state, "base", state))
+    verdict = judge_capacity(demand, node_selector_from_spec(spec, base), profiles, subject.names)
     path = base
     if verdict.never:
         yield Found(f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: a request "
