@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from ..capacity import judge_capacity
 from ..placement import demand_from_containers
 from ..resources import POD_SPEC_PATHS
-from ..scoring import Scorer
 from ..selectors import node_selector_from_spec
 from ..settings import Names
 from .base import Found, Subject, rule
 from .placement_rules import placement_of
+
+if TYPE_CHECKING:
+    from ..scoring import Scorer
 
 POD_KINDS = tuple(POD_SPEC_PATHS)
 SWITCH = "capacity"
@@ -26,6 +29,8 @@ def asks_gpu_memory(subject: Subject) -> bool:
 @lru_cache(maxsize=8)
 def _scorer(names: Names) -> Scorer:
     """One node-profile cache per configuration, as the scheduler extender keeps one per process."""
+    from ..scoring import Scorer  # scoring reads the rule registry, which imports this module
+
     return Scorer(names)
 
 
