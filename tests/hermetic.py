@@ -23,7 +23,18 @@ _BESIDE = str(ROOT.parent)
 _RUNTIME = tuple(sorted({os.path.realpath(p) + os.sep for p in (
     tempfile.gettempdir(), sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path)
     if p and not _BESIDE.startswith(os.path.realpath(p))}))
+# A clone may sit in the temporary directory itself (/tmp/clone): its siblings there are then
+# both other folders (/tmp/shared, refused) and the tests' own temporary files, which are told
+# apart by the names pytest and the tempfile module give them.
+_TMP = os.path.realpath(tempfile.gettempdir())
+_TEMP_NAMES = ("pytest-of-", "tmp")
 violations: list[str] = []
+
+
+def _temporary(resolved: str) -> bool:
+    if not resolved.startswith(_TMP + os.sep):
+        return False
+    return resolved[len(_TMP) + 1:].split(os.sep, 1)[0].startswith(_TEMP_NAMES)
 
 
 def outside(path: object) -> str | None:
@@ -41,7 +52,7 @@ def outside(path: object) -> str | None:
         return None
     if resolved == _BESIDE or not resolved.startswith(_BESIDE + os.sep):
         return None  # the parent itself (os.getcwd, path searches) or somewhere else entirely
-    if resolved.startswith(_RUNTIME):
+    if resolved.startswith(_RUNTIME) or _temporary(resolved):
         return None
     return resolved
 

@@ -63,9 +63,13 @@ def kill(server) -> None:
     server.process.wait(timeout=10)
 
 
+def metrics_text(server) -> str:
+    return server.session().get(server.url + "/metrics", timeout=5).text
+
+
 def leader_gauge(server) -> str:
-    text = server.session().get(server.url + "/metrics", timeout=5).text
-    return next(line.split()[-1] for line in text.splitlines() if line.startswith("gpushare_binding_leader "))
+    return next(line.split()[-1] for line in metrics_text(server).splitlines()
+                if line.startswith("gpushare_binding_leader "))
 
 
 @pytest.fixture
@@ -97,6 +101,9 @@ def test_one_replica_leads_a_follower_fails_open_and_sigkill_hands_over(api, tmp
         follower = next(name for name in servers if name != first)
         assert holder(api).startswith(first + "_")
         assert leader_gauge(servers[first]) == "1.0" and leader_gauge(servers[follower]) == "0.0"
+        # The GPU allocation series come from the leader alone, so sums over replicas never double.
+        assert "gpushare_node_gpu_mode{" in metrics_text(servers[first])
+        assert "gpushare_node_gpu_mode" not in metrics_text(servers[follower])
         # The leader judges: core-x would mix job types with mem-a.
         judged = servers[first].post_json("/validate", review_binding("core-x", dry_run=True)).json()["response"]
         assert judged["allowed"] is False and judged["status"]["message"].startswith("GB001: Binding default/core-x")

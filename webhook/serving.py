@@ -9,6 +9,7 @@ import logging
 import socket
 import ssl
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,8 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         ready = live.synced if leader is None else (lambda: live.synced() and leader.known())
         return Services(settings=settings, engine=engine, state=live, ready=ready,
                         state_source=source, state_description=description, state_status=status, ledger=ledger,
-                        start=start, audit=audit, allocation=allocation_exporter(settings, live), leader=leader)
+                        start=start, audit=audit, leader=leader,
+                        allocation=allocation_exporter(settings, live, leader.leading if leader else None))
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"
@@ -105,11 +107,13 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
                     allocation=allocation_exporter(settings, state))
 
 
-def allocation_exporter(settings: Settings, state: ClusterState) -> AllocationExporter | None:
-    """The GPU allocation series' cache, when this replica exports them (metrics.export_allocation)."""
+def allocation_exporter(settings: Settings, state: ClusterState,
+                        leading: Callable[[], bool] | None = None) -> AllocationExporter | None:
+    """The GPU allocation series' cache, when this replica exports them (metrics.export_allocation;
+    where replicas elect a leader, ``leading`` says whether this one leads and so exports)."""
     if not settings.metrics.export_allocation:
         return None
-    return AllocationExporter(state, settings.names, settings.metrics)
+    return AllocationExporter(state, settings.names, settings.metrics, exporting=leading)
 
 
 def serving_names(settings: Settings) -> list[str]:

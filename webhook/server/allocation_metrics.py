@@ -120,7 +120,9 @@ class AllocationExporter:
     """The rendered GPU allocation series of one state, kept current by ``refresh``."""
 
     def __init__(self, state: ClusterState, names: Names, settings: MetricsSettings,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, exporting: Callable[[], bool] | None = None) -> None:
+        # Where replicas elect a leader, only the leader exports, so sums over replicas never double.
+        self._exporting = exporting
         self._state = state
         self._names = names
         self._settings = settings
@@ -190,7 +192,10 @@ class AllocationExporter:
         return sum(n.series for n in self._nodes.values()) + len(CLUSTER_FAMILIES)
 
     def exposition(self) -> bytes:
-        """The cached series plus three about the cache itself (cheap: no state is read)."""
+        """The cached series plus three about the cache itself (cheap: no state is read); nothing
+        on a replica that is not the leader."""
+        if self._exporting is not None and not self._exporting():
+            return b""
         refreshed = self._refreshed_at
         tail = (_header("gpushare_gpu_allocation_series", "GPU allocation series this replica exports.")
                 + f"gpushare_gpu_allocation_series {self.series}\n"
