@@ -46,15 +46,19 @@ def outside(path: object) -> str | None:
     text = os.fspath(path)
     if not text or "\0" in text:
         return None
-    resolved = os.path.realpath(os.path.join(os.getcwd(), text)) if not os.path.isabs(text) else \
-        os.path.realpath(text)
+    # Both the path as written (a sibling may be a symbolic link to anywhere) and where it leads.
+    for candidate in (os.path.abspath(text), os.path.realpath(text)):
+        if _beside(candidate):
+            return candidate
+    return None
+
+
+def _beside(resolved: str) -> bool:
     if resolved == _ROOT or resolved.startswith(_ROOT + os.sep):
-        return None
+        return False
     if resolved == _BESIDE or not resolved.startswith(_BESIDE + os.sep):
-        return None  # the parent itself (os.getcwd, path searches) or somewhere else entirely
-    if resolved.startswith(_RUNTIME) or _temporary(resolved):
-        return None
-    return resolved
+        return False  # the parent itself (os.getcwd, path searches) or somewhere else entirely
+    return not (resolved.startswith(_RUNTIME) or _temporary(resolved))
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:

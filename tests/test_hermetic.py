@@ -45,7 +45,7 @@ def test_the_audit_hook_catches_a_path_handed_to_a_command():
     subprocess.run([sys.executable, "-c", "pass", f"--snapshot={probe}"], check=True)
     caught = hermetic.violations[before:]
     del hermetic.violations[before:]
-    assert caught == [f"passed {probe.resolve()} to {sys.executable}"]
+    assert caught == [f"passed {os.path.abspath(probe)} to {sys.executable}"]
 
 
 def test_paths_in_the_repository_and_elsewhere_pass(tmp_path):
