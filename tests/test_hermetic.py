@@ -25,7 +25,9 @@ def test_no_test_source_names_a_folder_beside_the_repository():
 
 
 def test_the_audit_hook_catches_an_open_beside_the_repository():
-    probe = ROOT.parent / "shared" / "seeds" / "gpushare-hermetic-probe.txt"
+    # A folder beside the repository that nobody has (CI keeps a real shared/ there: listing
+    # that would succeed), so the open and the listing fail after the hook has seen them.
+    probe = ROOT.parent / "gpushare-hermetic-probe" / "seeds.txt"
     before = len(hermetic.violations)
     with pytest.raises(OSError):
         probe.read_text()  # the hook runs before the open, so a missing file is enough
