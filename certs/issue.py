@@ -88,27 +88,7 @@ def issue_serving(ca: Issued, dns_names: list[str], days: float, key_type: KeyTy
     """A server certificate signed by ``ca`` for the given DNS names and IP addresses."""
     if not dns_names:
         raise ValueError("a serving certificate needs at least one name")
-    key = new_key(key_type)
-    now = _now()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE).not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True,
-                                     content_commitment=False, data_encipherment=False,
-                                     key_agreement=False, key_cert_sign=False, crl_sign=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(_san(dns_names), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
-                       critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
-    return Issued(cert, key)
+    return _leaf(ca, dns_names[0], days, key_type, ExtendedKeyUsageOID.SERVER_AUTH, _san(dns_names))
 
 
 def issue_client(ca: Issued, common_name: str, days: float, key_type: KeyType = "ecdsa-p256") -> Issued:
@@ -116,26 +96,7 @@ def issue_client(ca: Issued, common_name: str, days: float, key_type: KeyType = 
     ``auth.client_names`` accepts), extended key usage clientAuth only, so it cannot serve."""
     if not common_name:
         raise ValueError("a client certificate needs a name")
-    key = new_key(key_type)
-    now = _now()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-        .issuer_name(ca.cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE).not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True,
-                                     content_commitment=False, data_encipherment=False,
-                                     key_agreement=False, key_cert_sign=False, crl_sign=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
-                       critical=False)
-        .sign(ca.key, hashes.SHA256())
-    )
-    return Issued(cert, key)
+    return _leaf(ca, common_name, days, key_type, ExtendedKeyUsageOID.CLIENT_AUTH)
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -181,3 +142,29 @@ def ensure_serving_certs(directory: Path, dns_names: list[str], *, ca_days: int 
         write_pair(directory, ca, CA_CERT, CA_KEY)
     write_pair(directory, issue_serving(ca, dns_names, cert_days, key_type), TLS_CERT, TLS_KEY)
     return True
+
+
+def _leaf(ca: Issued, common_name: str, days: float, key_type: KeyType, usage: x509.ObjectIdentifier,
+          names: x509.SubjectAlternativeName | None = None) -> Issued:
+    """A certificate signed by ``ca`` for one extended key usage (server or client), not a CA."""
+    key = new_key(key_type)
+    now = _now()
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _BACKDATE).not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=True,
+                                     content_commitment=False, data_encipherment=False,
+                                     key_agreement=False, key_cert_sign=False, crl_sign=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if names is not None:
+        builder = builder.add_extension(names, critical=False)
+    builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()),
+                                    critical=False)
+    return Issued(builder.sign(ca.key, hashes.SHA256()), key)
