@@ -26,6 +26,7 @@ from typing import Any
 
 from .cards import MAX_CARD_GIB
 from .grants import glob_regex
+from .near_miss import meant_resource
 from .near_miss_regex import domain_regex, name_part_regex
 from .resources import POD_SPEC_PATHS
 from .settings import ExemptionGrant, LabelSelector, PolicySettings
@@ -213,6 +214,21 @@ def _gs006_message(s: PolicySettings) -> str:
 # per match) is in docs/operations.md.
 
 SECTION = "^(?:limits|requests)\\."  # what precedes a key in the strings nearMisses matches
+# Kubernetes' own container resources without a prefix (hugepages-<size> aside, a family): the
+# commonest keys, skipped by list membership instead of the name-part regex when the engine
+# passes them (they save most of GS007's cost; bench/backstop_cost.py).
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def skipped_keys(s: PolicySettings) -> list[str]:
+    """Keys nearMisses never reads: the names the engine knows, the allow-list, and the standard
+    resources that are no near miss under these settings."""
+    r = s.names.resources
+    known = {r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive, r.gpu_count, *s.near_miss.allowed}
+    standard = {name for name in STANDARD_RESOURCES
+                if meant_resource(name, r.gpu_mem, r.gpu_core, s.near_miss.lookalike_domains, s.near_miss.allowed)
+                is None}
+    return sorted(known | standard)
 
 
 def _near_miss_variables(s: PolicySettings) -> list[dict[str, str]]:
@@ -220,7 +236,7 @@ def _near_miss_variables(s: PolicySettings) -> list[dict[str, str]]:
     its label, then "limits.KEY" / "requests.KEY" for each key GS007 denies (limits first). The
     two regexes are written once; the name part's is tried first (it turns down nearly every key)."""
     r = s.names.resources
-    skipped = sorted({r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive, r.gpu_count, *s.near_miss.allowed})
+    skipped = skipped_keys(s)
     name = name_part_regex(r.gpu_mem, r.gpu_core, before=SECTION)
     domain = domain_regex(r.gpu_mem, tuple(s.near_miss.lookalike_domains), before=SECTION)
 
@@ -234,9 +250,9 @@ def _near_miss_variables(s: PolicySettings) -> list[dict[str, str]]:
               f" : []) + variables.spec.containers.map(c, {keys('container')})")
     return [{"name": "nearMissSkipped", "expression": "[" + ", ".join(map(_q, skipped)) + "]"},
             {"name": "resourceKeys", "expression": listed},
-            # The label never matches: the regexes want "limits." or "requests." first.
             {"name": "nearMisses", "expression": f"variables.resourceKeys.map(keys, [keys[0]] + keys.filter(key, "
-                                                 f"key.matches({_q(name)}) && key.matches({_q(domain)})))"}]
+                                                 f"key != keys[0] && key.matches({_q(name)}) && "
+                                                 f"key.matches({_q(domain)})))"}]
 
 
 def _gs007(s: PolicySettings) -> str:

@@ -21,11 +21,20 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable, Hashable, Iterable
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
-from .near_miss import (DOMAIN_EDITS, GPU_PREFIX, MIN_CORE_STEM, NAME_EDITS, PREFIX_EDITS, REWRITES, canonical,
-                        core_stem, edit_distance)
+from .near_miss import (
+    DOMAIN_EDITS,
+    GPU_PREFIX,
+    MIN_CORE_STEM,
+    NAME_EDITS,
+    PREFIX_EDITS,
+    REWRITES,
+    canonical,
+    core_stem,
+    edit_distance,
+)
 
 ALNUM = string.digits + string.ascii_lowercase  # what canonical() keeps (after lower-casing)
 # What Python's str.strip() removes among ASCII characters (str.isspace): \t \n \v \f \r, \x1c-\x1f, space.
@@ -40,7 +49,7 @@ Node = tuple[Any, ...]
 EPS: Node = ("cat", ())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _key(node: Node) -> tuple[Any, ...]:
     """A total order on Nodes that does not depend on hashing (frozenset order varies by process)."""
     kind, body = node
@@ -90,7 +99,9 @@ def _alt(*choices: Node) -> Node:
     empty = EPS in flat
     rest = sorted((c for c in flat if c != EPS), key=_key)  # a fixed order: the output is the same every run
     # Factor common first parts (a b | a c -> a (b|c)), else common last parts (b a | c a -> (b|c) a).
-    for split, join in ((_first, lambda part, tail: _cat(part, tail)), (_last_first, lambda part, init: _cat(init, part))):
+    joins: tuple[tuple[Callable[[Node], tuple[Node, Node]], Callable[[Node, Node], Node]], ...] = (
+        (_first, lambda part, tail: _cat(part, tail)), (_last_first, lambda part, init: _cat(init, part)))
+    for split, join in joins:
         groups: dict[Node, list[Node]] = {}
         for c in rest:
             part, other = split(c)
@@ -174,7 +185,7 @@ def _dfa(start: Hashable, letters: list[str], step: Callable[[Any, str], Any],
 
 def _regex(dfa: tuple[int, dict[tuple[int, str], int], set[int], int], renderer: _Renderer) -> Node | None:
     """A regular expression of the DFA's language (None when empty), by state elimination."""
-    start, moves, accepting, count = dfa
+    start, moves, accepting, _ = dfa
     # States from which an accepting state is reachable; the others are dropped.
     live = set(accepting)
     changed = True
@@ -233,7 +244,7 @@ def _ranges(chars: Iterable[str]) -> str:
     return "".join(out)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _row(row: tuple[int, ...] | None, target: str, c: str, limit: int) -> tuple[int, ...] | None:
     """One step of the edit-distance table of (name so far, target), capped at limit + 1."""
     if row is None:
@@ -249,7 +260,7 @@ def _start_row(target: str, limit: int) -> tuple[int, ...]:
     return tuple(min(j, limit + 1) for j in range(len(target) + 1))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _rewrite(pending: tuple[str, ...], stage: int, c: str) -> tuple[tuple[str, ...], str]:
     """Feed ``c`` to rewrite ``stage`` and the ones after it, as str.replace would do them in turn:
     each keeps the longest tail of its input that may still begin its word. Returns the new
@@ -340,11 +351,11 @@ class _NamePart:
         for ch in _flush(state[0]):
             state = self._emit(state, ch)
             if state in (DEAD, "<all>"):
-                return state == "<all>"
+                return bool(state == "<all>")
         _, head, rows, stem = state
         if head is not True and head[1][-1] > PREFIX_EDITS:  # a name shorter than the prefix
             return False
-        return any(r is not None and r[-1] <= NAME_EDITS for r in rows) or (
+        return any(r is not None and r[-1] <= NAME_EDITS for r in rows) or bool(
             self.stem is not None and stem == len(self.stem))
 
     def symbol(self, letters: frozenset[str]) -> str:
@@ -389,7 +400,7 @@ def _domain_symbol(letters: frozenset[str]) -> str:
     return _escape(chars[0]) if len(chars) == 1 else "[" + "".join(_escape(c) for c in chars) + "]"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _within(target: str, edits: int) -> Node:
     """The words within ``edits`` edits of ``target``, by the recurrence of edit distance: the
     first character of the target is kept, replaced, deleted, or a character is inserted before it."""

@@ -29,7 +29,7 @@ from policies.backstop import BACKSTOP_RULES, SCHEDULER_RULE, SECTION
 from policies.engine import Engine
 from policies.grants import StaticNamespaces
 from policies.near_miss import meant_resource
-from policies.near_miss_regex import domain_regex, name_part_regex
+from policies.near_miss_regex import name_part_regex
 from webhook.settings import Settings
 
 from .check_helpers import run_gpushare
@@ -71,18 +71,15 @@ class Backstop:
                             for v in policy["spec"]["validations"]]
 
     def variable(self, name: str, bound: dict[str, Any]) -> Any:
-        """One variable evaluated with the given ``variables.*`` values, and the ones it reads in turn."""
-        wanted = {n: program for n, program in self.variables}
+        """A GS007 variable (they read only ``variables.spec`` and each other), with ``bound`` given."""
         values: dict[Any, Any] = {celpy.celtypes.StringType(k): celpy.json_to_cel(v) for k, v in bound.items()}
-        for other, program in self.variables:  # in order, up to the one asked for
-            if other in bound:
-                continue
-            if other in ("nearMissSkipped", "resourceKeys", "nearMisses") or other == name:
-                value = wanted[other].evaluate({"variables": celpy.celtypes.MapType(values)})
+        for other, program in self.variables:  # in order, as the API server binds them
+            if other in ("nearMissSkipped", "resourceKeys", "nearMisses"):
+                value = program.evaluate({"variables": celpy.celtypes.MapType(values)})
                 assert not isinstance(value, celpy.CELEvalError), f"variable {other}: {value!r}"
                 values[celpy.celtypes.StringType(other)] = value
-            if other == name:
-                return value
+                if other == name:
+                    return value
         raise KeyError(name)
 
     def failures(self, obj: dict[str, Any], namespace: str, labels: dict[str, str]) -> list[str]:
@@ -475,9 +472,9 @@ def test_gs007_examples(backstop, key, meant):
         else:
             where = "init container" if init else "container"
             assert policy == [
-                f'GS007: Pod default/near-miss {where} "app": {section}.{key} is not a resource any node offers, so the '
-                f"pod would stay Pending forever; did you mean {meant}? (accepted: {MEM}, {CORE}; a real resource of "
-                "that name can be listed in near_miss.allowed)"]
+                f'GS007: Pod default/near-miss {where} "app": {section}.{key} is not a resource any node offers, so '
+                f"the pod would stay Pending forever; did you mean {meant}? (accepted: {MEM}, {CORE}; a real resource "
+                "of that name can be listed in near_miss.allowed)"]
 
 
 def test_an_allow_listed_or_exempted_near_miss_passes_the_backstop(backstop):
