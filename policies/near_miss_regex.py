@@ -13,8 +13,11 @@ The automata follow the engine's definition step by step, reading its own parame
 (``near_miss.REWRITES``, ``GPU_PREFIX``, the edit limits, ``core_stem``, ``edit_distance``), so the
 expressions are exact for every ASCII resource name, whatever names and domains the settings
 give. Outside ASCII they may differ (Python's ``str.lower`` and RE2's case folding disagree on a
-few letters, e.g. U+0130); the API server admits only ASCII resource names (qualified names), so
-no such key reaches the policy. tests/test_backstop_equivalence.py compares them with the engine.
+few letters, e.g. U+0130); the API server admits only ASCII resource names -- qualified names,
+by validateContainerResourceName in Kubernetes' pkg/apis/core/validation/validation.go (via
+validateResourceName and IsQualifiedName) -- and validating admission runs after that
+validation, so no such key reaches the policy. tests/test_backstop_equivalence.py compares the
+expressions with the engine.
 """
 
 from __future__ import annotations

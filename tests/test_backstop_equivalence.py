@@ -482,3 +482,13 @@ def test_an_allow_listed_or_exempted_near_miss_passes_the_backstop(backstop):
     exempt["metadata"]["annotations"] = {"gpushare.io/exempt": "GS007", "gpushare.io/exempt-reason": "vendor plugin"}
     assert backstop.failures(exempt, "team-c", {}) == []  # annotation exemptions are allowed in team-c
     assert backstop.failures(exempt, "team-d", {})[0].startswith("GS007:")  # and nowhere else
+
+
+def test_a_resource_name_with_white_space_is_refused_in_the_config(tmp_path):
+    """The API server refuses such a name, and GS007's domain regex relies on there being none."""
+    config = tmp_path / "config.yaml"
+    config.write_text("names:\n  resources:\n    gpu_mem: 'aliyun .com/gpu-mem'\n")
+    done = run_gpushare("policy", "export", "--config", config)
+    assert done.returncode == 2
+    assert done.stderr == (f"gpushare: error: {config}: names.resources.gpu_mem: \"aliyun .com/gpu-mem\": value error, "
+                           "a resource name is not empty and has no white space\n")
