@@ -166,6 +166,24 @@ def test_live_audit_agrees_with_the_snapshot_and_writes_reports(cluster: tuple[P
     assert apiserver.pruned == []  # every field written is one the CRD's schema names
 
 
+def test_write_reports_says_when_the_cluster_serves_no_report_api(cluster: tuple[Path, Path], tmp_path: Path) -> None:
+    _, config = cluster
+    bare = WritableApiServer().start()  # no report CRD installed: their collections answer 404
+    try:
+        bare.add(*objects())
+        kubeconfig = bare.kubeconfig(tmp_path / "kubeconfig")
+        done = run_gpushare("audit", "--kubeconfig", kubeconfig, "--config", config, "--write-reports")
+        assert done.returncode != 0 and "Traceback" not in done.stderr
+        assert "the cluster serves neither openreports.io/v1alpha1 Reports nor wgpolicyk8s.io/v1alpha2 " \
+               "PolicyReports; install one of the CRDs" in done.stderr
+        named = run_gpushare("audit", "--kubeconfig", kubeconfig, "--config", config, "--write-reports",
+                             "--report-kind", "policyreport")
+        assert "the cluster does not serve wgpolicyk8s.io/v1alpha2 PolicyReports; install its CRD" in named.stderr
+        assert bare.writes == []
+    finally:
+        bare.stop()
+
+
 def _explain(*args: str | Path) -> dict[str, Any]:
     done = run_gpushare("explain", f"{PENDING[0]}/{PENDING[1]}", "-o", "json", *args)
     assert done.returncode == 0, done.stderr

@@ -127,6 +127,8 @@ class _AuditCollector(Collector):
         yield CounterMetricFamily("gpushare_audit_runs", "Audits of the live state since start.", value=status.runs)
         yield GaugeMetricFamily("gpushare_audit_cpu_seconds", "CPU time (user + system) of the last audit's own "
                                 "process, apart from the serving process.", value=status.cpu_seconds)
+        yield GaugeMetricFamily("gpushare_audit_fork_seconds", "How long the last audit's fork took: the moment "
+                                "the serving process holds its requests up for the audit.", value=status.fork_seconds)
         yield GaugeMetricFamily("gpushare_audit_reports_written", "Report objects this replica created or replaced "
                                 "after its last audit (0 where another replica leads).", value=status.reports_written)
         yield GaugeMetricFamily("gpushare_audit_reports_deleted", "Stale report objects this replica deleted after "

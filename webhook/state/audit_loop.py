@@ -43,6 +43,7 @@ class AuditStatus:
     duration: float = 0.0
     runs: int = 0
     cpu_seconds: float = 0.0  # the last run's child: user + system CPU
+    fork_seconds: float = 0.0  # the worker's own part: the fork (the one moment it holds up requests)
     failures: int = 0  # runs that failed or were stopped at audit.run_timeout_seconds
     reports_written: int = 0  # report objects this replica wrote in its last run (0: a follower)
     reports_deleted: int = 0
@@ -74,6 +75,7 @@ class AuditLoop:
         held = getattr(self.state, "writes_held", None)
         child = self._child = forked.start(lambda channel: self._in_child(channel, now),
                                            held=[held()] if held is not None else [])
+        fork_seconds = time.perf_counter() - started
         report: dict[str, Any] | None = None
         try:
             found = child.receive(deadline)
@@ -86,15 +88,16 @@ class AuditLoop:
                     report = child.receive(deadline)
             ended = child.wait(deadline)
         except forked.ChildFailed as exc:
-            child.kill()
             self.status = replace(previous, failures=previous.failures + 1)
             self._problem(f"audit: the run failed: {exc}")
             return self.status
         finally:
+            child.kill()  # reaped already on every path but an unexpected error: then it is stopped here
             self._child = None
         counts: Counter[tuple[str, str]] = Counter({(r, s): n for r, s, n in found["counts"]})
         status = AuditStatus(counts=counts, last_run=self.clock(), duration=time.perf_counter() - started,
-                             runs=previous.runs + 1, cpu_seconds=ended.cpu_seconds, failures=previous.failures,
+                             runs=previous.runs + 1, cpu_seconds=ended.cpu_seconds, fork_seconds=fork_seconds,
+                             failures=previous.failures,
                              report_failures=previous.report_failures, nodes=found["nodes"], pods=found["pods"])
         said = ""
         if report is not None and "report_error" in report:
@@ -107,8 +110,8 @@ class AuditLoop:
                 said = f"; {report['summary']}"
         self.status = status
         log.info("audit: %d findings on %d nodes and %d GPU pods in %.2fs (child process CPU %.2fs, peak RSS "
-                 "%.0f MiB)%s", sum(counts.values()), status.nodes, status.pods, status.duration, ended.cpu_seconds,
-                 ended.peak_rss_mib, said)
+                 "%.0f MiB; fork %.1f ms)%s", sum(counts.values()), status.nodes, status.pods, status.duration,
+                 ended.cpu_seconds, ended.peak_rss_mib, fork_seconds * 1000, said)
         return status
 
     def _in_child(self, channel: forked.Channel, now: float) -> None:

@@ -111,6 +111,9 @@ class Child:
         except TimeoutError:
             self.kill()
             raise ChildFailed("did not answer in time; stopped") from None
+        except ValueError as exc:  # not JSON: nothing it says can be trusted
+            self.kill()
+            raise ChildFailed(f"said something unreadable: {exc}") from None
         if message is None:
             ended = self.wait(deadline)
             raise ChildFailed(f"ended without an answer (exit status {ended.status})")
@@ -129,9 +132,13 @@ class Child:
         if not _exits_by(self.pid, deadline):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-        _, status, usage = os.wait4(self.pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        self._exit = ChildExit(code, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+        try:
+            _, status, usage = os.wait4(self.pid, 0)
+        except ChildProcessError:  # reaped by someone else (a SIGCHLD handler): nothing to measure
+            self._exit = ChildExit(0, 0.0, 0.0)
+        else:
+            code = os.waitstatus_to_exitcode(status)
+            self._exit = ChildExit(code, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
         self.channel.close()
         return self._exit
 
