@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from contextlib import ExitStack
@@ -102,6 +103,45 @@ def own_and_children_cpu(pid: int) -> tuple[float, float, int]:
     return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick, int(fields[7])
 
 
+def audit_children(worker: int) -> list[int]:
+    """The worker's children: the audit's process, forked by one of its threads (not the main one)."""
+    found = []
+    for task in Path(f"/proc/{worker}/task").iterdir():
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def private_mib(pid: int) -> float:
+    """Memory a process does not share (its copy-on-write copies included), from smaps_rollup."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0.0
+    return sum(int(line.split()[1]) for line in text.splitlines()
+               if line.startswith(("Private_Clean:", "Private_Dirty:"))) / 1024
+
+
+class MemorySampler(threading.Thread):
+    """Peak private memory of the audit's processes, and the worker's RSS, sampled every 0.1 s."""
+
+    def __init__(self, worker: int) -> None:
+        super().__init__(daemon=True)
+        self.worker, self.stop, self.child_peak, self.worker_rss = worker, threading.Event(), 0.0, 0.0
+
+    def run(self) -> None:
+        while not self.stop.wait(0.1):
+            for child in audit_children(self.worker):
+                self.child_peak = max(self.child_peak, private_mib(child))
+            try:
+                status = Path(f"/proc/{self.worker}/status").read_text()
+                self.worker_rss = max(self.worker_rss, int(status.split("VmRSS:")[1].split()[0]) / 1024)
+            except (OSError, IndexError):
+                continue
+
+
 def wait_for(probe, timeout: float, what: str):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -126,12 +166,15 @@ def one_round(mode: str, api_url: str, args: argparse.Namespace, tmp: Path, revi
     with https_server(command, ca, port, tmp / f"server-{mode}.log", timeout=600, ready_path="/readyz",
                       env=env) as process:
         worker = wait_for(lambda: children(process.pid), 60, "the gunicorn worker")[0]
+        sampler = MemorySampler(worker)
+        sampler.start()
         if mode == "on":  # steady state: the first audit (and its report writes) done
             wait_for(lambda: metrics(url, ca).get("gpushare_audit_runs_total", 0) >= 1, 600, "a first audit")
         drive(url + "/validate", str(ca), review, 4, 2, args.tool)  # warm-up
         before, audit = metrics(url, ca), own_and_children_cpu(worker)
         result = drive(url + "/validate", str(ca), review, 16, args.seconds, args.tool, cpu="1" if args.pin else None)
         after, audit_after = metrics(url, ca), own_and_children_cpu(worker)
+        sampler.stop.set()
     worker_cpu = audit_after[0] - audit[0]
     return {"rps": result.rps, "p50": result.p50_ms, "p99": result.p99_ms, "errors": result.errors,
             "cpu_us": worker_cpu / max(result.requests, 1) * 1e6,
@@ -139,7 +182,8 @@ def one_round(mode: str, api_url: str, args: argparse.Namespace, tmp: Path, revi
             "runs": after.get("gpushare_audit_runs_total", 0) - before.get("gpushare_audit_runs_total", 0),
             "audit_cpu": audit_after[1] - audit[1], "audit_seconds": after.get("gpushare_audit_duration_seconds", 0),
             "written": after.get("gpushare_audit_reports_written", 0),
-            "fork_ms": after.get("gpushare_audit_fork_seconds", 0) * 1000}
+            "fork_ms": after.get("gpushare_audit_fork_seconds", 0) * 1000,
+            "child_mib": sampler.child_peak, "worker_mib": sampler.worker_rss}
 
 
 def main() -> None:
@@ -193,7 +237,8 @@ def main() -> None:
                 results[mode].append(r)
                 audit = (f"; {r['runs']:.0f} audits in the window (last {r['audit_seconds']:.1f} s), their "
                          f"processes' CPU {r['audit_cpu']:.1f} s, last fork {r['fork_ms']:.0f} ms, "
-                         f"{r['written']:.0f} reports written per run" if mode == "on" else "")
+                         f"{r['written']:.0f} reports written per run; worker RSS {r['worker_mib']:.0f} MiB, the "
+                         f"audit process's own memory at most {r['child_mib']:.0f} MiB" if mode == "on" else "")
                 print(f"round {round_no} audit {mode:3}: {r['rps']:7.1f} req/s  p50 {r['p50']:6.2f} ms  "
                       f"p99 {r['p99']:6.2f} ms  errors {r['errors']:.0f}  worker CPU {r['cpu_us']:5.0f} us/review, "
                       f"{r['faults']:.1f} page faults/review"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from .audit_cluster import CONFIG, objects
 from .cluster_objects import gpu_pod
@@ -181,6 +182,11 @@ def test_reports_none_asks_nothing(api, tmp_path):
         wait_until(lambda: metric(server, "gpushare_audit_runs_total") >= 2, timeout=30, what="two audits")
         assert metric(server, "gpushare_audit_findings{rule=\"GA001\",severity=\"deny\"}") == 1.0
         assert report_requests(api) == []
+        # Every audit metric is documented where the audit is.
+        text = server.session().get(server.url + "/metrics", timeout=5).text
+        names = {f.name for f in text_string_to_metric_families(text) if f.name.startswith("gpushare_audit_")}
+        docs = (ROOT / "docs" / "audit.md").read_text()
+        assert len(names) >= 9 and [n for n in sorted(names) if f"`{n}" not in docs] == []
 
 
 def test_without_leader_election_the_one_replica_writes_and_a_refusal_is_counted_not_fatal(api, tmp_path):
