@@ -101,7 +101,8 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         return Services(settings=settings, engine=engine, state=live, ready=ready,
                         state_source=source, state_description=description, state_status=status, ledger=ledger,
                         start=start, audit=audit, leader=leader,
-                        allocation=allocation_exporter(settings, live, leader.leading if leader else None))
+                        allocation=allocation_exporter(settings, live, leader.leading if leader else None,
+                                                       ready=live.synced))
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"
@@ -150,13 +151,13 @@ def package_version() -> str:
         return "unknown"
 
 
-def allocation_exporter(settings: Settings, state: ClusterState,
-                        leading: Callable[[], bool] | None = None) -> AllocationExporter | None:
+def allocation_exporter(settings: Settings, state: ClusterState, leading: Callable[[], bool] | None = None,
+                        ready: Callable[[], bool] = lambda: True) -> AllocationExporter | None:
     """The GPU allocation series' cache, when this replica exports them (metrics.export_allocation;
     where replicas elect a leader, ``leading`` says whether this one leads and so exports)."""
     if not settings.metrics.export_allocation:
         return None
-    return AllocationExporter(state, settings.names, settings.metrics, exporting=leading)
+    return AllocationExporter(state, settings.names, settings.metrics, exporting=leading, ready=ready)
 
 
 def serving_names(settings: Settings) -> list[str]:
