@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ..capacity import CapacityVerdict, judge_capacity
@@ -39,8 +38,7 @@ class VerdictCache:
     MAX_ENTRIES = 1024
 
     def __init__(self) -> None:
-        self._entry: tuple[Sequence[NodeProfile] | None, dict[tuple[PodDemand, NodeSelector], CapacityVerdict]] = (
-            None, {})
+        self._entry: tuple[Sequence[NodeProfile] | None, dict[tuple[object, ...], CapacityVerdict]] = (None, {})
 
     def verdict(self, demand: PodDemand, selector: NodeSelector, profiles: Sequence[NodeProfile],
                 names: Names) -> CapacityVerdict:
@@ -50,23 +48,29 @@ class VerdictCache:
             self._entry = (profiles, verdicts)
         # The pod's own key only matters to a pod already on a node, which GC001's (a pod at
         # CREATE, named "Pod ns/name") never is: pods of one workload share the verdict.
-        demand = replace(demand, key="")
-        key = (demand, selector)
+        key = (demand.gpus, demand.whole_gpus, demand.topology_gpus, demand.refused, selector)
         found = verdicts.get(key)
         if found is None:
-            found = judge_capacity(demand, selector, profiles, names)
+            found = judge_capacity(replace(demand, key=""), selector, profiles, names)
             if len(verdicts) < self.MAX_ENTRIES:
                 verdicts[key] = found
         return found
 
 
-@lru_cache(maxsize=8)
-def _capacity_tools(names: Names) -> tuple[Scorer, VerdictCache]:
-    """One node-profile cache per configuration (as the scheduler extender keeps one per process)
-    and the verdicts over it."""
-    from ..scoring import Scorer  # scoring reads the rule registry, which imports this module
+# One node-profile cache per configuration (as the scheduler extender keeps one per process) and
+# the verdicts over it, by the identity of the configuration's names (hashing them costs more).
+_TOOLS: dict[int, tuple[Names, Scorer, VerdictCache]] = {}
 
-    return Scorer(names), VerdictCache()
+
+def _capacity_tools(names: Names) -> tuple[Scorer, VerdictCache]:
+    tools = _TOOLS.get(id(names))
+    if tools is None or tools[0] is not names:
+        from ..scoring import Scorer  # scoring reads the rule registry, which imports this module
+
+        if len(_TOOLS) >= 8:
+            _TOOLS.clear()
+        tools = _TOOLS[id(names)] = (names, Scorer(names), VerdictCache())
+    return tools[1], tools[2]
 
 
 @rule("GC001", severity="warn", seed="000, 003", kinds=POD_KINDS, operations=("CREATE",), stateful=True,
