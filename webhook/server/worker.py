@@ -124,6 +124,7 @@ class Conn:
         "data",
         "deadline",
         "fresh",
+        "head",
         "keep",
         "pending",
         "queued_at",
@@ -151,6 +152,7 @@ class Conn:
         self.writer: Any = sock  # where the answer goes: the socket, or a _Capture in the poller
         self.pending = b""  # an answer the poller could not write at once, for a thread to finish
         self.keep = False  # whether the connection stays open once ``pending`` is written
+        self.head: door.RequestHead | None = None  # the request's head, when the door parsed it
 
     def timed_out(self) -> ClientTimeout:
         return ClientTimeout(self.stage, self.client_timeout)
@@ -536,10 +538,11 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         if not ahead or (ahead < self.limits.max_waiting_requests
                          and self._expected_wait(ahead) <= self._shortest_budget):
             return False
-        head = door.one_complete_request(bytes(conn.buf))
+        head = conn.head = door.one_complete_request(bytes(conn.buf))  # kept for _dispatch
         why = self._door_refusal(ahead, head) if head is not None else None
         if why is None or head is None:
             return False
+        conn.head = None
         conn.buf.clear()
         self.keepalived.remove(conn)
         if not door.send_now(conn.sock, self._door_answer(why, head)):
@@ -573,10 +576,11 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         data = bytes(conn.buf)
         conn.buf.clear()
         conn.fresh = False
+        head, conn.head = conn.head, None  # the head is parsed once (here or at the kept-alive door)
         ahead = self._requests_waiting()
         if ahead and (ahead >= self.limits.max_waiting_requests
                       or self._expected_wait(ahead) > self._shortest_budget):
-            head = door.one_complete_request(data)
+            head = head or door.one_complete_request(data)
             why = self._door_refusal(ahead, head) if head is not None else None
             if why is not None and head is not None:
                 self._refuse_at_door(conn, why, head)
@@ -584,7 +588,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         conn.data = data
         conn.queued_at = time.monotonic()
         if self.limits.inline_admission and not self._in_threads:
-            head = door.one_complete_request(data)
+            head = head or door.one_complete_request(data)
             if head is not None and head.method == "POST" and head.path in ADMISSION_PATHS:
                 self._ready.append(conn)  # evaluated by the poller (_evaluate_ready)
                 return
