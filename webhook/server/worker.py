@@ -286,6 +286,9 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self._ssl_context: Callable[[], ssl.SSLContext] | None = None
         self._notified_at = 0.0
         self._scanned_at = 0.0
+        self._keepalive: float = 0.0  # gunicorn's cfg values read in run()
+        self._pre_request: Callable[..., None] = lambda *_: None
+        self._post_request: Callable[..., None] = lambda *_: None
 
     # -- gunicorn's base Worker
 
@@ -303,6 +306,10 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self.alive = False  # the signal wakes the poller through the base Worker's pipe
 
     def run(self) -> None:
+        # gunicorn's Config resolves every attribute through its settings table: read the ones
+        # used per request once (they do not change while the worker runs).
+        self._keepalive = self.cfg.keepalive
+        self._pre_request, self._post_request = self.cfg.pre_request, self.cfg.post_request
         self.poller = selectors.DefaultSelector()
         self.poller.register(self.PIPE[0], selectors.EVENT_READ, self._wake)
         for listener in self.sockets:
@@ -498,7 +505,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                     # Handshake done, nothing sent yet: idle, like a pre-dialled or kept-alive
                     # connection (closed after server.keepalive_seconds, or first under pressure).
                     self.reading.remove(conn)
-                    conn.timeout = time.monotonic() + self.cfg.keepalive
+                    conn.timeout = time.monotonic() + self._keepalive
                     self.unrequested.append(conn)
             elif conn in self.unrequested:  # its first bytes: now it is sending its first request
                 self.unrequested.remove(conn)
@@ -558,7 +565,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             self.nr_conns -= 1
             self._linger(conn.sock)
         else:
-            conn.timeout = time.monotonic() + (self.cfg.keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
+            conn.timeout = time.monotonic() + (self._keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
             self.keepalived.append(conn)  # at the back, with a fresh timeout
         return True
 
@@ -638,7 +645,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self._keep_alive(conn)
 
     def _keep_alive(self, conn: Conn) -> None:
-        conn.timeout = time.monotonic() + (self.cfg.keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
+        conn.timeout = time.monotonic() + (self._keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
         self.keepalived.append(conn)
         self.poller.register(conn.sock, selectors.EVENT_READ,  # type: ignore[union-attr]
                              partial(self._on_keepalive_readable, conn))
@@ -826,14 +833,14 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         environ: dict[str, Any] = {}
         resp = None
         try:
-            self.cfg.pre_request(self, req)
+            self._pre_request(self, req)
             resp, environ = wsgi.create(req, conn.writer, conn.client, conn.server, self.cfg)
             environ["wsgi.multithread"] = True
             self.nr += 1
             if self.nr >= self.max_requests and self.alive:
                 log.info("restarting the worker after this request (max_requests)")
                 self.alive = False
-            if not self.alive or not self.cfg.keepalive:
+            if not self.alive or not self._keepalive:
                 resp.force_close()
             respiter = self.wsgi(environ, resp.start_response)
             try:
@@ -854,7 +861,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             raise
         finally:
             try:
-                self.cfg.post_request(self, req, environ, resp)
+                self._post_request(self, req, environ, resp)
             except Exception:
                 log.exception("post_request hook failed")
 
