@@ -95,6 +95,10 @@ class OverloadSettings(_Section):
     # switch and the GIL's convoy), so a review costs less CPU and a refusal under overload costs
     # little more than reading it. Off: every request goes to a thread, as other requests do.
     inline_admission: bool = True
+    # Larger reviews go to a thread: the poller evaluates one review at a time and cannot be
+    # interrupted, so a huge object would stall every connection (a 64 KiB Pod, about a hundred
+    # containers, is evaluated in a few milliseconds; real Pods are a few KiB).
+    inline_max_bytes: int = Field(64 * 1024, ge=0)
     # Seconds the poller evaluates queued reviews before it looks at its connections again
     # (accepts, timeouts, health probes); a review is never cut short.
     inline_slice_seconds: float = Field(0.02, gt=0, le=1)

@@ -22,9 +22,10 @@ server hooks) and gunicorn's HTTP library (``gunicorn.http.RequestParser``,
 - **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; with
   the GIL, more evaluating threads only contend, and starve the poller.
 - **Reviews evaluated in the poller** (``overload.inline_admission``). A review that arrived
-  whole (one plain POST to /validate or /mutate, the API server's only calls) while no request is
-  in a thread joins a queue the poller itself evaluates, in order, a slice of
-  ``overload.inline_slice_seconds`` at a time between looks at its connections. No thread
+  whole (one plain POST to /validate or /mutate, the API server's only calls, of at most
+  ``overload.inline_max_bytes``) while no review is with a thread joins a queue the poller
+  itself evaluates, in order, a slice of ``overload.inline_slice_seconds`` at a time between
+  looks at its connections (a review is never cut short). No thread
   hand-off: with the GIL only one thread runs Python at a time anyway, and each hand-off costs
   futex calls, a context switch and a wake-up of the poller. The answer is written without
   blocking; what the client does not take at once is finished by a thread.
@@ -128,6 +129,7 @@ class Conn:
         "keep",
         "pending",
         "queued_at",
+        "review",
         "server",
         "sock",
         "stage",
@@ -153,6 +155,7 @@ class Conn:
         self.pending = b""  # an answer the poller could not write at once, for a thread to finish
         self.keep = False  # whether the connection stays open once ``pending`` is written
         self.head: door.RequestHead | None = None  # the request's head, when the door parsed it
+        self.review = False  # a thread holds it for what may be an admission review
 
     def timed_out(self) -> ClientTimeout:
         return ClientTimeout(self.stage, self.client_timeout)
@@ -264,6 +267,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self._in_threads = 0
         self._waiting: deque[float] = deque()
         self._ready: deque[Conn] = deque()  # whole reviews the poller evaluates itself, oldest first
+        self._reviews_in_threads = 0  # (possible) admission reviews handed to threads, not yet done
         self._busy: list[None] = []
         self._handling: list[None] = []
         self._door_answers: dict[tuple[str, str | None, bool], bytes] = {}
@@ -337,6 +341,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             if exc.errno != errno.EINTR:
                 raise
             events = []
+        self._finish()  # threads done first: a review that arrives now then sees them gone
         for key, _ in events:
             key.data(key.fileobj)
         self._finish()
@@ -594,11 +599,15 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                 return
         conn.data = data
         conn.queued_at = time.monotonic()
-        if self.limits.inline_admission and not self._in_threads:
-            head = head or door.one_complete_request(data)
-            if head is not None and head.method == "POST" and head.path in ADMISSION_PATHS:
-                self._ready.append(conn)  # evaluated by the poller (_evaluate_ready)
-                return
+        head = head or door.one_complete_request(data)
+        # Reviews keep their order: while one is with a thread, the next goes there too.
+        review = head is None or (head.method == "POST" and head.path in ADMISSION_PATHS)
+        if (head is not None and review and self.limits.inline_admission and not self._reviews_in_threads
+                and len(data) <= self.limits.inline_max_bytes):
+            self._ready.append(conn)  # evaluated by the poller (_evaluate_ready)
+            return
+        conn.review = review
+        self._reviews_in_threads += review
         self._waiting.append(conn.queued_at)
         self._in_threads += 1
         self._jobs.put(conn)
@@ -621,7 +630,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                 # The client is not reading: a thread finishes the answer under the client deadline.
                 conn.pending, conn.keep = answer[sent:], keep
                 self._in_threads += 1
-                self._jobs.put(conn)
+                self._jobs.put(conn)  # not a review in a thread: the next reviews stay here
             except OSError:
                 self.nr_conns -= 1
                 _close_quietly(conn.sock)
@@ -656,6 +665,8 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         while self._done:
             conn, keep = self._done.popleft()
             self._in_threads -= 1
+            self._reviews_in_threads -= conn.review
+            conn.review = False
             self._resume(conn, keep)
 
     def _resume(self, conn: Conn, keep: bool) -> None:
