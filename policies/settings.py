@@ -28,6 +28,15 @@ class ResourceNames(_Section):
     gpu_topology: str = "aliyun.com/gpu"
     gpu_exclusive: str = "nvidia.com/gpu"
 
+    @field_validator("gpu_mem", "gpu_core", "gpu_count", "gpu_topology", "gpu_exclusive")
+    @classmethod
+    def _no_white_space(cls, value: str) -> str:
+        # A resource name is a qualified name (letters, digits, "-", "_", ".", one "/"): the API
+        # server refuses one with white space, and the backstop's GS007 regexes rely on it.
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("a resource name is not empty and has no white space")
+        return value
+
 
 class LabelNames(_Section):
     schedule: str = "ack.node.gpu.schedule"
