@@ -846,6 +846,9 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         try:
             self._pre_request(self, req)
             resp, environ = wsgi.create(req, conn.writer, conn.client, conn.server, self.cfg)
+            # The connection itself (its peer certificate, its listener), whatever the answer is
+            # written to: the app's authentication and listener split read it.
+            environ["gunicorn.socket"] = conn.sock
             environ["wsgi.multithread"] = True
             self.nr += 1
             if self.nr >= self.max_requests and self.alive:
