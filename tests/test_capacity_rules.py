@@ -5,10 +5,14 @@ usable state) are in tests/test_fidelity.py; here each verdict of the rule is pi
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import pytest
 
 from policies.cluster import Availability, ClusterSnapshot
 from policies.engine import Engine
+from policies.rule_index import rule_entries
 from webhook.settings import Settings
 
 from .cluster_builders import allocation, gpu_node, gpu_pod, snapshot
@@ -25,7 +29,8 @@ def gc001(engine, obj, state, *, kind="Pod", operation="CREATE"):
 
 
 def cluster(settings, *objects):
-    return snapshot(*objects, names=settings.names)
+    """The cluster as the watch delivers it: objects decoded from JSON."""
+    return snapshot(*(received(obj) for obj in objects), names=settings.names)
 
 
 def pod(name="p", **kwargs):
@@ -163,6 +168,15 @@ def test_not_now_counts_every_container_of_the_pod(engine, settings):
     assert gc001(engine, two_containers(3, 2), state) == []
 
 
+def test_the_closest_card_may_be_exactly_the_size_asked(engine, settings):
+    state = cluster(settings, gpu_node("a", "share", 1, 15), gpu_node("c", "share", 1, 3),
+                    gpu_pod("x", "a", mem=12, annotations=allocation(0, 12)))
+    assert gc001(engine, pod(mem=15), state)[0][1] == (
+        'GC001: Pod default/p cannot be scheduled now: container "p" (aliyun.com/gpu-mem=15) fits no card of the '
+        "nodes that could take it right now; the closest is GPU0 of node a with 3 of 15 GiB free; it stays Pending "
+        "until GPU memory is freed")
+
+
 # ---- when the rule judges -------------------------------------------------------------------------------
 
 def test_a_workload_template_is_judged_at_its_template(engine, settings):
@@ -200,3 +214,26 @@ def test_an_unusable_state_admits_and_says_so(engine):
     assert severity == "warn"
     assert message == ("GC001: Pod default/p: whether any node can hold it because the cluster state is not usable "
                        "(not synced yet); admitted without the check (state.when_unavailable.capacity: open)")
+
+
+def test_the_catalogue_lists_gc001_as_needing_the_cluster_state():
+    [entry] = [e.as_dict() for e in rule_entries(Settings()) if e.id == "GC001"]
+    assert {key: entry[key] for key in ("category", "severity", "enabled", "title", "stateful")} == {
+        "category": "rule", "severity": "warn", "enabled": True, "title": "Some node of the cluster can hold the pod",
+        "stateful": True}
+    assert entry["kinds"] == sorted(["Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob",
+                                     "ReplicationController", "PodTemplate"])
+
+
+def test_the_scoring_engine_imports_first_without_a_cycle():
+    # scoring reads the rule registry, whose package imports GC001, which ranks with scoring:
+    # GC001 must import it only when first used. Imported afresh here, then the loaded modules are put back.
+    saved = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "policies"}
+    try:
+        for name in saved:
+            del sys.modules[name]
+        assert importlib.import_module("policies.scoring").Scorer is not None
+    finally:
+        for name in [name for name in sys.modules if name.split(".")[0] == "policies"]:
+            del sys.modules[name]
+        sys.modules.update(saved)
