@@ -151,6 +151,7 @@ def test_a_pod_without_gpus_is_not_scored(settings):
 @pytest.mark.parametrize(("rule_pod", "unresolvable"), [
     (gpu_pod("big", mem=11), True),  # larger than any card
     (gpu_pod("fits-later", mem=6), False),  # a card frees up when a pod goes
+    (gpu_pod("whole-card", mem=10), False),  # exactly a card: once the card is empty
     (gpu_pod("core", mem=1, core=30), True),  # GB002: the node's mode
 ])
 def test_unresolvable_means_no_eviction_helps(settings, rule_pod, unresolvable):
@@ -207,3 +208,65 @@ def test_topology_not_enough_cards(settings, wanted, unresolvable):
     state = snapshot(topology_node(2), gpu_pod("held", "t1", whole=1), names=names)
     [verdict], _ = rank(state, gpu_pod("t", whole=wanted), names)
     assert (verdict.fits, verdict.unresolvable) == (False, unresolvable)
+
+
+# ---- values that place a pod nowhere (what the scheduler extender asks first) -----------------------------
+
+def _unusable(names, limits, requests=None):
+    from policies.resources import container_requests
+    from policies.scoring import unusable_values
+
+    resources = {"limits": limits, **({"requests": requests} if requests else {})}
+    spec = {"containers": [{"name": "c", "resources": resources}]}
+    return unusable_values(container_requests(spec, ("spec",), names), names)
+
+
+@pytest.mark.parametrize(("limits", "expected"), [
+    ({"aliyun.com/gpu-mem": "abc"},
+     [("GS003", "aliyun.com/gpu-mem='abc' is not a quantity ('abc' is not a quantity)")]),
+    ({"aliyun.com/gpu-mem": "2Gi"}, [("GS003", "aliyun.com/gpu-mem='2Gi' is not a whole number >= 1")]),
+    ({"aliyun.com/gpu-mem": "0"}, [("GS003", "aliyun.com/gpu-mem='0' is not a whole number >= 1")]),
+    ({"aliyun.com/gpu-mem": "1"}, []),
+    ({"aliyun.com/gpu-mem": "1024"}, []),
+    ({"aliyun.com/gpu-mem": "1025"},
+     [("GS003", "aliyun.com/gpu-mem='1025' is larger than any GPU card (at most 1024 GiB)")]),
+    ({"aliyun.com/gpu-core.percentage": "0"},
+     [("GS001", "aliyun.com/gpu-core.percentage='0' is not a percentage of one card (1..100)")]),
+    ({"aliyun.com/gpu-core.percentage": "-1"},
+     [("GS001", "aliyun.com/gpu-core.percentage='-1' is not a percentage of one card (1..100)")]),
+    ({"aliyun.com/gpu-core.percentage": "1"}, []),
+    ({"aliyun.com/gpu-core.percentage": "100"}, []),
+    ({"aliyun.com/gpu-core.percentage": "101"},
+     [("GS001", "aliyun.com/gpu-core.percentage='101' is not a percentage of one card (1..100)")]),
+    ({"nvidia.com/gpu": "1.5"}, [("NodeResourcesFit", "nvidia.com/gpu='1.5' is not a whole number >= 1")]),
+    ({"aliyun.com/gpu": "x"}, [("NodeResourcesFit", "aliyun.com/gpu='x' is not a quantity ('x' is not a quantity)")]),
+    ({"aliyun.com/gpu": 2000, "nvidia.com/gpu": 3000}, []),  # whole GPUs have no card-size bound here
+])
+def test_unusable_values_word_for_word(settings, limits, expected):
+    assert _unusable(settings.names, limits) == [(rule, f'container "c": {why}') for rule, why in expected]
+
+
+def test_unusable_values_in_resource_order_limits_before_requests(settings):
+    limits = {"aliyun.com/gpu": "x", "aliyun.com/gpu-mem": "2Gi"}
+    requests = {"aliyun.com/gpu-mem": "3000", "nvidia.com/gpu": "0"}
+    assert _unusable(settings.names, limits, requests) == [
+        ("GS003", "container \"c\": aliyun.com/gpu-mem='2Gi' is not a whole number >= 1"),
+        ("GS003", "container \"c\": aliyun.com/gpu-mem='3000' is larger than any GPU card (at most 1024 GiB)"),
+        ("NodeResourcesFit", "container \"c\": nvidia.com/gpu='0' is not a whole number >= 1"),
+        ("NodeResourcesFit", "container \"c\": aliyun.com/gpu='x' is not a quantity ('x' is not a quantity)")]
+
+
+def test_a_score_is_rounded_not_cut(settings):
+    names = settings.names
+    # one of three whole GPUs, no links to weigh: (1/3 + 1) / 2 = 66.7 %
+    [one], _ = rank(snapshot(topology_node(3), names=names), gpu_pod("t", whole=1), names)
+    assert (one.cards, one.score) == ([0], 67)
+
+
+def test_core_mem_containers_on_two_cards_count_both_cards_compute(settings):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "core_mem", 2, 10), names=names)
+    core = {"aliyun.com/gpu-mem": 6, "aliyun.com/gpu-core.percentage": 30}
+    [verdict], _ = rank(state, two_containers("p", core, core), names)
+    # memory 12 of 20 GiB, compute 60 of 200 %
+    assert (verdict.cards, verdict.score) == ([0, 1], round(100 * (12 / 20 + 60 / 200) / 2))
