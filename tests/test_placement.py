@@ -308,6 +308,9 @@ def test_only_the_static_cpu_manager_policy_is_refused(policy):
     (PodDemand("default/cpu", ()), "topology", []),
     (PodDemand("default/cpu", ()), "share", []),
     (PodDemand("default/t", (), 0, 1), "topology", []),
+    (PodDemand("default/c", (PodGPU("c", 2, 30, 0),)), "core_mem", []),
+    (PodDemand("default/c", (PodGPU("c", 2, 30, 0),)), "cgpu",
+     [("GB002", f"node n1 has {SCHEDULE}=cgpu; core+mem pods need core_mem")]),
     (PodDemand("default/t", (), 0, 1), "vgpu",
      [("GB002", f"node n1 has {SCHEDULE}=vgpu; pods asking for {TOPO} need {SCHEDULE}=topology")]),
 ])
@@ -349,6 +352,8 @@ def test_only_keep_state_carries_the_occupancy_after_the_placement():
     assert judge(shared(("x", 2, 0)), profile, NAMES).state is None
     kept = judge(shared(("x", 2, 0)), profile, NAMES, keep_state=True)
     assert (kept.cards, [c.used_mem for c in kept.state.cards]) == ([1], [0, 5])
+    one = placement_problems(shared(("x", 2, 0)), node(), pods, NAMES)
+    assert (one.cards, [c.used_mem for c in one.state.cards]) == ([1], [0, 5])
     placed = placement_problems(shared(("x", 2, 0), ("y", 6, 0)), node(), pods, NAMES)
     assert (placed.cards, [c.used_mem for c in placed.state.cards]) == ([1, 0], [6, 5])
     assert [c.used_mem for c in profile.cards.cards] == [0, 3]
@@ -370,6 +375,14 @@ def test_the_cards_are_judged_beside_gb005_and_gb001():
         ("GB001", "node n1 already runs core+mem pods (default/c); a mem-only pod cannot share the node with them"),
         ("GB004", 'node n1: container "a" fits no card: GPU0 has 9/10 GiB free, needs 11; '
                   "GPU1 has 10/10 GiB free, needs 11")]
+
+
+def test_gb004_whole_gpus_held_by_one_or_two_pods():
+    assert problems(PodDemand("default/t", (), 0, 2), node("topology", cards=2), [pod("h0", topology=1)]) == [
+        ("GB004", "node n1 has 1 of 2 GPUs free (held by default/h0), needs 2")]
+    holders = [pod("h0", topology=1), pod("h1", topology=1)]
+    assert problems(PodDemand("default/t", (), 0, 2), node("topology", cards=3), holders) == [
+        ("GB004", "node n1 has 1 of 3 GPUs free (held by default/h0, default/h1), needs 2")]
 
 
 def test_gb004_whole_gpus_held_by_exactly_three_pods():
