@@ -391,3 +391,12 @@ def test_the_placement_label_as_received():
     spread = node(placement=json.loads('"spread"'))  # decoded from JSON: not the code's own string object
     assert node_placement(spread, NAMES) == "spread"
     assert CardOrder([Card(0, 10, 5), Card(1, 10, 0)], node_placement(spread, NAMES)).cards[0].index == 1
+
+
+def test_binpack_skips_many_cards_too_full_for_the_request():
+    # the order is bisected by free GiB: sixteen cards too full come before the four that fit
+    cards = [Card(i, 10, 9 if i < 16 else 0) for i in range(20)]
+    order = CardOrder(cards, "binpack")
+    assert order.first_fit(gpu(5), "ns/new", None).index == 16
+    assert order.first_fit(gpu(1), "ns/new", None).index == 0
+    assert order.first_fit(gpu(11), "ns/new", None) is None
