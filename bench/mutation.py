@@ -45,7 +45,7 @@ EQUIVALENTS = ROOT / "bench" / "equivalent_mutants.txt"
 # down, most telling first: tests/test_<name>.py for each name.
 _RULES = "rule_base pod_rules gs_rules exemptions node_messages node_rules placement_messages placement_rules"
 _FAST = {
-    "policies/rules/base.py": _RULES,
+    "policies/rules/base.py": _RULES + " exemption_grants",
     "policies/rules/pod_resources.py": "gs_rules pod_rules",
     "policies/rules/exemptions.py": "exemptions exemption_grants",
     "policies/rules/node_rules.py": "node_messages node_rules",

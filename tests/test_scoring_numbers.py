@@ -270,3 +270,31 @@ def test_core_mem_containers_on_two_cards_count_both_cards_compute(settings):
     [verdict], _ = rank(state, two_containers("p", core, core), names)
     # memory 12 of 20 GiB, compute 60 of 200 %
     assert (verdict.cards, verdict.score) == ([0, 1], round(100 * (12 / 20 + 60 / 200) / 2))
+
+
+def test_a_pod_whose_gpu_mem_gs003_refuses_is_not_ranked_on_gpus(settings):
+    names = settings.names
+    [verdict], demand = rank(snapshot(gpu_node("n1", "cgpu", 1, 10), names=names), gpu_pod("p", mem="2Gi"), names)
+    assert (verdict.fits, verdict.score, verdict.cards) == (True, 0, None)
+    assert explain(verdict, demand) == ['not ranked on GPUs: container "p": aliyun.com/gpu-mem=2Gi refused by GS003; '
+                                        "fix it to see where the pod fits"]
+
+
+def test_a_state_without_a_change_log_gets_fresh_profiles_every_call(settings):
+    from policies.cluster import pod_from_manifest
+
+    names = settings.names
+    inner = snapshot(gpu_node("n1", "cgpu", 1, 10), gpu_node("n2", "cgpu", 1, 10), names=names)
+
+    class Plain:  # only what ClusterState promises: no generation, no changes_since
+        def nodes(self):
+            return inner.nodes()
+
+        def pods_on_node(self, name):
+            return inner.pods_on_node(name)
+
+    scorer, state = Scorer(names), Plain()
+    request = pod_request("Pod", gpu_pod("new", mem=6), names, key="default/new")
+    assert [(s.node, s.fits) for s in scorer.rank(request, state)] == [("n1", True), ("n2", True)]
+    inner.upsert_pod(pod_from_manifest(gpu_pod("old", "n1", mem=5), names))
+    assert [(s.node, s.fits) for s in scorer.rank(request, state)] == [("n2", True), ("n1", False)]
