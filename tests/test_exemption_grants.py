@@ -5,13 +5,22 @@ tests/test_exemptions_served.py."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import date, timedelta
 
 import pytest
 
 from policies.engine import Engine
-from policies.grants import StaticNamespaces, glob_regex
+from policies.grants import (
+    Permission,
+    StaticNamespaces,
+    annotation_permission,
+    glob_regex,
+    object_name,
+    selector_matches,
+)
+from policies.settings import ExemptionSettings, LabelSelector
 from webhook.settings import ConfigFileError, Settings, load_settings
 
 from .manifests import ALL_KINDS, MEM, container, pod_spec, workload
@@ -171,3 +180,72 @@ def test_a_malformed_grant_is_a_config_error(tmp_path, text, needle):
 ])
 def test_name_globs_become_anchored_regexes(pattern, name, matches):
     assert bool(re.match(glob_regex(pattern), name, re.DOTALL)) is matches
+
+
+# ---- the helpers, word for word and at their edges -------------------------------------------------------
+
+def _received_settings(**config) -> ExemptionSettings:
+    """Exemption settings as read from a config file: every string decoded, none the code's own."""
+    return ExemptionSettings.model_validate(json.loads(json.dumps(config)))
+
+
+@pytest.mark.parametrize(("namespace", "config", "labels", "expected"), [
+    ("", {}, None, Permission(False, "exemptions on cluster-scoped objects are not allowed (an admin sets "
+                                     "exemptions.allow_on_nodes)")),
+    ("", {"allow_on_nodes": True}, None, Permission(True, "config exemptions.allow_on_nodes")),
+    ("team-a", {"annotation_namespaces": ["team-a"]}, None,
+     Permission(True, "config exemptions.annotation_namespaces")),
+    ("team-a", {}, None, Permission(False, "the labels of namespace team-a are not known, so its "
+                                           "gpushare.io/exemptions=allowed permission cannot be confirmed")),
+    ("team-a", {}, {"team-b": {"gpushare.io/exemptions": "allowed"}},
+     Permission(False, "the labels of namespace team-a are not known, so its gpushare.io/exemptions=allowed "
+                       "permission cannot be confirmed")),
+    ("team-a", {}, {"team-a": {"gpushare.io/exemptions": "allowed"}},
+     Permission(True, "namespace label gpushare.io/exemptions=allowed")),
+    ("team-a", {}, {"team-a": {"gpushare.io/exemptions": "yes"}},
+     Permission(False, "namespace team-a does not allow exemptions (an admin labels the Namespace "
+                       "gpushare.io/exemptions=allowed or lists it in exemptions.annotation_namespaces)")),
+    ("team-a", {"namespace_label": "x/ok", "namespace_label_value": "1"}, {"team-a": {"x/ok": "1"}},
+     Permission(True, "namespace label x/ok=1")),
+])
+def test_annotation_permission_word_for_word(namespace, config, labels, expected):
+    namespaces = StaticNamespaces(json.loads(json.dumps(labels))) if labels is not None else None
+    assert annotation_permission(namespace, _received_settings(**config), namespaces) == expected
+
+
+@pytest.mark.parametrize(("metadata", "name"), [
+    ({"name": "web-1", "generateName": "web-"}, "web-1"),
+    ({"name": "", "generateName": "web-"}, "web-"),
+    ({"name": 5, "generateName": "web-"}, "web-"),  # a malformed name is no name
+    ({"generateName": "web-"}, "web-"),
+    ({"generateName": 7}, ""),
+    ({}, ""),
+])
+def test_the_name_a_grant_matches(metadata, name):
+    assert object_name(metadata) == name
+
+
+@pytest.mark.parametrize(("expressions", "labels", "matches"), [
+    ([{"key": "app", "operator": "Exists"}], {"app": "x"}, True),
+    ([{"key": "app", "operator": "Exists"}], {"team": "x"}, False),
+    ([{"key": "app", "operator": "DoesNotExist"}], {"team": "x"}, True),
+    ([{"key": "app", "operator": "DoesNotExist"}], {"app": "x"}, False),
+    ([{"key": "app", "operator": "In", "values": ["a", "b"]}], {"app": "b"}, True),
+    ([{"key": "app", "operator": "In", "values": ["a", "b"]}], {"app": "c"}, False),
+    ([{"key": "app", "operator": "In", "values": ["a"]}], {}, False),
+    ([{"key": "app", "operator": "NotIn", "values": ["a"]}], {"app": "a"}, False),
+    ([{"key": "app", "operator": "NotIn", "values": ["a"]}], {"app": "b"}, True),
+    ([{"key": "app", "operator": "NotIn", "values": ["a"]}], {}, True),
+    ([{"key": "app", "operator": "Exists"}, {"key": "tier", "operator": "In", "values": ["gpu"]}],
+     {"app": "x", "tier": "cpu"}, False),
+])
+def test_selector_operators_as_read_from_the_config(expressions, labels, matches):
+    selector = LabelSelector.model_validate(json.loads(json.dumps({"matchExpressions": expressions})))
+    assert selector_matches(selector, json.loads(json.dumps(labels))) is matches
+
+
+def test_match_labels_all_hold():
+    selector = LabelSelector.model_validate({"matchLabels": {"app": "x", "tier": "gpu"}})
+    assert selector_matches(selector, {"app": "x", "tier": "gpu", "other": "1"})
+    assert not selector_matches(selector, {"app": "x"})
+    assert not selector_matches(selector, {"app": "x", "tier": "cpu"})
