@@ -298,3 +298,13 @@ def test_a_state_without_a_change_log_gets_fresh_profiles_every_call(settings):
     assert [(s.node, s.fits) for s in scorer.rank(request, state)] == [("n1", True), ("n2", True)]
     inner.upsert_pod(pod_from_manifest(gpu_pod("old", "n1", mem=5), names))
     assert [(s.node, s.fits) for s in scorer.rank(request, state)] == [("n2", True), ("n1", False)]
+
+
+def test_card_details_add_each_container_to_what_the_card_holds(settings):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "cgpu", 1, 12), gpu_pod("old", "n1", mem=6, annotations=allocation(0, 6)),
+                     names=names)
+    [verdict], demand = rank(state, two_containers("p", {"aliyun.com/gpu-mem": 2}, {"aliyun.com/gpu-mem": 2}),
+                             names)
+    assert [(d["gpu_mem_before"], d["gpu_mem_after"]) for d in card_details(verdict, demand)] == [
+        ("6/12", "8/12"), ("8/12", "10/12")]
