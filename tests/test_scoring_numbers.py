@@ -308,3 +308,28 @@ def test_card_details_add_each_container_to_what_the_card_holds(settings):
                              names)
     assert [(d["gpu_mem_before"], d["gpu_mem_after"]) for d in card_details(verdict, demand)] == [
         ("6/12", "8/12"), ("8/12", "10/12")]
+
+
+@pytest.mark.parametrize("spec", [None, MATCH_ALL], ids=["fast path", "general path"])
+def test_core_mem_score_on_a_card_with_little_compute_left(settings, spec):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "core_mem", 1, 15), gpu_pod("old", "n1", mem=6, core=70,
+                                                                annotations=allocation(0, 6)), names=names)
+    [verdict], _ = rank(state, gpu_pod("new", mem=4, core=20, spec=spec), names)
+    assert (verdict.fits, verdict.score) == (True, round(100 * (10 / 15 + 90 / 100) / 2))
+
+
+@pytest.mark.parametrize(("core", "unresolvable"), [(100, False), (150, True)])
+def test_compute_of_a_whole_card_is_resolvable_more_is_not(settings, core, unresolvable):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "core_mem", 1, 15), gpu_pod("old", "n1", mem=2, core=10,
+                                                                annotations=allocation(0, 2)), names=names)
+    [verdict], _ = rank(state, gpu_pod("new", mem=2, core=core), names)
+    assert (verdict.fits, verdict.unresolvable) == (False, unresolvable)
+
+
+def test_topology_cards_all_held_is_resolvable(settings):
+    names = settings.names
+    state = snapshot(topology_node(2), gpu_pod("a", "t1", whole=1), gpu_pod("b", "t1", whole=1), names=names)
+    [verdict], _ = rank(state, gpu_pod("t", whole=1), names)
+    assert (verdict.fits, verdict.unresolvable) == (False, False)
