@@ -333,3 +333,18 @@ def test_topology_cards_all_held_is_resolvable(settings):
     state = snapshot(topology_node(2), gpu_pod("a", "t1", whole=1), gpu_pod("b", "t1", whole=1), names=names)
     [verdict], _ = rank(state, gpu_pod("t", whole=1), names)
     assert (verdict.fits, verdict.unresolvable) == (False, False)
+
+
+def test_topology_links_all_zero_weigh_as_unknown(settings):
+    names = settings.names
+    state = snapshot(topology_node(2, [[0, 0], [0, 0]]), names=names)
+    [verdict], demand = rank(state, gpu_pod("t", whole=2), names)
+    assert (verdict.cards, verdict.score) == ([0, 1], round(100 * (2 / 2 + 0.5) / 2))
+    assert explain(verdict, demand) == ["topology: GPUs 0,1, slowest link 0 GB/s (best on the node 0)"]
+
+
+def test_unusable_values_check_requests_after_usable_limits(settings):
+    assert _unusable(settings.names, {"aliyun.com/gpu-mem": 2}, {"aliyun.com/gpu-mem": "2Gi"}) == [
+        ("GS003", "container \"c\": aliyun.com/gpu-mem='2Gi' is not a whole number >= 1")]
+    assert _unusable(settings.names, {"aliyun.com/gpu": "1.5"}) == [
+        ("NodeResourcesFit", "container \"c\": aliyun.com/gpu='1.5' is not a whole number >= 1")]
