@@ -249,3 +249,25 @@ def test_match_labels_all_hold():
     assert selector_matches(selector, {"app": "x", "tier": "gpu", "other": "1"})
     assert not selector_matches(selector, {"app": "x"})
     assert not selector_matches(selector, {"app": "x", "tier": "cpu"})
+
+
+def test_each_exemption_is_credited_only_with_the_findings_it_covers():
+    # the annotation (allowed in team-a) exempts GS003; a grant exempts GS001, which the pod does not break
+    engine = Engine(Settings(exemptions={"annotation_namespaces": ["team-a"],
+                                         "grants": [_grant(rules=["GS001"], reason="compute is checked upstream")]}))
+    verdict = _judge(engine, _annotated(_bad()))
+    assert [f.rule for f in verdict.exempted] == ["GS003"]
+    assert (verdict.exempted_by, verdict.exemption_reason) == (["annotation"], REASON)
+    # the other way round: the annotation names GS001, the grant GS003
+    engine = Engine(Settings(exemptions={"annotation_namespaces": ["team-a"], "grants": [_grant()]}))
+    verdict = _judge(engine, _annotated(_bad(), "GS001"))
+    assert (verdict.exempted_by, verdict.exemption_reason) == (["grant:legacy-bytes"], "vendor driver, replaced in Q3")
+
+
+def test_two_exemptions_of_the_same_rule_both_exempt_it():
+    second = _grant(name="second", reason="also known")
+    engine = Engine(Settings(exemptions={"annotation_namespaces": ["team-a"], "grants": [_grant(), second]}))
+    for obj in (_bad(), _annotated(_bad())):
+        verdict = _judge(engine, obj)
+        assert verdict.allowed and [f.rule for f in verdict.exempted] == ["GS003"]
+    assert _judge(engine, _bad()).exempted_by == ["grant:legacy-bytes", "grant:second"]
