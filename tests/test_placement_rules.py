@@ -120,6 +120,22 @@ def test_placement_fails_open_by_default_when_the_state_is_stale(engine, setting
     assert "API server unreachable for 45s" in verdict.findings[0].message
 
 
+def test_a_pod_without_gpus_is_bound_unchecked_even_when_the_state_is_stale(engine, settings):
+    # the stale state still knows the pod and that it asks for no GPU: there is nothing to place
+    class Stale(ClusterSnapshot):
+        def availability(self):
+            return Availability(False, "API server unreachable for 45s (stale after 30s)")
+
+    stale = Stale()
+    stale.upsert_node(node_from_manifest(node(mode="cgpu"), settings.names))
+    stale.record_pod(pod_from_manifest(plain_pod("web"), settings.names))
+    assert bind(engine, stale, "web").findings == []
+    [unchecked] = bind(engine, stale, "ghost").findings  # a pod the state does not know: not checked, and said so
+    assert unchecked.message.startswith("GB001, GB002, GB003, GB004, GB005: Binding default/ghost to node "
+                                        "cn-beijing.192.168.1.10: GPU placement not checked because the cluster "
+                                        "state is not usable (API server unreachable for 45s (stale after 30s))")
+
+
 def test_without_any_state_placement_rules_are_skipped(engine):
     assert engine.validate(engine.subject("Binding", binding("p", NODE), namespace="default")).findings == []
 
