@@ -177,6 +177,7 @@ def test_a_malformed_grant_is_a_config_error(tmp_path, text, needle):
 @pytest.mark.parametrize("pattern, name, matches", [
     ("legacy*", "legacy-1", True), ("legacy*", "a-legacy", False), ("le?acy", "legacy", True),
     ("a.b", "axb", False), ("a.b", "a.b", True), ("*", "", True), ("x[1]", "x[1]", True),
+    ("x(1)", "x(1)", True), ("x(1)", "xyz1)", False), ("a b", "a b", True), ("a b", "a--b", False),
 ])
 def test_name_globs_become_anchored_regexes(pattern, name, matches):
     assert bool(re.match(glob_regex(pattern), name, re.DOTALL)) is matches
@@ -271,3 +272,22 @@ def test_two_exemptions_of_the_same_rule_both_exempt_it():
         verdict = _judge(engine, obj)
         assert verdict.allowed and [f.rule for f in verdict.exempted] == ["GS003"]
     assert _judge(engine, _bad()).exempted_by == ["grant:legacy-bytes", "grant:second"]
+
+
+def test_grant_matching_on_values_as_received():
+    from policies.grants import grant_matches
+    from policies.settings import ExemptionGrant
+
+    grant = ExemptionGrant.model_validate(json.loads(json.dumps(
+        {**_grant(names=None, selector={"matchLabels": {"app": "legacy"}}), "expires": TOMORROW.isoformat()})))
+    labels = json.loads(json.dumps({"app": "legacy"}))
+    assert grant_matches(grant, json.loads('"team-a"'), {"name": "x"}, labels)
+    assert not grant_matches(grant, "team-0", {"name": "x"}, labels)  # sorts before team-a: still another namespace
+    assert not grant_matches(grant, "team-b", {"name": "x"}, labels)
+    assert not grant_matches(grant, "team-a", {"name": "x"}, {"app": "new"})
+
+
+def test_a_later_grant_applies_when_an_earlier_one_does_not_match():
+    engine = Engine(Settings(exemptions={"grants": [_grant(name="other", names="web*"), _grant()]}))
+    verdict = _judge(engine, _bad())
+    assert verdict.allowed and verdict.exempted_by == ["grant:legacy-bytes"]
