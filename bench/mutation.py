@@ -13,6 +13,7 @@ Nothing is asserted and this is not part of CI: a full run takes tens of minutes
     .venv/bin/python bench/mutation.py                       # every module, every mutant
     .venv/bin/python bench/mutation.py --sample 40           # 40 random mutants per module
     .venv/bin/python bench/mutation.py policies/quantity.py --survivors /tmp/s.txt
+    .venv/bin/python bench/mutation.py policies/quantity.py --rerun /tmp/s.txt   # those survivors again
 
 Speed: the project is copied to a temporary directory (the work tree is never touched), one
 parent process imports the third-party libraries once, and each mutant runs ``pytest -x`` in a
@@ -45,16 +46,19 @@ EQUIVALENTS = ROOT / "bench" / "equivalent_mutants.txt"
 # down, most telling first: tests/test_<name>.py for each name.
 _RULES = "rule_base pod_rules gs_rules exemptions node_messages node_rules placement_messages placement_rules"
 _FAST = {
-    "policies/rules/base.py": _RULES,
+    "policies/rules/base.py": _RULES + " exemption_grants",
     "policies/rules/pod_resources.py": "gs_rules pod_rules",
-    "policies/rules/exemptions.py": "exemptions",
+    "policies/rules/exemptions.py": "exemptions exemption_grants",
     "policies/rules/node_rules.py": "node_messages node_rules",
     "policies/rules/placement_rules.py": "placement_messages placement_rules rule_base",
+    "policies/rules/capacity_rules.py": "capacity_rules",
+    "policies/capacity.py": "capacity_rules",
     "policies/quantity.py": "quantity gs_rules",
     "policies/mutations.py": "mutations",
-    "policies/exemptions.py": "exemptions",
-    "policies/cards.py": "cards placement scoring_numbers scoring placement_rules",
-    "policies/placement.py": "placement placement_rules scoring_numbers scoring",
+    "policies/exemptions.py": "exemptions exemption_grants",
+    "policies/grants.py": "exemption_grants exemptions",
+    "policies/cards.py": "cards placement scoring_numbers scoring placement_rules gs_rules",
+    "policies/placement.py": "placement placement_rules scoring_numbers scoring node_messages",
     "policies/scoring.py": "scoring_numbers scoring selectors",
     "policies/selectors.py": "selectors scoring_numbers scoring",
 }
@@ -197,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, metavar="K", help="K random mutants per module")
     parser.add_argument("--seed", type=int, default=20, help="seed of --sample (default 20)")
     parser.add_argument("--survivors", type=Path, help="write each survivor's diff to this file")
+    parser.add_argument("--rerun", type=Path, metavar="FILE",
+                        help="run only the mutants a --survivors FILE of an earlier run lists (are they killed now?)")
     parser.add_argument("--all-equivalents", action="store_true",
                         help="also run the mutants listed as equivalent (to see whether tests now kill them)")
     args = parser.parse_args(argv)
@@ -205,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         if module not in FAST_TESTS:
             parser.error(f"no fast tests are known for {module}")
     judged = read_equivalents()
+    rerun = None
+    if args.rerun is not None:  # the survivors file: each mutant's key on a line of its own, then its diff
+        rerun = {line for line in args.rerun.read_text(encoding="utf-8").splitlines() if " :: " in line}
     # A plain `kill` ends the run through the finally below, which removes the copy.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
@@ -236,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
             everything = [m for m in mutants_of(module, copy)
                           if not any(start <= (m.line, m.col) < end for start, end in annotations)]
             chosen = everything
-            if args.sample is not None and args.sample < len(everything):
+            if rerun is not None:
+                chosen = [m for m in everything if m.key(lines) in rerun]
+            elif args.sample is not None and args.sample < len(everything):
                 chosen = sorted(random.Random(f"{args.seed}:{module}").sample(everything, args.sample),
                                 key=lambda m: (m.operator, m.occurrence))
             killed = survived = equivalent = 0
@@ -274,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             total_killed += killed
             total_scored += scored
             score = 100 * killed / scored if scored else 100.0
-            scope = f"sample {len(chosen)} of {len(everything)}" if chosen is not everything else \
-                f"all {len(everything)}"
+            scope = f"all {len(everything)}" if chosen is everything else \
+                f"{'rerun' if rerun is not None else 'sample'} {len(chosen)} of {len(everything)}"
             print(f"{module}: {score:.1f} % killed ({killed}/{scored}; {survived} survived, "
                   f"{equivalent} equivalent set aside; {scope} mutants; {time.monotonic() - module_started:.0f} s)",
                   flush=True)
@@ -283,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(copy, ignore_errors=True)
         if survivors is not None:
             survivors.close()
-    if args.sample is None:
+    if args.sample is None and rerun is None:
         stale = [k for k in judged if k.split(" :: ")[0] in modules and k not in matched]
         for key in stale:
             print(f"  note: listed as equivalent but no such mutant now: {key}", file=sys.stderr)

@@ -60,8 +60,8 @@ def used(cards: NodeCards) -> list[tuple[int, int, tuple[str, ...]]]:
 
 def test_cards_split_the_node_memory_evenly():
     cards = node_cards(node(cards=3, gib=10), [], NAMES)
-    assert [(c.index, c.total_mem, c.free_mem, c.free_core) for c in cards.cards] == [
-        (0, 10, 10, 100), (1, 10, 10, 100), (2, 10, 10, 100)]
+    assert [(c.index, c.total_mem, c.free_mem, c.used_core) for c in cards.cards] == [
+        (0, 10, 10, 0), (1, 10, 10, 0), (2, 10, 10, 0)]
     assert (cards.total_mem, cards.used_mem, cards.mode, cards.placement) == (30, 0, "share", "binpack")
 
 
@@ -183,6 +183,8 @@ def test_without_a_core_record_compute_goes_with_most_memory_lowest_index_on_tie
     most = pod("a", gpu(6, 30), annotations=allocation({0: {1: 2, 2: 4}}))
     tie = pod("b", gpu(6, 20), annotations=allocation({0: {3: 3, 0: 3}}))
     assert [c.used_core for c in node_cards(node(mode="core_mem"), [most, tie], NAMES).cards] == [20, 0, 30, 0]
+    tie = pod("c", gpu(6, 20), annotations=allocation({0: {3: 3, 1: 3}}))
+    assert [c.used_core for c in node_cards(node(mode="core_mem"), [tie], NAMES).cards] == [0, 20, 0, 0]
 
 
 def test_a_core_record_naming_a_missing_card_is_replaced_by_the_memory_rule():
@@ -220,6 +222,17 @@ def test_finished_pods_and_pods_without_shared_gpu_hold_nothing():
 def test_a_pod_that_fits_nowhere_is_charged_to_the_emptiest_card():
     pods = [pod("a", gpu(10), annotations=allocation({0: {0: 10}})), pod("big", gpu(20))]
     assert [c.used_mem for c in node_cards(node(cards=2), pods, NAMES).cards] == [10, 20]
+    pods = [pod("a", gpu(5), annotations=allocation({0: {0: 5}})),
+            pod("b", gpu(12), annotations=allocation({0: {1: 12}})), pod("big", gpu(20))]
+    cards = node_cards(node(cards=3, gib=16), pods, NAMES).cards
+    assert [(c.used_mem, c.free_mem) for c in cards] == [(5, 11), (12, 4), (20, -4)]
+
+
+def test_cards_of_a_node_that_counts_cards_but_not_their_memory():
+    # a topology node, say: its cards have no GiB to share
+    for count in (1, 2):
+        bare = node(allocatable={COUNT: count}, capacity={})
+        assert [(c.index, c.total_mem) for c in node_cards(bare, [], NAMES).cards] == [(i, 0) for i in range(count)]
 
 
 def test_every_charge_is_heard():
@@ -338,3 +351,52 @@ def test_a_crowded_card_is_reported_as_crowded_whatever_its_compute(used_core, r
     crowded = Card(0, 15, 2, used_core, tuple(f"ns/p{i}" for i in range(20)))
     assert choose_card([crowded], gpu(4, request_core), "ns/new", "binpack", 20) == (
         None, ["GPU0 already runs 20 pods, the cGPU limit is 20"])
+
+
+# ---- boundaries -------------------------------------------------------------------------------------
+
+def test_a_card_recorded_with_more_than_twenty_pods_is_crowded():
+    # a record can overfill a card (pods placed before the limit was enforced): 21 is over 20 too
+    crowded = Card(0, 100, 21, 0, tuple(f"ns/p{i}" for i in range(21)))
+    assert choose_card([crowded], gpu(1), "ns/new", "binpack", 20) == (
+        None, ["GPU0 already runs 21 pods, the cGPU limit is 20"])
+    assert choose_card([crowded], gpu(1), "ns/new", "spread", 20) == (
+        None, ["GPU0 already runs 21 pods, the cGPU limit is 20"])
+    assert choose_card([crowded], gpu(1), "ns/p20", "binpack", 20) == (crowded, [])
+
+
+def test_a_card_with_exactly_the_memory_asked_is_reported_for_what_it_lacks():
+    # memory fits exactly; compute does not, or the card is crowded: that is the reason given
+    assert choose_card([Card(0, 15, 11, 95)], gpu(4, 10), "ns/p", "binpack", None) == (
+        None, ["GPU0 has 5% compute free, needs 10%"])
+    crowded = Card(0, 15, 11, 90, tuple(f"ns/p{i}" for i in range(20)))
+    assert choose_card([crowded], gpu(4, 10), "ns/new", "binpack", 20) == (
+        None, ["GPU0 already runs 20 pods, the cGPU limit is 20"])
+
+
+def test_records_without_positions_beyond_the_annotations_entries_are_packed():
+    p = pod("p", gpu(3, index=None), gpu(1, index=None), gpu(2, index=None), annotations=allocation({4: {1: 3}}))
+    # the first container is recorded on card 1; the other two are packed onto the fullest card, card 1
+    assert [c.used_mem for c in node_cards(node(), [p], NAMES).cards] == [0, 6, 0, 0]
+
+
+def test_a_record_naming_the_card_just_past_the_last_is_packed_instead():
+    p = pod("p", gpu(3), annotations=allocation({0: {4: 3}}))
+    assert [c.used_mem for c in node_cards(node(), [p], NAMES).cards] == [3, 0, 0, 0]
+    core = pod("c", gpu(4, 30), annotations={**allocation({0: {1: 4}}), **allocation({0: {4: 30}}, CORE_ALLOCATION)})
+    assert [c.used_core for c in node_cards(node(mode="core_mem"), [core], NAMES).cards] == [0, 30, 0, 0]
+
+
+def test_the_placement_label_as_received():
+    spread = node(placement=json.loads('"spread"'))  # decoded from JSON: not the code's own string object
+    assert node_placement(spread, NAMES) == "spread"
+    assert CardOrder([Card(0, 10, 5), Card(1, 10, 0)], node_placement(spread, NAMES)).cards[0].index == 1
+
+
+def test_binpack_skips_many_cards_too_full_for_the_request():
+    # the order is bisected by free GiB: sixteen cards too full come before the four that fit
+    cards = [Card(i, 10, 9 if i < 16 else 0) for i in range(20)]
+    order = CardOrder(cards, "binpack")
+    assert order.first_fit(gpu(5), "ns/new", None).index == 16
+    assert order.first_fit(gpu(1), "ns/new", None).index == 0
+    assert order.first_fit(gpu(11), "ns/new", None) is None

@@ -5,13 +5,22 @@ tests/test_exemptions_served.py."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import date, timedelta
 
 import pytest
 
 from policies.engine import Engine
-from policies.grants import StaticNamespaces, glob_regex
+from policies.grants import (
+    Permission,
+    StaticNamespaces,
+    annotation_permission,
+    glob_regex,
+    object_name,
+    selector_matches,
+)
+from policies.settings import ExemptionSettings, LabelSelector
 from webhook.settings import ConfigFileError, Settings, load_settings
 
 from .manifests import ALL_KINDS, MEM, container, pod_spec, workload
@@ -168,6 +177,117 @@ def test_a_malformed_grant_is_a_config_error(tmp_path, text, needle):
 @pytest.mark.parametrize("pattern, name, matches", [
     ("legacy*", "legacy-1", True), ("legacy*", "a-legacy", False), ("le?acy", "legacy", True),
     ("a.b", "axb", False), ("a.b", "a.b", True), ("*", "", True), ("x[1]", "x[1]", True),
+    ("x(1)", "x(1)", True), ("x(1)", "xyz1)", False), ("a b", "a b", True), ("a b", "a--b", False),
 ])
 def test_name_globs_become_anchored_regexes(pattern, name, matches):
     assert bool(re.match(glob_regex(pattern), name, re.DOTALL)) is matches
+
+
+# ---- the helpers, word for word and at their edges -------------------------------------------------------
+
+def _received_settings(**config) -> ExemptionSettings:
+    """Exemption settings as read from a config file: every string decoded, none the code's own."""
+    return ExemptionSettings.model_validate(json.loads(json.dumps(config)))
+
+
+@pytest.mark.parametrize(("namespace", "config", "labels", "expected"), [
+    ("", {}, None, Permission(False, "exemptions on cluster-scoped objects are not allowed (an admin sets "
+                                     "exemptions.allow_on_nodes)")),
+    ("", {"allow_on_nodes": True}, None, Permission(True, "config exemptions.allow_on_nodes")),
+    ("team-a", {"annotation_namespaces": ["team-a"]}, None,
+     Permission(True, "config exemptions.annotation_namespaces")),
+    ("team-a", {}, None, Permission(False, "the labels of namespace team-a are not known, so its "
+                                           "gpushare.io/exemptions=allowed permission cannot be confirmed")),
+    ("team-a", {}, {"team-b": {"gpushare.io/exemptions": "allowed"}},
+     Permission(False, "the labels of namespace team-a are not known, so its gpushare.io/exemptions=allowed "
+                       "permission cannot be confirmed")),
+    ("team-a", {}, {"team-a": {"gpushare.io/exemptions": "allowed"}},
+     Permission(True, "namespace label gpushare.io/exemptions=allowed")),
+    ("team-a", {}, {"team-a": {"gpushare.io/exemptions": "yes"}},
+     Permission(False, "namespace team-a does not allow exemptions (an admin labels the Namespace "
+                       "gpushare.io/exemptions=allowed or lists it in exemptions.annotation_namespaces)")),
+    ("team-a", {"namespace_label": "x/ok", "namespace_label_value": "1"}, {"team-a": {"x/ok": "1"}},
+     Permission(True, "namespace label x/ok=1")),
+])
+def test_annotation_permission_word_for_word(namespace, config, labels, expected):
+    namespaces = StaticNamespaces(json.loads(json.dumps(labels))) if labels is not None else None
+    assert annotation_permission(namespace, _received_settings(**config), namespaces) == expected
+
+
+@pytest.mark.parametrize(("metadata", "name"), [
+    ({"name": "web-1", "generateName": "web-"}, "web-1"),
+    ({"name": "", "generateName": "web-"}, "web-"),
+    ({"name": 5, "generateName": "web-"}, "web-"),  # a malformed name is no name
+    ({"generateName": "web-"}, "web-"),
+    ({"generateName": 7}, ""),
+    ({}, ""),
+])
+def test_the_name_a_grant_matches(metadata, name):
+    assert object_name(metadata) == name
+
+
+@pytest.mark.parametrize(("expressions", "labels", "matches"), [
+    ([{"key": "app", "operator": "Exists"}], {"app": "x"}, True),
+    ([{"key": "app", "operator": "Exists"}], {"team": "x"}, False),
+    ([{"key": "app", "operator": "DoesNotExist"}], {"team": "x"}, True),
+    ([{"key": "app", "operator": "DoesNotExist"}], {"app": "x"}, False),
+    ([{"key": "app", "operator": "In", "values": ["a", "b"]}], {"app": "b"}, True),
+    ([{"key": "app", "operator": "In", "values": ["a", "b"]}], {"app": "c"}, False),
+    ([{"key": "app", "operator": "In", "values": ["a"]}], {}, False),
+    ([{"key": "app", "operator": "NotIn", "values": ["a"]}], {"app": "a"}, False),
+    ([{"key": "app", "operator": "NotIn", "values": ["a"]}], {"app": "b"}, True),
+    ([{"key": "app", "operator": "NotIn", "values": ["a"]}], {}, True),
+    ([{"key": "app", "operator": "Exists"}, {"key": "tier", "operator": "In", "values": ["gpu"]}],
+     {"app": "x", "tier": "cpu"}, False),
+])
+def test_selector_operators_as_read_from_the_config(expressions, labels, matches):
+    selector = LabelSelector.model_validate(json.loads(json.dumps({"matchExpressions": expressions})))
+    assert selector_matches(selector, json.loads(json.dumps(labels))) is matches
+
+
+def test_match_labels_all_hold():
+    selector = LabelSelector.model_validate({"matchLabels": {"app": "x", "tier": "gpu"}})
+    assert selector_matches(selector, {"app": "x", "tier": "gpu", "other": "1"})
+    assert not selector_matches(selector, {"app": "x"})
+    assert not selector_matches(selector, {"app": "x", "tier": "cpu"})
+
+
+def test_each_exemption_is_credited_only_with_the_findings_it_covers():
+    # the annotation (allowed in team-a) exempts GS003; a grant exempts GS001, which the pod does not break
+    engine = Engine(Settings(exemptions={"annotation_namespaces": ["team-a"],
+                                         "grants": [_grant(rules=["GS001"], reason="compute is checked upstream")]}))
+    verdict = _judge(engine, _annotated(_bad()))
+    assert [f.rule for f in verdict.exempted] == ["GS003"]
+    assert (verdict.exempted_by, verdict.exemption_reason) == (["annotation"], REASON)
+    # the other way round: the annotation names GS001, the grant GS003
+    engine = Engine(Settings(exemptions={"annotation_namespaces": ["team-a"], "grants": [_grant()]}))
+    verdict = _judge(engine, _annotated(_bad(), "GS001"))
+    assert (verdict.exempted_by, verdict.exemption_reason) == (["grant:legacy-bytes"], "vendor driver, replaced in Q3")
+
+
+def test_two_exemptions_of_the_same_rule_both_exempt_it():
+    second = _grant(name="second", reason="also known")
+    engine = Engine(Settings(exemptions={"annotation_namespaces": ["team-a"], "grants": [_grant(), second]}))
+    for obj in (_bad(), _annotated(_bad())):
+        verdict = _judge(engine, obj)
+        assert verdict.allowed and [f.rule for f in verdict.exempted] == ["GS003"]
+    assert _judge(engine, _bad()).exempted_by == ["grant:legacy-bytes", "grant:second"]
+
+
+def test_grant_matching_on_values_as_received():
+    from policies.grants import grant_matches
+    from policies.settings import ExemptionGrant
+
+    grant = ExemptionGrant.model_validate(json.loads(json.dumps(
+        {**_grant(names=None, selector={"matchLabels": {"app": "legacy"}}), "expires": TOMORROW.isoformat()})))
+    labels = json.loads(json.dumps({"app": "legacy"}))
+    assert grant_matches(grant, json.loads('"team-a"'), {"name": "x"}, labels)
+    assert not grant_matches(grant, "team-0", {"name": "x"}, labels)  # sorts before team-a: still another namespace
+    assert not grant_matches(grant, "team-b", {"name": "x"}, labels)
+    assert not grant_matches(grant, "team-a", {"name": "x"}, {"app": "new"})
+
+
+def test_a_later_grant_applies_when_an_earlier_one_does_not_match():
+    engine = Engine(Settings(exemptions={"grants": [_grant(name="other", names="web*"), _grant()]}))
+    verdict = _judge(engine, _bad())
+    assert verdict.allowed and verdict.exempted_by == ["grant:legacy-bytes"]

@@ -130,6 +130,8 @@ NOT_WHOLE = "is not a whole number of GiB >= 1"
         ("-2Gi", UNIT, "use a whole number of GiB, 1 or more"),
         (1.5, NOT_WHOLE, "use 1 or 2"),
         ("2.5", NOT_WHOLE, "use 2 or 3"),
+        ("1023.5", NOT_WHOLE, "use 1023 or 1024"),
+        ("1024.5", NOT_WHOLE, "use a whole number of GiB up to 1024"),  # 1025 would be larger than any card
     ],
 )
 def test_gs003_message_and_hint(engine, value, why, hint):

@@ -7,15 +7,17 @@ import json
 
 import pytest
 
-from policies.cluster import NodeInfo, PodGPU, PodInfo
+from policies.cluster import NodeInfo, PodGPU, PodInfo, node_from_manifest
 from policies.placement import (
     PodDemand,
     cpu_manager_policy,
     demand_from_containers,
     demand_from_pod,
     judge,
+    mode_problems,
     node_profile,
     placement_problems,
+    quick_card,
 )
 from policies.resources import container_requests
 from policies.settings import Names
@@ -255,3 +257,143 @@ def test_gb001_and_gb004_count_the_rest_exactly():
     holders = [pod(f"h{i}", topology=1) for i in range(6)]
     assert problems(PodDemand("default/t", (), 0, 2), node("topology", cards=6), holders) == [
         ("GB004", "node n1 has 0 of 6 GPUs free (held by default/h0, default/h1, default/h2 and 3 more), needs 2")]
+
+
+# ---- values read from a manifest, as the webhook receives them ----------------------------------------
+
+def received_node(mode: str, cards: int = 2, gib: int = 10, labels: dict[str, str] | None = None) -> NodeInfo:
+    """A Node as it arrives: parsed from JSON, so its label values are fresh strings, not the code's constants."""
+    resources = {TOPO: str(cards)} if mode == "topology" else {MEM: str(cards * gib), COUNT: str(cards)}
+    manifest = {"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "n1", "labels": {SCHEDULE: mode, **(labels or {})}},
+                "status": {"allocatable": resources, "capacity": resources}}
+    return node_from_manifest(json.loads(json.dumps(manifest)), NAMES)
+
+
+def test_a_received_node_is_judged_like_any_other():
+    topo = received_node("topology")
+    assert (problems(PodDemand("default/t", (), 0, 2), topo), judge(PodDemand("default/t", (), 0, 2),
+                                                                     node_profile(topo, [], NAMES), NAMES).cards) == (
+        [], [0, 1])
+    assert problems(PodDemand("default/w", (), 1, 0), topo) == [
+        ("GB002", f"node n1 has {SCHEDULE}=topology and takes only topology workloads ({TOPO}); this pod asks "
+                  f"for {EXCL}")]
+    assert problems(shared(("a", 2, 30)), received_node("share")) == [
+        ("GB002", f"node n1 has {SCHEDULE}=share; core+mem pods need core_mem")]
+    assert problems(shared(("a", 2, 30)), received_node("core_mem")) == []
+    static = received_node("share", labels={"gpushare.io/cpu-manager-policy": "static"})
+    assert [rule for rule, _ in problems(shared(("a", 2, 0)), static)] == ["GB005"]
+
+
+def test_only_a_topology_node_gets_a_whole_gpu_occupancy():
+    assert node_profile(received_node("topology", cards=4), [], NAMES).topology.count == 4
+    for mode in ("share", "default", "vgpu"):
+        assert node_profile(received_node(mode), [], NAMES).topology is None
+
+
+@pytest.mark.parametrize("policy", ["none", "Static", "statics", ""])
+def test_only_the_static_cpu_manager_policy_is_refused(policy):
+    assert problems(shared(("a", 2, 0)), node(labels={"gpushare.io/cpu-manager-policy": policy})) == []
+
+
+# ---- mode_problems: what the audit asks of pods already running -----------------------------------------
+
+@pytest.mark.parametrize(("demand", "mode", "expected"), [
+    (PodDemand("default/w", (), 1, 0), "default", []),
+    (PodDemand("default/w", (), 1, 0), "vgpu", []),
+    (PodDemand("default/w", (), 1, 0), "share", []),
+    (PodDemand("default/w", (), 1, 0), "topology",
+     [("GB002", f"node n1 has {SCHEDULE}=topology and takes only topology workloads ({TOPO}); this pod asks "
+                f"for {EXCL}")]),
+    (PodDemand("default/cpu", ()), "topology", []),
+    (PodDemand("default/cpu", ()), "share", []),
+    (PodDemand("default/t", (), 0, 1), "topology", []),
+    (PodDemand("default/c", (PodGPU("c", 2, 30, 0),)), "core_mem", []),
+    (PodDemand("default/c", (PodGPU("c", 2, 30, 0),)), "cgpu",
+     [("GB002", f"node n1 has {SCHEDULE}=cgpu; core+mem pods need core_mem")]),
+    (PodDemand("default/t", (), 0, 1), "vgpu",
+     [("GB002", f"node n1 has {SCHEDULE}=vgpu; pods asking for {TOPO} need {SCHEDULE}=topology")]),
+])
+def test_mode_problems_of_a_running_pod(demand, mode, expected):
+    for n in (node(mode), received_node(mode)):
+        assert mode_problems(demand, node_profile(n, [], NAMES), NAMES) == expected
+
+
+def test_a_topology_pod_on_a_node_of_an_unknown_mode():
+    assert problems(PodDemand("default/t", (), 0, 1), node("vgpu")) == [
+        ("GB002", f"node n1 has {SCHEDULE}=vgpu; pods asking for {TOPO} need {SCHEDULE}=topology")]
+
+
+# ---- quick_card, the state a placement leaves, rules reported together --------------------------------------
+
+def test_quick_card_answers_only_for_one_container_the_node_surely_takes():
+    pods = [pod("a", 3, annotations={ALLOCATION: json.dumps({"0": {"1": 3}})})]
+    profile = node_profile(node(), pods, NAMES)
+    position = quick_card(shared(("x", 2, 0)), profile)
+    assert (position, profile.order.cards[position].index) == (0, 1)  # binpack: the fuller card first
+    position = quick_card(shared(("x", 8, 0)), profile)
+    assert (position, profile.order.cards[position].index) == (1, 0)  # card 1 has only 7 GiB free
+    assert quick_card(shared(("x", 11, 0)), profile) == -1  # fits no card
+    assert quick_card(shared(("x", 1, 0), ("y", 1, 0)), profile) == -1  # two containers: ask judge
+    assert quick_card(PodDemand("default/t", (), 0, 1), profile) == -1  # no shared-GPU container
+    assert quick_card(shared(("x", 1, 30)), profile) == -1  # core+mem on a share node: judge says why not
+
+
+def test_a_card_further_down_the_binpack_order():
+    pods = [pod("a", 3, annotations={ALLOCATION: json.dumps({"0": {"1": 3}})})]
+    profile = node_profile(node(), pods, NAMES)
+    result = judge(shared(("x", 8, 0)), profile, NAMES)
+    assert (result.problems, result.cards) == ([], [0])
+
+
+def test_only_keep_state_carries_the_occupancy_after_the_placement():
+    pods = [pod("a", 3, annotations={ALLOCATION: json.dumps({"0": {"1": 3}})})]
+    profile = node_profile(node(), pods, NAMES)
+    assert judge(shared(("x", 2, 0)), profile, NAMES).state is None
+    kept = judge(shared(("x", 2, 0)), profile, NAMES, keep_state=True)
+    assert (kept.cards, [c.used_mem for c in kept.state.cards]) == ([1], [0, 5])
+    one = placement_problems(shared(("x", 2, 0)), node(), pods, NAMES)
+    assert (one.cards, [c.used_mem for c in one.state.cards]) == ([1], [0, 5])
+    placed = placement_problems(shared(("x", 2, 0), ("y", 6, 0)), node(), pods, NAMES)
+    assert (placed.cards, [c.used_mem for c in placed.state.cards]) == ([1, 0], [6, 5])
+    assert [c.used_mem for c in profile.cards.cards] == [0, 3]
+
+
+def test_a_node_without_cards_has_card_size_zero():
+    assert node_profile(NodeInfo("n1", {SCHEDULE: "share"}, {}, "", "", {}, {}), [], NAMES).card_size == 0
+    assert node_profile(node(gib=16), [], NAMES).card_size == 16
+
+
+def test_the_cards_are_judged_beside_gb005_and_gb001():
+    static = node(labels={"gpushare.io/cpu-manager-policy": "static"})
+    assert problems(shared(("a", 11, 0)), static) == [
+        ("GB005", "node n1 runs the static CPU manager policy, which shared GPU scheduling does not support; "
+                  "pick a node with policy none"),
+        ("GB004", 'node n1: container "a" fits no card: GPU0 has 10/10 GiB free, needs 11; '
+                  "GPU1 has 10/10 GiB free, needs 11")]
+    assert problems(shared(("a", 11, 0)), node("core_mem"), [pod("c", 1, 10)]) == [
+        ("GB001", "node n1 already runs core+mem pods (default/c); a mem-only pod cannot share the node with them"),
+        ("GB004", 'node n1: container "a" fits no card: GPU0 has 9/10 GiB free, needs 11; '
+                  "GPU1 has 10/10 GiB free, needs 11")]
+
+
+def test_gb004_whole_gpus_held_by_one_or_two_pods():
+    assert problems(PodDemand("default/t", (), 0, 2), node("topology", cards=2), [pod("h0", topology=1)]) == [
+        ("GB004", "node n1 has 1 of 2 GPUs free (held by default/h0), needs 2")]
+    holders = [pod("h0", topology=1), pod("h1", topology=1)]
+    assert problems(PodDemand("default/t", (), 0, 2), node("topology", cards=3), holders) == [
+        ("GB004", "node n1 has 1 of 3 GPUs free (held by default/h0, default/h1), needs 2")]
+
+
+def test_gb004_whole_gpus_held_by_exactly_three_pods():
+    pods = [pod(f"h{i}", topology=1) for i in range(3)]
+    assert problems(PodDemand("default/t", (), 0, 2), node("topology", cards=4), pods) == [
+        ("GB004", "node n1 has 1 of 4 GPUs free (held by default/h0, default/h1, default/h2), needs 2")]
+
+
+def test_gb004_on_a_node_of_many_cards():
+    many = node("share", cards=300, gib=1)
+    [(rule, message)] = problems(shared(("a", 2, 0)), many)
+    assert rule == "GB004"
+    assert message == 'node n1: container "a" fits no card: ' + "; ".join(
+        f"GPU{i} has 1/1 GiB free, needs 2" for i in range(300))

@@ -32,7 +32,7 @@ def cards(draw) -> list[Card]:
        st.sampled_from([None, 20, 1]), st.sampled_from(["ns/p0", "ns/new"]))
 def test_first_fit_is_the_fullest_or_emptiest_card_that_fits(cards_, placement, mem, core, limit, key):
     def fits(c: Card) -> bool:
-        return (c.free_mem >= mem and (not core or c.free_core >= core)
+        return (c.free_mem >= mem and (not core or 100 - c.used_core >= core)
                 and (limit is None or key in c.pods or len(c.pods) < limit))
 
     fitting = [c for c in cards_ if fits(c)]

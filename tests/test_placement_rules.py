@@ -120,6 +120,22 @@ def test_placement_fails_open_by_default_when_the_state_is_stale(engine, setting
     assert "API server unreachable for 45s" in verdict.findings[0].message
 
 
+def test_a_pod_without_gpus_is_bound_unchecked_even_when_the_state_is_stale(engine, settings):
+    # the stale state still knows the pod and that it asks for no GPU: there is nothing to place
+    class Stale(ClusterSnapshot):
+        def availability(self):
+            return Availability(False, "API server unreachable for 45s (stale after 30s)")
+
+    stale = Stale()
+    stale.upsert_node(node_from_manifest(node(mode="cgpu"), settings.names))
+    stale.record_pod(pod_from_manifest(plain_pod("web"), settings.names))
+    assert bind(engine, stale, "web").findings == []
+    [unchecked] = bind(engine, stale, "ghost").findings  # a pod the state does not know: not checked, and said so
+    assert unchecked.message.startswith("GB001, GB002, GB003, GB004, GB005: Binding default/ghost to node "
+                                        "cn-beijing.192.168.1.10: GPU placement not checked because the cluster "
+                                        "state is not usable (API server unreachable for 45s (stale after 30s))")
+
+
 def test_without_any_state_placement_rules_are_skipped(engine):
     assert engine.validate(engine.subject("Binding", binding("p", NODE), namespace="default")).findings == []
 
@@ -218,3 +234,10 @@ def test_gc001_verdicts_follow_the_cluster_and_are_shared_by_pods_asking_alike(e
     assert "fits no card of the nodes that could take it right now" in not_now
     state.remove_pod("default", "holder")
     assert _gc001(engine, state, gpu_pod("big-5", mem=20)) == []
+
+
+def test_only_the_node_mode_and_the_cpu_policy_are_beyond_eviction():
+    # GB002 and GB005 hold whatever runs on the node; GB001, GB003 and GB004 can clear when pods go
+    from policies.rules.base import unresolvable_rule_ids
+
+    assert unresolvable_rule_ids() == frozenset({"GB002", "GB005"})

@@ -115,3 +115,10 @@ def test_findings_rules_and_users_cannot_be_changed_once_made():
         finding.message = "changed"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         REGISTRY["GS001"].severity = "warn"  # type: ignore[misc]
+
+
+def test_the_placement_family_is_the_five_binding_rules():
+    from policies.rules.base import rule_ids
+
+    assert rule_ids("placement") == frozenset({"GB001", "GB002", "GB003", "GB004", "GB005"})
+    assert rule_ids("no such family") == frozenset()

@@ -253,3 +253,19 @@ def test_scorer_follows_nodes_coming_and_going_and_a_truncated_log(settings):
     assert [s.node for s in scorer.rank(request, state)] == ["n1"]
     assert [s.node for s in scorer.rank(request, state, node_names=["n2"])] == ["n2"]
     assert scorer.rank(request, state, node_names=["n2"])[0].problems[0][0] == "state"
+
+
+def test_one_scorer_over_two_states_ranks_each_by_its_own_nodes(settings):
+    # GC001 keeps one scorer per configuration; a dry run or a check may hand it another state
+    names = settings.names
+    first = snapshot(gpu_node("n1", "cgpu", 1, 10), gpu_node("n3", "cgpu", 1, 10), names=names)
+    second = snapshot(gpu_node("n1", "cgpu", 1, 4), gpu_node("n2", "cgpu", 1, 10), names=names)
+    assert first.generation == second.generation
+    scorer = Scorer(names)
+    request = request_for(gpu_pod("new", mem=6), names)
+    assert [(s.node, s.fits) for s in scorer.rank(request, first)] == [("n1", True), ("n3", True)]
+    assert [(s.node, s.fits) for s in scorer.rank(request, second)] == [("n2", True), ("n1", False)]
+    later = snapshot(gpu_node("n1", "cgpu", 1, 4), gpu_node("n2", "cgpu", 1, 10), gpu_node("n4", "cgpu", 1, 10),
+                     names=names)
+    assert [(s.node, s.fits) for s in scorer.rank(request, first)] == [("n1", True), ("n3", True)]
+    assert [(s.node, s.fits) for s in scorer.rank(request, later)] == [("n2", True), ("n4", True), ("n1", False)]

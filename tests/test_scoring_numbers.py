@@ -151,6 +151,7 @@ def test_a_pod_without_gpus_is_not_scored(settings):
 @pytest.mark.parametrize(("rule_pod", "unresolvable"), [
     (gpu_pod("big", mem=11), True),  # larger than any card
     (gpu_pod("fits-later", mem=6), False),  # a card frees up when a pod goes
+    (gpu_pod("whole-card", mem=10), False),  # exactly a card: once the card is empty
     (gpu_pod("core", mem=1, core=30), True),  # GB002: the node's mode
 ])
 def test_unresolvable_means_no_eviction_helps(settings, rule_pod, unresolvable):
@@ -207,3 +208,143 @@ def test_topology_not_enough_cards(settings, wanted, unresolvable):
     state = snapshot(topology_node(2), gpu_pod("held", "t1", whole=1), names=names)
     [verdict], _ = rank(state, gpu_pod("t", whole=wanted), names)
     assert (verdict.fits, verdict.unresolvable) == (False, unresolvable)
+
+
+# ---- values that place a pod nowhere (what the scheduler extender asks first) -----------------------------
+
+def _unusable(names, limits, requests=None):
+    from policies.resources import container_requests
+    from policies.scoring import unusable_values
+
+    resources = {"limits": limits, **({"requests": requests} if requests else {})}
+    spec = {"containers": [{"name": "c", "resources": resources}]}
+    return unusable_values(container_requests(spec, ("spec",), names), names)
+
+
+@pytest.mark.parametrize(("limits", "expected"), [
+    ({"aliyun.com/gpu-mem": "abc"},
+     [("GS003", "aliyun.com/gpu-mem='abc' is not a quantity ('abc' is not a quantity)")]),
+    ({"aliyun.com/gpu-mem": "2Gi"}, [("GS003", "aliyun.com/gpu-mem='2Gi' is not a whole number >= 1")]),
+    ({"aliyun.com/gpu-mem": "0"}, [("GS003", "aliyun.com/gpu-mem='0' is not a whole number >= 1")]),
+    ({"aliyun.com/gpu-mem": "1"}, []),
+    ({"aliyun.com/gpu-mem": "1024"}, []),
+    ({"aliyun.com/gpu-mem": "1025"},
+     [("GS003", "aliyun.com/gpu-mem='1025' is larger than any GPU card (at most 1024 GiB)")]),
+    ({"aliyun.com/gpu-core.percentage": "0"},
+     [("GS001", "aliyun.com/gpu-core.percentage='0' is not a percentage of one card (1..100)")]),
+    ({"aliyun.com/gpu-core.percentage": "-1"},
+     [("GS001", "aliyun.com/gpu-core.percentage='-1' is not a percentage of one card (1..100)")]),
+    ({"aliyun.com/gpu-core.percentage": "1"}, []),
+    ({"aliyun.com/gpu-core.percentage": "100"}, []),
+    ({"aliyun.com/gpu-core.percentage": "101"},
+     [("GS001", "aliyun.com/gpu-core.percentage='101' is not a percentage of one card (1..100)")]),
+    ({"nvidia.com/gpu": "1.5"}, [("NodeResourcesFit", "nvidia.com/gpu='1.5' is not a whole number >= 1")]),
+    ({"aliyun.com/gpu": "x"}, [("NodeResourcesFit", "aliyun.com/gpu='x' is not a quantity ('x' is not a quantity)")]),
+    ({"aliyun.com/gpu": 2000, "nvidia.com/gpu": 3000}, []),  # whole GPUs have no card-size bound here
+])
+def test_unusable_values_word_for_word(settings, limits, expected):
+    assert _unusable(settings.names, limits) == [(rule, f'container "c": {why}') for rule, why in expected]
+
+
+def test_unusable_values_in_resource_order_limits_before_requests(settings):
+    limits = {"aliyun.com/gpu": "x", "aliyun.com/gpu-mem": "2Gi"}
+    requests = {"aliyun.com/gpu-mem": "3000", "nvidia.com/gpu": "0"}
+    assert _unusable(settings.names, limits, requests) == [
+        ("GS003", "container \"c\": aliyun.com/gpu-mem='2Gi' is not a whole number >= 1"),
+        ("GS003", "container \"c\": aliyun.com/gpu-mem='3000' is larger than any GPU card (at most 1024 GiB)"),
+        ("NodeResourcesFit", "container \"c\": nvidia.com/gpu='0' is not a whole number >= 1"),
+        ("NodeResourcesFit", "container \"c\": aliyun.com/gpu='x' is not a quantity ('x' is not a quantity)")]
+
+
+def test_a_score_is_rounded_not_cut(settings):
+    names = settings.names
+    # one of three whole GPUs, no links to weigh: (1/3 + 1) / 2 = 66.7 %
+    [one], _ = rank(snapshot(topology_node(3), names=names), gpu_pod("t", whole=1), names)
+    assert (one.cards, one.score) == ([0], 67)
+
+
+def test_core_mem_containers_on_two_cards_count_both_cards_compute(settings):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "core_mem", 2, 10), names=names)
+    core = {"aliyun.com/gpu-mem": 6, "aliyun.com/gpu-core.percentage": 30}
+    [verdict], _ = rank(state, two_containers("p", core, core), names)
+    # memory 12 of 20 GiB, compute 60 of 200 %
+    assert (verdict.cards, verdict.score) == ([0, 1], round(100 * (12 / 20 + 60 / 200) / 2))
+
+
+def test_a_pod_whose_gpu_mem_gs003_refuses_is_not_ranked_on_gpus(settings):
+    names = settings.names
+    [verdict], demand = rank(snapshot(gpu_node("n1", "cgpu", 1, 10), names=names), gpu_pod("p", mem="2Gi"), names)
+    assert (verdict.fits, verdict.score, verdict.cards) == (True, 0, None)
+    assert explain(verdict, demand) == ['not ranked on GPUs: container "p": aliyun.com/gpu-mem=2Gi refused by GS003; '
+                                        "fix it to see where the pod fits"]
+
+
+def test_a_state_without_a_change_log_gets_fresh_profiles_every_call(settings):
+    from policies.cluster import pod_from_manifest
+
+    names = settings.names
+    inner = snapshot(gpu_node("n1", "cgpu", 1, 10), gpu_node("n2", "cgpu", 1, 10), names=names)
+
+    class Plain:  # only what ClusterState promises: no generation, no changes_since
+        def nodes(self):
+            return inner.nodes()
+
+        def pods_on_node(self, name):
+            return inner.pods_on_node(name)
+
+    scorer, state = Scorer(names), Plain()
+    request = pod_request("Pod", gpu_pod("new", mem=6), names, key="default/new")
+    assert [(s.node, s.fits) for s in scorer.rank(request, state)] == [("n1", True), ("n2", True)]
+    inner.upsert_pod(pod_from_manifest(gpu_pod("old", "n1", mem=5), names))
+    assert [(s.node, s.fits) for s in scorer.rank(request, state)] == [("n2", True), ("n1", False)]
+
+
+def test_card_details_add_each_container_to_what_the_card_holds(settings):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "cgpu", 1, 12), gpu_pod("old", "n1", mem=6, annotations=allocation(0, 6)),
+                     names=names)
+    [verdict], demand = rank(state, two_containers("p", {"aliyun.com/gpu-mem": 2}, {"aliyun.com/gpu-mem": 2}),
+                             names)
+    assert [(d["gpu_mem_before"], d["gpu_mem_after"]) for d in card_details(verdict, demand)] == [
+        ("6/12", "8/12"), ("8/12", "10/12")]
+
+
+@pytest.mark.parametrize("spec", [None, MATCH_ALL], ids=["fast path", "general path"])
+def test_core_mem_score_on_a_card_with_little_compute_left(settings, spec):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "core_mem", 1, 15), gpu_pod("old", "n1", mem=6, core=70,
+                                                                annotations=allocation(0, 6)), names=names)
+    [verdict], _ = rank(state, gpu_pod("new", mem=4, core=20, spec=spec), names)
+    assert (verdict.fits, verdict.score) == (True, round(100 * (10 / 15 + 90 / 100) / 2))
+
+
+@pytest.mark.parametrize(("core", "unresolvable"), [(100, False), (150, True)])
+def test_compute_of_a_whole_card_is_resolvable_more_is_not(settings, core, unresolvable):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "core_mem", 1, 15), gpu_pod("old", "n1", mem=2, core=10,
+                                                                annotations=allocation(0, 2)), names=names)
+    [verdict], _ = rank(state, gpu_pod("new", mem=2, core=core), names)
+    assert (verdict.fits, verdict.unresolvable) == (False, unresolvable)
+
+
+def test_topology_cards_all_held_is_resolvable(settings):
+    names = settings.names
+    state = snapshot(topology_node(2), gpu_pod("a", "t1", whole=1), gpu_pod("b", "t1", whole=1), names=names)
+    [verdict], _ = rank(state, gpu_pod("t", whole=1), names)
+    assert (verdict.fits, verdict.unresolvable) == (False, False)
+
+
+def test_topology_links_all_zero_weigh_as_unknown(settings):
+    names = settings.names
+    state = snapshot(topology_node(2, [[0, 0], [0, 0]]), names=names)
+    [verdict], demand = rank(state, gpu_pod("t", whole=2), names)
+    assert (verdict.cards, verdict.score) == ([0, 1], round(100 * (2 / 2 + 0.5) / 2))
+    assert explain(verdict, demand) == ["topology: GPUs 0,1, slowest link 0 GB/s (best on the node 0)"]
+
+
+def test_unusable_values_check_requests_after_usable_limits(settings):
+    assert _unusable(settings.names, {"aliyun.com/gpu-mem": 2}, {"aliyun.com/gpu-mem": "2Gi"}) == [
+        ("GS003", "container \"c\": aliyun.com/gpu-mem='2Gi' is not a whole number >= 1")]
+    assert _unusable(settings.names, {"aliyun.com/gpu": "1.5"}) == [
+        ("NodeResourcesFit", "container \"c\": aliyun.com/gpu='1.5' is not a whole number >= 1")]
