@@ -1,16 +1,17 @@
-"""Benchmark: server instructions per review, project and bare, counted by valgrind.
+"""Benchmark: server instructions per review, project, plain floor and bare app, counted by valgrind.
 
     python bench/admission_cost.py [--requests 600] [--connections 16]
 
-bench/admission.py measures requests/s, which on a shared VM moves by 20-40 % between minutes
-for the same binary. This counts what each review costs the server instead: both servers of
-bench/admission.py (the webhook and the bare Flask app, same embedded gunicorn, same settings)
-run under valgrind (cachegrind, instruction counts only), and the worker's instruction total is
+bench/admission.py measures CPU time, which on a shared VM moves by 10-20 % between minutes
+for the same binary. This counts what each review costs the server instead: the webhook, the
+plain stack's floor of bench/admission.py (plain Flask under stock gunicorn ``gthread``,
+bench/plain_floor.py) and the bare Flask app under the project's own worker (bench/bare_app.py:
+the worker's share) run under valgrind (cachegrind, instruction counts only), and the worker's instruction total is
 read at exit. Each server runs three times: a base run (warm-up, then a few reviews on each
 endpoint) and two runs with ``--requests`` more reviews on one endpoint; the difference to the
 base run divided by ``--requests`` is the cost of one review, start-up and warm-up cancelled.
 Instructions are not time (cache misses and syscalls differ), but they do not depend on what
-else the host runs, so the ratio bare/project repeats to a fraction of a percent.
+else the host runs, so the ratios floor/project and bare/project repeat to a fraction of a percent.
 
 Needs valgrind. Under valgrind a review takes ~100x longer, so the servers get a 30 s queue
 budget and a long worker timeout; everything else is the default configuration.
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,15 +84,16 @@ def worker_pid(master: int, deadline: float) -> int:
     raise TimeoutError(f"no gunicorn worker under pid {master}")
 
 
-def worker_instructions(command: list[str], certs: Path, body: bytes, counts: dict[str, int],
+def worker_instructions(command: Callable[[int], list[str]], certs: Path, body: bytes, counts: dict[str, int],
                         connections: int, work: Path) -> int:
     """One server run under cachegrind: ``counts[path]`` reviews per endpoint, then a clean stop;
     the worker's instruction total."""
     work.mkdir()
     port = free_port()
     valgrind = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={work}/%p.out"]
-    with https_server([*valgrind, *command, str(port)], certs / "ca.crt", port, work / "server.log",
-                      timeout=600) as master:
+    env = {"FLOOR_PORT": str(port), "FLOOR_CERTFILE": str(certs / "tls.crt"), "FLOOR_KEYFILE": str(certs / "tls.key")}
+    with https_server([*valgrind, *command(port)], certs / "ca.crt", port, work / "server.log",
+                      timeout=600, env=env) as master:
         worker = worker_pid(master.pid, time.monotonic() + 60)
         for path, count in counts.items():
             send(port, certs / "ca.crt", path, body, count, connections)
@@ -123,9 +126,14 @@ def main() -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         certs = Path(tmp, "certs")
         ensure_serving_certs(certs, ["localhost", "127.0.0.1"])
-        commands = {
-            "project": [str(gpushare), "serve", "--host", "127.0.0.1", "--cert-dir", str(certs), "--port"],
-            "bare": [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--cert-dir", str(certs), "--port"],
+        gunicorn = Path(sys.executable).parent / "gunicorn"
+        commands: dict[str, Callable[[int], list[str]]] = {
+            "project": lambda port: [str(gpushare), "serve", "--host", "127.0.0.1", "--cert-dir", str(certs),
+                                     "--port", str(port)],
+            "floor": lambda port: [str(gunicorn), "-c", str(ROOT / "bench" / "plain_floor.py"), "--chdir", str(ROOT),
+                                   "--graceful-timeout", "600", "--timeout", "3600", "bench.plain_floor:app"],
+            "bare": lambda port: [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--cert-dir", str(certs),
+                                  "--port", str(port)],
         }
         totals: dict[tuple[str, str], int] = {}
 
@@ -134,7 +142,7 @@ def main() -> None:
                 work = Path(tmp, f"{name}-{run.strip('/')}")
                 totals[(name, run)] = worker_instructions(commands[name], certs, body, counts, args.connections, work)
 
-        # The two servers' runs are independent: one thread each, one core each.
+        # The servers' runs are independent: one thread each.
         threads = [threading.Thread(target=measure, args=(name,)) for name in commands]
         for thread in threads:
             thread.start()
@@ -148,8 +156,9 @@ def main() -> None:
     print(f"server instructions per review (worker process; {args.requests} reviews over {args.connections} "
           f"keep-alive TLS connections, less a base run; valgrind cachegrind):")
     for path in paths:
-        project, bare = costs[("project", path)], costs[("bare", path)]
-        print(f"  {path:10} project {project:10,.0f}  bare {bare:10,.0f}  bare/project {bare / project:.3f}")
+        project, floor, bare = costs[("project", path)], costs[("floor", path)], costs[("bare", path)]
+        print(f"  {path:10} project {project:10,.0f}  floor {floor:10,.0f}  floor/project {floor / project:.3f}"
+              f"  bare {bare:10,.0f}  bare/project {bare / project:.3f}")
 
 
 if __name__ == "__main__":

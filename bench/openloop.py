@@ -23,6 +23,7 @@ import ssl
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -235,16 +236,30 @@ def native_client() -> Path | None:
 
 
 def run_native(binary: Path, mode: str, host: str, port: int, ca: str, payload: bytes, *, rate: float = 0,
-               seconds: float, connections: int, warm: int, cpu: int | None = None) -> Summary:
-    """One run of the C client; same arguments as ``run``, plus how many connections to open first."""
+               seconds: float, connections: int, warm: int, cpu: int | None = None,
+               on_ready: Callable[[], None] | None = None) -> Summary:
+    """One run of the C client; same arguments as ``run``, plus how many connections to open first.
+    ``on_ready`` is called once those are open, just before the load starts."""
     with tempfile.NamedTemporaryFile(suffix=".http") as request:
         request.write(payload)
         request.flush()
         pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
         command = [*pin, str(binary), mode, host, str(port), ca, request.name, f"{rate:.3f}", f"{seconds:g}",
                    str(connections), f"{ANSWER_TIMEOUT:g}", str(warm)]
-        out = subprocess.run(command, capture_output=True, text=True, check=True,
-                             timeout=seconds + ANSWER_TIMEOUT + 120).stdout
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as client:
+            assert client.stdout is not None
+            lines = []
+            for line in client.stdout:
+                if line.strip() == "ready":
+                    if on_ready is not None:
+                        on_ready()
+                else:
+                    lines.append(line)
+            client.wait(timeout=seconds + ANSWER_TIMEOUT + 120)
+            if client.returncode != 0:
+                raise subprocess.CalledProcessError(client.returncode, command, "".join(lines),
+                                                    client.stderr.read() if client.stderr else "")
+        out = "".join(lines)
     fields = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
     counts = fields["scheduled"]
     statuses = {int(code): int(n) for code, n in (line.split()[1:] for line in out.splitlines()

@@ -3,14 +3,14 @@ that the API server evaluates itself, so the stateless pod rules hold while the 
 
 Generated from the rule catalogue and the settings (resource names, exemptions), never written
 by hand: ``gpushare policy export`` prints it. Covered: the stateless rules the API server does
-not enforce on its own (GS001, GS002, GS003, GS005, GS006; GS004 is the API server's own
+not enforce on its own (GS001, GS002, GS003, GS005, GS006, GS007; GS004 is the API server's own
 "requests must equal limits" check for extended resources). A rule added later is covered by
-adding an entry to ``BACKSTOP_RULES`` (see ``_RULES`` below) and its equivalence test runs on it
-automatically (tests/test_backstop_equivalence.py).
+adding an entry to ``BACKSTOP_RULES`` and its equivalence test runs on it automatically
+(tests/test_backstop_equivalence.py).
 
-The CEL uses only the standard library plus ``matches`` (RE2; the patterns here are written so
-Python's ``re`` reads them the same), ``has``, macros and string concatenation: no Kubernetes
-extension functions, so the tests evaluate it with cel-python exactly as written.
+The CEL uses only the standard library plus ``matches`` (RE2 in both cel-go and cel-python >= 0.5,
+which calls google-re2), ``has``, macros and string concatenation: no Kubernetes extension
+functions, so the tests evaluate it with cel-python exactly as written.
 
 Exemptions: a VAP denial is final whatever the webhook says, and CEL has no clock. So the
 policy honours every exemption the webhook *could* honour: the annotation where the
@@ -26,6 +26,8 @@ from typing import Any
 
 from .cards import MAX_CARD_GIB
 from .grants import glob_regex
+from .near_miss import meant_resource
+from .near_miss_regex import domain_regex, name_part_regex
 from .resources import POD_SPEC_PATHS
 from .settings import ExemptionGrant, LabelSelector, PolicySettings
 
@@ -114,6 +116,10 @@ class Res:
                 f"{self.limit(c)} : {self.request(c)})")
 
 
+def _no_variables(settings: PolicySettings) -> list[dict[str, str]]:
+    return []
+
+
 @dataclass(frozen=True)
 class BackstopRule:
     """One covered rule: what makes a pod spec bad (``bad``), and the denial text."""
@@ -122,6 +128,9 @@ class BackstopRule:
     bad: Callable[[PolicySettings], str]  # true when the rule finds something (variables.containers in scope)
     message: Callable[[PolicySettings], str]  # a CEL string expression
     static: str  # the message when messageExpression cannot be evaluated
+    # Policy variables the rule reads (after the common ones): computed once per review and shared
+    # by the expression and the message.
+    variables: Callable[[PolicySettings], list[dict[str, str]]] = _no_variables
 
 
 SUBJECT = "variables.subject"
@@ -195,16 +204,81 @@ def _gs006_message(s: PolicySettings) -> str:
             f"GPU ({r.gpu_mem}, {r.gpu_core}) together; a node runs one GPU mode, so use one kind'")
 
 
+# GS007. The engine (policies/near_miss.py) canonicalises a name part and compares it by edit
+# distance; CEL in the API server has string functions for the first half (lowerAscii, replace:
+# the "extended strings library" of https://kubernetes.io/docs/reference/using-api/cel/) but
+# cel-python, which the equivalence test runs, has none, and neither has edit distance. Both have
+# ``matches`` with RE2, so policies/near_miss_regex.py compiles the whole test into two regexes,
+# exact for every ASCII key: the name part after the last "/", then (only for a key that passed)
+# the domain before it. Runtime cost (cel-go: ceil((1 + len(key)) / 10) * ceil(len(regex) / 4)
+# per match) is in docs/operations.md.
+
+SECTION = "^(?:limits|requests)\\."  # what precedes a key in the strings nearMisses matches
+# Kubernetes' own container resources without a prefix (hugepages-<size> aside, a family): the
+# commonest keys, skipped by list membership instead of the name-part regex when the engine
+# passes them (they save most of GS007's cost; bench/backstop_cost.py).
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def skipped_keys(s: PolicySettings) -> list[str]:
+    """Keys nearMisses never reads: the names the engine knows, the allow-list, and the standard
+    resources that are no near miss under these settings."""
+    r = s.names.resources
+    known = {r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive, r.gpu_count, *s.near_miss.allowed}
+    standard = {name for name in STANDARD_RESOURCES
+                if meant_resource(name, r.gpu_mem, r.gpu_core, s.near_miss.lookalike_domains, s.near_miss.allowed)
+                is None}
+    return sorted(known | standard)
+
+
+def _near_miss_variables(s: PolicySettings) -> list[dict[str, str]]:
+    """``nearMisses``: per container (init containers first, as the engine reads them) a list of
+    its label, then "limits.KEY" / "requests.KEY" for each key GS007 denies (limits first). The
+    two regexes are written once; the name part's is tried first (it turns down nearly every key)."""
+    r = s.names.resources
+    skipped = skipped_keys(s)
+    name = name_part_regex(r.gpu_mem, r.gpu_core, before=SECTION)
+    domain = domain_regex(r.gpu_mem, tuple(s.near_miss.lookalike_domains), before=SECTION)
+
+    def keys(noun: str) -> str:
+        sections = [f"(has(c.resources) && has(c.resources.{section}) ? c.resources.{section}.filter(k, "
+                    f"!(k in variables.nearMissSkipped)).map(k, '{section}.' + k) : [])"
+                    for section in ("limits", "requests")]
+        return f"['{noun} \"' + c.name + '\"'] + " + " + ".join(sections)
+
+    listed = (f"(has(variables.spec.initContainers) ? variables.spec.initContainers.map(c, {keys('init container')})"
+              f" : []) + variables.spec.containers.map(c, {keys('container')})")
+    return [{"name": "nearMissSkipped", "expression": "[" + ", ".join(map(_q, skipped)) + "]"},
+            {"name": "resourceKeys", "expression": listed},
+            {"name": "nearMisses", "expression": f"variables.resourceKeys.map(keys, [keys[0]] + keys.filter(key, "
+                                                 f"key != keys[0] && key.matches({_q(name)}) && "
+                                                 f"key.matches({_q(domain)})))"}]
+
+
+def _gs007(s: PolicySettings) -> str:
+    return "variables.nearMisses.exists(found, size(found) > 1)"
+
+
+def _gs007_message(s: PolicySettings) -> str:
+    r = s.names.resources
+    first = "variables.nearMisses.filter(found, size(found) > 1)[0]"
+    mem_only = name_part_regex(r.gpu_mem, r.gpu_core, mem_only=True, before=SECTION)
+    meant = f"({first}[1].matches({_q(mem_only)}) ? {_q(r.gpu_mem)} : {_q(r.gpu_core)})"
+    return (f"'GS007: ' + {SUBJECT} + ' ' + {first}[0] + ': ' + {first}[1] + ' is not a resource any node offers, "
+            f"so the pod would stay Pending forever; did you mean ' + {meant} + '? (accepted: {r.gpu_mem}, "
+            f"{r.gpu_core}; a real resource of that name can be listed in near_miss.allowed)'")
+
+
 # The covered rules. Extension point: a new stateless rule the API server does not enforce
-# itself is one more BackstopRule here. GS007 (near-miss resource names) is not among them: it
-# compares names by edit distance, which standard CEL cannot compute without extension
-# functions, and an approximation would deny what the webhook admits (docs/operations.md).
+# itself is one more BackstopRule here.
 BACKSTOP_RULES: tuple[BackstopRule, ...] = (
     BackstopRule("GS001", _gs001, _gs001_message, "GS001: gpu-core.percentage must be a multiple of 5 in 5..100"),
     BackstopRule("GS002", _gs002, _gs002_message, "GS002: gpu-core.percentage needs gpu-mem in the same container"),
     BackstopRule("GS003", _gs003, _gs003_message, "GS003: gpu-mem must be a whole number of GiB without a unit"),
     BackstopRule("GS005", _gs005, _gs005_message, "GS005: a pod must not mix mem-only and core+mem containers"),
     BackstopRule("GS006", _gs006, _gs006_message, "GS006: whole GPUs and shared GPU are not mixed in one pod"),
+    BackstopRule("GS007", _gs007, _gs007_message, "GS007: a resource name that narrowly misses a shared-GPU name "
+                 "is offered by no node; use the exact name", _near_miss_variables),
 )
 SCHEDULER_RULE = "GM001"  # the optional rule stands in for the GM001 mutation while the webhook is down
 
@@ -264,7 +338,8 @@ def _grant(grant: ExemptionGrant) -> str:
     return "(" + " && ".join(tests) + ")"
 
 
-def _variables(settings: PolicySettings, rule_ids: list[str], known: frozenset[str]) -> list[dict[str, str]]:
+def _variables(settings: PolicySettings, rules: list[BackstopRule], rule_ids: list[str],
+               known: frozenset[str]) -> list[dict[str, str]]:
     ex = settings.exemptions
     spec = _by_kind(lambda kind: ".".join(("object", *map(str, POD_SPEC_PATHS[kind]))), "object.spec")
     label = ex.namespace_label
@@ -293,6 +368,8 @@ def _variables(settings: PolicySettings, rule_ids: list[str], known: frozenset[s
         parts += [_grant(g) for g in ex.grants
                   if rule_id in {r.upper() for r in g.rules} and rule_id in known]
         variables.append({"name": f"exempt{rule_id}", "expression": " || ".join(parts)})
+    for rule in rules:
+        variables += rule.variables(settings)
     return variables
 
 
@@ -339,7 +416,7 @@ def backstop_policy(settings: PolicySettings, known_ids: frozenset[str]) -> list
             # A CEL error (an object of an unexpected shape) denies, as the webhook's 400 would under Fail.
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": resource_rules},
-            "variables": _variables(settings, ids, known_ids),
+            "variables": _variables(settings, rules, ids, known_ids),
             "validations": validations,
         },
     }

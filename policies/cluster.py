@@ -11,6 +11,7 @@ import sys
 import threading
 from bisect import bisect_right
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -319,6 +320,11 @@ class ClusterSnapshot:
     def generation(self) -> int:
         """Increases with every change to any node or pod."""
         return self._generation
+
+    def writes_held(self) -> AbstractContextManager[Any]:
+        """Holds every change off while in use: a moment when no writer is half-way through one
+        (the server forks its audit process inside it)."""
+        return self._lock
 
     def node_generation(self, name: str) -> int:
         """The generation of the last change to this node or to the pods on it."""

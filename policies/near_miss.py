@@ -18,6 +18,14 @@ from .resources import CONTAINER_GROUPS, Path
 from .settings import Names, NearMissSettings
 
 _NOT_ALNUM = re.compile(r"[^a-z0-9]")
+# The rule's parameters, read by the engine below and by the backstop's regexes
+# (policies/near_miss_regex.py), so that both judge one definition.
+REWRITES = (("memory", "mem"), ("percentage", "percent"))  # applied in order, each to the whole name
+GPU_PREFIX = "gpu"  # every shared-GPU name starts with it (within PREFIX_EDITS)
+PREFIX_EDITS = 1
+NAME_EDITS = 1  # edits from a shared-GPU name part
+DOMAIN_EDITS = 2  # edits from the real domain
+MIN_CORE_STEM = 4  # the core stem ("gpucore") counts as a prefix only when at least this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +37,17 @@ class NearMiss:
     path: Path
 
 
-def _canonical(name: str) -> str:
+def canonical(name: str) -> str:
+    """The name part as compared: lower case, letters and digits only, the words rewritten."""
     flat = _NOT_ALNUM.sub("", name.lower())
-    return flat.replace("memory", "mem").replace("percentage", "percent")
+    for old, new in REWRITES:
+        flat = flat.replace(old, new)
+    return flat
+
+
+def core_stem(gpu_core: str) -> str:
+    """The compute-share name's canonical part without "percent" ("gpucore")."""
+    return canonical(gpu_core.rpartition("/")[2]).removesuffix("percent")
 
 
 def edit_distance(a: str, b: str, limit: int) -> int:
@@ -58,18 +74,18 @@ def meant_resource(key: str, gpu_mem: str, gpu_core: str, domains: tuple[str, ..
     domain, _, local = key.rpartition("/")
     domain = domain.strip().lower()
     real_domain = gpu_mem.rpartition("/")[0]
-    if domain and domain not in domains and edit_distance(domain, real_domain, 2) > 2:
+    if domain and domain not in domains and edit_distance(domain, real_domain, DOMAIN_EDITS) > DOMAIN_EDITS:
         return None
-    name = _canonical(local)
-    if edit_distance(name[:3], "gpu", 1) > 1:  # every shared-GPU name starts with "gpu"
+    name = canonical(local)
+    if edit_distance(name[:len(GPU_PREFIX)], GPU_PREFIX, PREFIX_EDITS) > PREFIX_EDITS:
         return None
     for real in (gpu_mem, gpu_core):
-        target = _canonical(real.rpartition("/")[2])
-        if name == target or edit_distance(name, target, 1) <= 1:
+        target = canonical(real.rpartition("/")[2])
+        if name == target or edit_distance(name, target, NAME_EDITS) <= NAME_EDITS:
             return real
     # "gpu-core" and "gpu-core-percent-value" still mean the compute share.
-    core_stem = _canonical(gpu_core.rpartition("/")[2]).removesuffix("percent")
-    if name.startswith(core_stem) and len(core_stem) >= 4:
+    stem = core_stem(gpu_core)
+    if name.startswith(stem) and len(stem) >= MIN_CORE_STEM:
         return gpu_core
     return None
 

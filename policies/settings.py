@@ -28,6 +28,15 @@ class ResourceNames(_Section):
     gpu_topology: str = "aliyun.com/gpu"
     gpu_exclusive: str = "nvidia.com/gpu"
 
+    @field_validator("gpu_mem", "gpu_core", "gpu_count", "gpu_topology", "gpu_exclusive")
+    @classmethod
+    def _no_white_space(cls, value: str) -> str:
+        # A resource name is a qualified name (letters, digits, "-", "_", ".", one "/"): the API
+        # server refuses one with white space, and the backstop's GS007 regexes rely on it.
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("a resource name is not empty and has no white space")
+        return value
+
 
 class LabelNames(_Section):
     schedule: str = "ack.node.gpu.schedule"
@@ -243,9 +252,16 @@ class AuditSettings(_Section):
     # GA007: GPU pods must be scheduled by this scheduler; empty turns the check off (a cluster
     # running the open-source extender schedules with default-scheduler).
     expected_scheduler: str = ""
-    # Report objects for report UIs: none, auto (whichever CRD the cluster serves, OpenReports
-    # first), openreports (openreports.io/v1alpha1 Report) or policyreport (wgpolicyk8s.io/v1alpha2).
-    reports: ReportKind = "none"
+    # Report objects for report UIs (docs/audit.md): auto (whichever CRD the cluster serves,
+    # OpenReports first; nothing when it serves neither), openreports (openreports.io/v1alpha1
+    # Report), policyreport (wgpolicyk8s.io/v1alpha2 PolicyReport) or none. The server writes
+    # them after each periodic audit, from the elected leader alone (from this replica when
+    # leader.enabled is false); none turns that off. `gpushare audit --write-reports` uses the
+    # same kind (none there means auto: the flag asks for them).
+    reports: ReportKind = "auto"
+    # The server audits in a child process; one that has not finished after this long is
+    # stopped (and the run counted as failed).
+    run_timeout_seconds: float = Field(120.0, gt=0)
     # One report per namespace holds at most this many results; the rest are counted in its summary.
     max_results_per_report: int = Field(200, ge=1, le=5000)
     # Report objects written at most for this many namespaces (those with the most findings).

@@ -15,6 +15,11 @@ It speaks what clients (the official ``kubernetes`` client, kubectl-like tools) 
   older ``metadata.resourceVersion``, checked atomically), PATCH (merge, strategic-merge as
   merge, JSON patch), DELETE, each producing the watch events a real server would; lists take
   an equality ``labelSelector``;
+- custom resources as kube-apiserver serves them: a group that is not built in is served only
+  once a test installs its CustomResourceDefinition (``install_crd``; anything else under
+  ``/apis/<group>/...`` answers 404 NotFound, which is how a client learns the CRD is missing);
+  created and replaced objects are pruned of the fields the CRD's schema does not name and
+  validated against it (422 Invalid), by ``tests/crds.py``; ``pruned`` lists what was dropped;
 - the node proxy to a kubelet's ``/configz`` (``GET /api/v1/nodes/NAME/proxy/configz``): the
   answer given with ``set_kubelet_configz``; a node without one answers as kube-apiserver does
   when it cannot dial the kubelet (503 ServiceUnavailable, "error trying to reach service: ...",
@@ -22,7 +27,8 @@ It speaks what clients (the official ``kubernetes`` client, kubectl-like tools) 
 
 Test controls: ``add``/``update``/``delete`` objects, ``compact()`` history, ``expire_watches()``
 (ERROR 410 to open watches), ``drop_watches()`` (cut connections mid-stream), ``bookmark()``,
-``fail_next(n, status)`` and ``set_unavailable()``; ``requests`` logs every request.
+``fail_next(n, status)`` and ``set_unavailable()``; ``requests`` logs every request (with its
+User-Agent).
 Binds 127.0.0.1 only.
 """
 
@@ -45,8 +51,19 @@ from urllib.parse import parse_qs, urlsplit
 
 import jsonpatch
 
+from .crds import CustomResource, custom_resource, invalid, prune
+
 CollectionKey = tuple[str, str]  # (api prefix "/api/v1" or "/apis/apps/v1", resource "pods")
 ObjectKey = tuple[str, str]  # (namespace or "", name)
+
+
+# API groups kube-apiserver serves itself; any other group exists only through a CRD.
+BUILTIN_GROUPS = frozenset({
+    "admissionregistration.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io", "apps",
+    "authentication.k8s.io", "authorization.k8s.io", "autoscaling", "batch", "certificates.k8s.io",
+    "coordination.k8s.io", "discovery.k8s.io", "events.k8s.io", "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io", "networking.k8s.io", "node.k8s.io", "policy", "rbac.authorization.k8s.io",
+    "resource.k8s.io", "scheduling.k8s.io", "storage.k8s.io", "storagemigration.k8s.io"})
 
 
 def plural(kind: str) -> str:
@@ -102,6 +119,7 @@ class Request:
     method: str
     path: str
     query: dict[str, str]
+    user_agent: str = ""
 
 
 class ApiError(Exception):
@@ -132,13 +150,15 @@ class FakeApiServer:
         self._floor = 0  # watches and continue tokens below this resourceVersion are gone (410)
         self._collections: dict[CollectionKey, Collection] = {}
         self._watches: set[_Watch] = set()
-        self._fail: list[tuple[int, int]] = []  # [(remaining, status)]
+        self._fail: list[tuple[int, int, str]] = []  # [(remaining, status, path prefix)]
         self._unavailable = False
         self.bookmark_interval = bookmark_interval
         self.gone_as_http = gone_as_http
         self.token = token
         self.requests: list[Request] = []
         self._kubelets: dict[str, bytes] = {}  # node name -> what its kubelet's /configz answers
+        self._custom: dict[CollectionKey, CustomResource] = {}  # installed CRDs, by collection
+        self.pruned: list[str] = []  # "<Kind> <ns>/<name>: <field path>" dropped from custom objects
         self._tls = tls
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -278,6 +298,38 @@ class FakeApiServer:
             stored = self._collection(key).objects.get(okey)
             return json.loads(stored.body) if stored is not None else None
 
+    # -- custom resources ----------------------------------------------------------------------
+    def install_crd(self, *crds: dict[str, Any]) -> None:
+        """Serve the resources of these CustomResourceDefinitions (parsed YAML)."""
+        with self._lock:
+            for crd in crds:
+                resource = custom_resource(crd)
+                key = (resource.prefix, resource.plural)
+                self._custom[key] = resource
+                self._collection(key, resource.kind, f"{resource.group}/{resource.version}")
+
+    def _served(self, key: CollectionKey, namespaced_path: bool) -> CustomResource | None:
+        """The CRD behind a collection of a group that is not built in; 404 when none is installed."""
+        parts = key[0].split("/")
+        if parts[1] != "apis" or parts[2] in BUILTIN_GROUPS:
+            return None
+        with self._lock:
+            resource = self._custom.get(key)
+        if resource is None or (namespaced_path and not resource.namespaced):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return resource
+
+    def _admit_custom(self, resource: CustomResource, obj: dict[str, Any]) -> None:
+        """Prune and validate a custom object as kube-apiserver does before storing it."""
+        meta = obj.get("metadata") or {}
+        label = f"{resource.kind} {meta.get('namespace', '')}/{meta.get('name', '')}".replace(" /", " ")
+        for path in prune(obj, resource.schema):
+            self.pruned.append(f"{label}: {path}")
+        problem = invalid(obj, resource.schema)
+        if problem is not None:
+            raise ApiError(422, "Invalid", f'{resource.kind}.{resource.group} "{meta.get("name", "")}" is invalid: '
+                                           f"{problem}")
+
     # -- kubelets behind the node proxy ------------------------------------------------------
     def set_kubelet_configz(self, node: str, body: bytes | None) -> None:
         """What the kubelet of ``node`` answers on /configz (None: the kubelet cannot be reached)."""
@@ -333,10 +385,10 @@ class FakeApiServer:
                 watch.bookmark = True
             self._lock.notify_all()
 
-    def fail_next(self, count: int, status: int = 500) -> None:
-        """The next ``count`` requests are answered with ``status``."""
+    def fail_next(self, count: int, status: int = 500, prefix: str = "") -> None:
+        """The next ``count`` requests (to paths starting with ``prefix``) are answered with ``status``."""
         with self._lock:
-            self._fail.append((count, status))
+            self._fail.append((count, status, prefix))
 
     def set_unavailable(self, unavailable: bool = True) -> None:
         """While unavailable every request gets 503 and open watches are cut."""
@@ -357,16 +409,17 @@ class FakeApiServer:
                    and (watch is None or _is_watch(r.query) == watch))
 
     # -- serving ---------------------------------------------------------------------------
-    def _take_failure(self) -> int | None:
+    def _take_failure(self, path: str) -> int | None:
         with self._lock:
             if self._unavailable:
                 return 503
-            if self._fail:
-                remaining, status = self._fail[0]
+            for i, (remaining, status, prefix) in enumerate(self._fail):
+                if not path.startswith(prefix):
+                    continue
                 if remaining <= 1:
-                    self._fail.pop(0)
+                    self._fail.pop(i)
                 else:
-                    self._fail[0] = (remaining - 1, status)
+                    self._fail[i] = (remaining - 1, status, prefix)
                 return status
         return None
 
@@ -476,6 +529,7 @@ class FakeApiServer:
 
     def _write(self, method: str, key: CollectionKey, okey: ObjectKey | None, body: bytes,
                content_type: str) -> tuple[int, dict[str, Any]]:
+        custom = self._custom.get(key)
         with self._lock:
             collection = self._collection(key)
             if method == "POST":
@@ -488,6 +542,8 @@ class FakeApiServer:
                     raise ApiError(409, "AlreadyExists", f'{key[1]} "{name}" already exists')
                 if new_key[0]:
                     obj["metadata"]["namespace"] = new_key[0]
+                if custom is not None:
+                    self._admit_custom(custom, obj)
                 return 201, self._put(key, new_key, obj, "ADDED")
             assert okey is not None
             stored = collection.objects.get(okey)
@@ -513,6 +569,8 @@ class FakeApiServer:
                     raise ApiError(422, "Invalid", f"json patch: {exc}") from None
             else:
                 obj = _merge(current, json.loads(body))
+            if custom is not None:
+                self._admit_custom(custom, obj)
             return 200, self._put(key, okey, obj, "MODIFIED")
 
 
@@ -588,7 +646,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             with api._lock:
-                api.requests.append(Request(self.command, parts.path, query))
+                api.requests.append(Request(self.command, parts.path, query, self.headers.get("User-Agent", "")))
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             scheme, _, credential = (self.headers.get("Authorization") or "").partition(" ")
@@ -596,13 +654,14 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if api.token is not None and (scheme.lower() != "bearer" or credential != api.token):
                 self._error(ApiError(401, "Unauthorized", "Unauthorized"))
                 return
-            failure = api._take_failure()
+            failure = api._take_failure(parts.path)
             if failure is not None:
-                self._error(ApiError(failure, "ServiceUnavailable" if failure == 503 else "InternalError",
-                                     f"injected failure {failure}"))
+                reason = {503: "ServiceUnavailable", 403: "Forbidden"}.get(failure, "InternalError")
+                self._error(ApiError(failure, reason, f"injected failure {failure}"))
                 return
             try:
                 key, okey, sub = _route(parts.path)
+                api._served(key, bool(okey and okey[0]))
                 if key == ("/api/v1", "nodes") and sub == "proxy" and okey is not None:
                     if self.command != "GET" or parts.path.rstrip("/").split("/")[6:] != ["configz"]:
                         raise ApiError(404, "NotFound", "this fake kubelet serves only GET /configz")

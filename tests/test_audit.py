@@ -15,11 +15,16 @@ import yaml
 
 from .audit_cluster import CGPU_NODE, CONFIG, EXPECTED, PENDING, objects, write_snapshot
 from .check_helpers import run_gpushare
+from .crds import load_crd
 from .fake_apiserver_writes import WritableApiServer
 from .helpers import DATA, gpushare_server, wait_until
 
 # Report CRDs as published upstream (unmodified third-party data; origin in tests/data/crds/ORIGIN.md).
 CRDS = DATA / "crds"
+CRD_FILES = {("openreports", True): "openreports.io_reports.yaml",
+             ("openreports", False): "openreports.io_clusterreports.yaml",
+             ("policyreport", True): "wgpolicyk8s.io_policyreports.yaml",
+             ("policyreport", False): "wgpolicyk8s.io_clusterpolicyreports.yaml"}
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +35,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def apiserver() -> Any:
     api = WritableApiServer().start()
+    api.install_crd(*(load_crd(name) for name in CRD_FILES.values()))  # a cluster serving both report APIs
     api.add(*objects())
     yield api
     api.stop()
@@ -106,12 +112,6 @@ def _schema(crd_file: str) -> dict[str, Any]:
     return schema
 
 
-CRD_FILES = {("openreports", True): "openreports.io_reports.yaml",
-             ("openreports", False): "openreports.io_clusterreports.yaml",
-             ("policyreport", True): "wgpolicyk8s.io_policyreports.yaml",
-             ("policyreport", False): "wgpolicyk8s.io_clusterpolicyreports.yaml"}
-
-
 @pytest.mark.parametrize("kind", ["openreports", "policyreport"])
 def test_report_objects_fit_the_crds_one_per_namespace(cluster: tuple[Path, Path], tmp_path: Path, kind: str) -> None:
     assert CRDS.is_dir(), f"the report CRDs are missing: {CRDS} (see ORIGIN.md there)"
@@ -163,6 +163,25 @@ def test_live_audit_agrees_with_the_snapshot_and_writes_reports(cluster: tuple[P
     assert again.returncode == 1
     assert len([w for w in apiserver.writes if w.method == "POST" and w.resource == "reports"]) == 1
     assert any(w.method == "PUT" and w.resource == "reports" for w in apiserver.writes)
+    assert apiserver.pruned == []  # every field written is one the CRD's schema names
+
+
+def test_write_reports_says_when_the_cluster_serves_no_report_api(cluster: tuple[Path, Path], tmp_path: Path) -> None:
+    _, config = cluster
+    bare = WritableApiServer().start()  # no report CRD installed: their collections answer 404
+    try:
+        bare.add(*objects())
+        kubeconfig = bare.kubeconfig(tmp_path / "kubeconfig")
+        done = run_gpushare("audit", "--kubeconfig", kubeconfig, "--config", config, "--write-reports")
+        assert done.returncode != 0 and "Traceback" not in done.stderr
+        assert "the cluster serves neither openreports.io/v1alpha1 Reports nor wgpolicyk8s.io/v1alpha2 " \
+               "PolicyReports; install one of the CRDs" in done.stderr
+        named = run_gpushare("audit", "--kubeconfig", kubeconfig, "--config", config, "--write-reports",
+                             "--report-kind", "policyreport")
+        assert "the cluster does not serve wgpolicyk8s.io/v1alpha2 PolicyReports; install its CRD" in named.stderr
+        assert bare.writes == []
+    finally:
+        bare.stop()
 
 
 def _explain(*args: str | Path) -> dict[str, Any]:

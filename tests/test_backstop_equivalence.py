@@ -5,8 +5,11 @@ stores and sends (``5``, ``30500m``, ``1k``, ``2Gi``...), exemption annotations,
 labels and config grants; the policy printed by ``gpushare policy export`` is evaluated with
 cel-python (variables in order, as the API server binds ``variables.*``) and compared rule by
 rule with the engine: a validation fails exactly when the engine denies with that rule, and its
-message starts with the rule id. Examples per run: ``GPUSHARE_EQUIVALENCE_EXAMPLES`` (default 50;
-the figure in docs/operations.md is from a larger run).
+message starts with the rule id. Resource keys include near misses of the shared-GPU names
+(GS007): the names themselves, allow-listed names, look-alike and misspelt domains, rewritten
+words, random edits and junk. Examples per run follow the hypothesis profile (tests/profiles.py:
+``ci`` by default, ``HYPOTHESIS_PROFILE=large`` for ten times as many; the figures in
+docs/operations.md); ``GPUSHARE_EQUIVALENCE_EXAMPLES`` sets the whole-object count outright.
 """
 
 from __future__ import annotations
@@ -22,14 +25,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.backstop import BACKSTOP_RULES, SCHEDULER_RULE
+from policies.backstop import BACKSTOP_RULES, SCHEDULER_RULE, SECTION
 from policies.engine import Engine
 from policies.grants import StaticNamespaces
+from policies.near_miss import meant_resource
+from policies.near_miss_regex import name_part_regex
 from webhook.settings import Settings
 
 from .check_helpers import run_gpushare
+from .near_miss_cases import NEAR_MISSES, NOT_NEAR_MISSES, pod_with
+from .profiles import examples
 
-EXAMPLES = int(os.environ.get("GPUSHARE_EQUIVALENCE_EXAMPLES", "50"))
+EXAMPLES = int(os.environ.get("GPUSHARE_EQUIVALENCE_EXAMPLES", "0")) or examples(50)
 MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
 WHOLE, TOPOLOGY = "nvidia.com/gpu", "aliyun.com/gpu"
 # Canonical quantity strings (Quantity.String() after the API server parsed what was written).
@@ -42,7 +49,7 @@ GRANTS = [
     {"name": "by-name", "namespace": "team-a", "names": "legacy-*", "rules": ["GS003", "GM001"],
      "reason": "vendor image", "expires": "2999-01-01"},
     {"name": "by-label", "namespace": "team-b", "selector": {"matchLabels": {"app": "old"}, "matchExpressions": [
-        {"key": "tier", "operator": "NotIn", "values": ["prod"]}]}, "rules": ["GS001", "GS005", "gs006"],
+        {"key": "tier", "operator": "NotIn", "values": ["prod"]}]}, "rules": ["GS001", "GS005", "gs006", "GS007"],
      "reason": "migration", "expires": "2999-01-01"},
 ]
 CONFIG = {"exemptions": {"annotation_namespaces": ["team-c"], "grants": GRANTS}, "backstop": {"scheduler_rule": True}}
@@ -62,6 +69,18 @@ class Backstop:
         self.validations = [(env.program(env.compile(v["expression"])),
                              env.program(env.compile(v["messageExpression"])))
                             for v in policy["spec"]["validations"]]
+
+    def variable(self, name: str, bound: dict[str, Any]) -> Any:
+        """A GS007 variable (they read only ``variables.spec`` and each other), with ``bound`` given."""
+        values: dict[Any, Any] = {celpy.celtypes.StringType(k): celpy.json_to_cel(v) for k, v in bound.items()}
+        for other, program in self.variables:  # in order, as the API server binds them
+            if other in ("nearMissSkipped", "resourceKeys", "nearMisses"):
+                value = program.evaluate({"variables": celpy.celtypes.MapType(values)})
+                assert not isinstance(value, celpy.CELEvalError), f"variable {other}: {value!r}"
+                values[celpy.celtypes.StringType(other)] = value
+                if other == name:
+                    return value
+        raise KeyError(name)
 
     def failures(self, obj: dict[str, Any], namespace: str, labels: dict[str, str]) -> list[str]:
         """The messages of the validations that fail (a CEL error fails the test: policy is failurePolicy Fail)."""
@@ -110,6 +129,56 @@ def _block(resources: list[str]) -> st.SearchStrategy[dict[str, str]]:
         st.fixed_dictionaries({}, optional={r: st.sampled_from(CANONICAL[r]) for r in resources})
 
 
+# -- resource keys for GS007 ------------------------------------------------------------------------
+
+COUNT = "aliyun.com/gpu-count"
+ALLOWED = ["aliyun.com/fpga", "aliyun.com/npu", "aliyun.com/rdma"]
+STANDARD = ["cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "pods"]
+DOMAINS = ["aliyun.com", "alibaba.com", "alicloud.com", "aliyun.cn", "aliyuncs.com", "alibabacloud.com",
+           "nvidia.com", "example.com", "kubernetes.io", "ALIYUN.COM", " aliyun.com ", "aliyun.com\t", "a/aliyun.com"]
+NAMES = ["gpu-mem", "gpu-memory", "gpu_mem", "GPU-Mem", "gpumem", "gpu-core", "gpu-core.percentage",
+         "gpu-core-percentage", "gpu-core.percent", "gpu-core-percent-value", "GPUCorePercentage", "gpu", "gpu-count",
+         "fpga", "cpu", "memory", "mem", "gpu-mem-memory", "percentage", "gpucore", "vgpu-mem", "gpumemorymemory",
+         "gpu-memory-percentage", "gpu.core.percentagepercentage", "gpu-cor-percentage", "gpu-kore.percentage",
+         "gpu_ore_percentage", "xpu-core-percentage", "gpu-mem-ory", "gpu-mememoryory"]
+EDIT_CHARS = "gpumeoryctnaGPUME-_. 19x/"
+
+
+@st.composite
+def edited(draw: st.DrawFn, text: str, most: int) -> str:
+    """``text`` after up to ``most`` random insertions, deletions and replacements."""
+    chars = list(text)
+    for _ in range(draw(st.integers(0, most))):
+        at = draw(st.integers(0, len(chars)))
+        op = draw(st.sampled_from(["insert", "delete", "replace"]))
+        if op == "insert" or at == len(chars):
+            chars.insert(at, draw(st.sampled_from(EDIT_CHARS)))
+        elif op == "delete":
+            del chars[at]
+        else:
+            chars[at] = draw(st.sampled_from(EDIT_CHARS))
+    return "".join(chars)
+
+
+@st.composite
+def near_keys(draw: st.DrawFn) -> str:
+    """A key built like a near miss: a domain (listed, edited, or none) and a name part (edited)."""
+    domain = draw(st.sampled_from(DOMAINS).flatmap(lambda d: edited(d, 3)))
+    name = draw(st.sampled_from(NAMES).flatmap(lambda n: edited(n, 2)))
+    name = draw(st.sampled_from([str, str.upper, str.title, str.swapcase]))(name)
+    form = draw(st.sampled_from(["domain", "domain", "domain", "bare", "slash"]))
+    return f"{domain}/{name}" if form == "domain" else (name if form == "bare" else f"/{name}")
+
+
+RESOURCE_KEYS = st.one_of(
+    near_keys(),
+    st.sampled_from([MEM, CORE, WHOLE, TOPOLOGY, COUNT, *ALLOWED, *STANDARD, *NOT_NEAR_MISSES,
+                     *(key for key, _, _ in NEAR_MISSES)]),
+    st.text(st.sampled_from("abcgmopuyGMPU0123-_./ \t"), max_size=24),  # junk, in the characters that matter
+    st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=24),  # any printable ASCII
+)
+
+
 @st.composite
 def containers(draw: st.DrawFn, prefix: str) -> list[dict[str, Any]]:
     out = []
@@ -126,6 +195,10 @@ def containers(draw: st.DrawFn, prefix: str) -> list[dict[str, Any]]:
         if draw(st.booleans()):  # a request without a limit (GS004's business, but the rules read it)
             extra = draw(st.sampled_from([MEM, CORE]))
             requests.setdefault(extra, draw(st.sampled_from(CANONICAL[extra])))
+        if draw(st.integers(0, 3)) == 0:  # now and then a key that may be a near miss (GS007)
+            target = requests if draw(st.booleans()) else limits
+            for key in draw(st.lists(RESOURCE_KEYS, min_size=1, max_size=2)):
+                target.setdefault(key, "1")
         resources: dict[str, Any] = {}
         if limits or draw(st.booleans()):
             resources["limits"] = {**limits, "cpu": "1"}
@@ -137,7 +210,7 @@ def containers(draw: st.DrawFn, prefix: str) -> list[dict[str, Any]]:
     return out
 
 
-ID_TEXT = st.lists(st.sampled_from(["GS001", "gs003", "GS005", "Gs006", "GS002", "GM001", "GX999", "GS00"]),
+ID_TEXT = st.lists(st.sampled_from(["GS001", "gs003", "GS005", "Gs006", "GS002", "GS007", "GM001", "GX999", "GS00"]),
                    max_size=3).flatmap(lambda ids: st.sampled_from([",", ", ", ";", " ", " ,; "]).map(
                        lambda sep: sep.join(ids)))
 
@@ -253,7 +326,169 @@ def test_warn_and_disabled_rules_are_left_out_and_the_default_has_no_scheduler_r
     config.write_text("rules:\n  GS001: {severity: warn}\n  GS006: {enabled: false}\n")
     done = run_gpushare("policy", "export", "--format", "json", "--config", config)
     policy = json.loads(done.stdout)["items"][0]
-    assert policy["metadata"]["annotations"]["gpushare.io/covers"] == "GS002,GS003,GS005"
-    assert len(policy["spec"]["validations"]) == 3
+    assert policy["metadata"]["annotations"]["gpushare.io/covers"] == "GS002,GS003,GS005,GS007"
+    assert len(policy["spec"]["validations"]) == 4
     with_rule = run_gpushare("policy", "export", "--format", "json", "--config", config, "--scheduler-rule")
     assert json.loads(with_rule.stdout)["items"][0]["metadata"]["annotations"]["gpushare.io/covers"].endswith(",GM001")
+
+
+# -- GS007, key by key ------------------------------------------------------------------------------
+
+# Other names, domains and allow-list: the regexes are generated from the settings, not fixed.
+CUSTOM = {"names": {"resources": {"gpu_mem": "example.com/gpu-memory-mb", "gpu_core": "example.com/gpu-core.share",
+                                  "gpu_topology": "example.com/gpu"}},
+          "near_miss": {"lookalike_domains": ["example.org", "sample.com", "Upper.com", " spaced.com"],
+                        "allowed": ["example.com/gpu-model"]}}
+_CUSTOM_NEAR = st.builds(
+    lambda domain, name: f"{domain}/{name}",
+    st.sampled_from(["example.com", "example.org", "sample.com", "exampel.com", "upper.com", "spaced.com"]).flatmap(
+        lambda d: edited(d, 2)),
+    st.sampled_from(["gpu-memory-mb", "gpu-mem-mb", "GPU_MemoryMB", "gpu-core.share", "gpu-core-share-x", "gpu-model",
+                     "gpu-core"]).flatmap(lambda n: edited(n, 1)))
+CUSTOM_KEYS = st.one_of(_CUSTOM_NEAR, _CUSTOM_NEAR, _CUSTOM_NEAR, RESOURCE_KEYS)
+
+
+@pytest.fixture(scope="module")
+def custom_backstop(tmp_path_factory) -> tuple[Backstop, Settings]:
+    config = tmp_path_factory.mktemp("custom") / "config.yaml"
+    config.write_text(json.dumps(CUSTOM))
+    done = run_gpushare("policy", "export", "--format", "json", "--config", config)
+    assert done.returncode == 0, done.stderr
+    return Backstop(json.loads(done.stdout)["items"][0]), Settings(**CUSTOM)
+
+
+def _engine_meant(key: str, settings: Settings) -> str | None:
+    """What the engine says a key in a container's limits means (None: not a near miss)."""
+    r = settings.names.resources
+    if key in (r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive, r.gpu_count):
+        return None  # the engine's near_misses() skips the names it knows
+    return meant_resource(key, r.gpu_mem, r.gpu_core, settings.near_miss.lookalike_domains, settings.near_miss.allowed)
+
+
+def _policy_meant(backstop: Backstop, key: str, settings: Settings) -> str | None:
+    """What the policy's own variables say (nearMisses), and the name its message would suggest."""
+    spec = {"containers": [{"name": "app", "resources": {"limits": {key: "1"}}}]}
+    found = backstop.variable("nearMisses", {"spec": spec})
+    assert found[0][0] == 'container "app"'
+    if len(found[0]) == 1:
+        return None
+    assert list(found[0][1:]) == [f"limits.{key}"]
+    r = settings.names.resources
+    mem_only = name_part_regex(r.gpu_mem, r.gpu_core, mem_only=True, before=SECTION)
+    return r.gpu_mem if MATCHES.evaluate({"text": celpy.celtypes.StringType(f"limits.{key}"),
+                                          "pattern": celpy.celtypes.StringType(mem_only)}) else r.gpu_core
+
+
+_ENV = celpy.Environment()
+MATCHES = _ENV.program(_ENV.compile("text.matches(pattern)"))
+
+
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=RESOURCE_KEYS)
+def test_gs007_the_policy_finds_exactly_the_keys_the_engine_finds(backstop, key):
+    assert _policy_meant(backstop, key, SETTINGS) == _engine_meant(key, SETTINGS), key
+
+
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=CUSTOM_KEYS)
+def test_gs007_follows_the_configured_names_domains_and_allow_list(custom_backstop, key):
+    backstop, custom = custom_backstop
+    assert _policy_meant(backstop, key, custom) == _engine_meant(key, custom), key
+
+
+@st.composite
+def near_miss_objects(draw: st.DrawFn) -> dict[str, Any]:
+    """A Pod or workload whose containers and init containers name generated keys."""
+    def one(name: str) -> dict[str, Any]:
+        resources = {section: {key: "1" for key in draw(st.lists(RESOURCE_KEYS, max_size=2))}
+                     for section in draw(st.lists(st.sampled_from(["limits", "requests"]), max_size=2, unique=True))}
+        return {"name": name, "image": "cuda", "resources": resources}
+    spec: dict[str, Any] = {"containers": [one(f"main-{i}") for i in range(draw(st.integers(1, 2)))]}
+    if draw(st.booleans()):
+        spec["initContainers"] = [one("init-0")]
+    kind = draw(st.sampled_from(sorted(WORKLOADS)))
+    meta = {"name": "near-miss", "namespace": "default"}
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": kind, "metadata": meta, "spec": spec}
+    template = {"spec": spec}
+    if kind == "PodTemplate":
+        return {"apiVersion": "v1", "kind": kind, "metadata": meta, "template": template}
+    if kind == "CronJob":
+        return {"apiVersion": "batch/v1", "kind": kind, "metadata": meta,
+                "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}}}
+    return {"apiVersion": WORKLOADS[kind], "kind": kind, "metadata": meta, "spec": {"template": template}}
+
+
+def _engine_gs007(obj: dict[str, Any]) -> list[str]:
+    subject = ENGINE.subject(obj["kind"], obj, namespace="default", namespaces=StaticNamespaces({"default": {}}))
+    return [f.message for f in ENGINE.validate(subject).violations if f.rule == "GS007"]
+
+
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=near_miss_objects())
+def test_gs007_on_pods_and_workloads_the_policy_denies_as_the_engine_does_and_says_the_same(backstop, obj):
+    engine = _engine_gs007(obj)
+    policy = [m for m in backstop.failures(obj, "default", {}) if m.startswith("GS007:")]
+    assert bool(policy) == bool(engine), (policy, engine)
+    if policy:  # the first near miss, word for word as the engine writes it
+        assert policy == [engine[0]]
+
+
+@pytest.mark.parametrize(("key", "meant"), [
+    ("aliyun.com/gpu-memory", MEM),
+    ("aliyun.com/GPU_Mem", MEM),
+    ("aliyun.com/gpu_mem", MEM),
+    ("aliyunn.com/gpu-mem", MEM),  # the domain within two edits
+    ("alyun.cm/gpu-mem", MEM),
+    ("alibaba.com/gpu-mem", MEM),  # a look-alike domain
+    ("gpumem", MEM),  # no domain
+    ("aliyun.com/gpu-mam", MEM),  # one edit
+    ("aliyun.com/gpu-mems", MEM),
+    ("aliyun.com/gpu-memories", None),
+    ("aliyun.com/gpu-mem-memory", None),  # "gpumemmem": two edits from gpumem
+    ("aliyun.com/xgpu-mem", None),  # "xgp" is two edits from the gpu prefix
+    ("aliyun.com/gpu-core", CORE),  # the core stem
+    ("aliyun.com/gpu-core-percentage", CORE),
+    ("aliyun.com/GPU-Core.Percent", CORE),
+    ("aliyun.com/gpu-core-percent-value", CORE),
+    ("aliyun.com/gpucorepercentage", CORE),
+    ("aliyun.com/gpu-cor-percentage", CORE),  # one edit from gpucorepercent once "percentage" is rewritten
+    ("aliyun.com/gpu-cor", None),
+    ("alibabacloud.com/gpu-mem", None),  # open-gpu-share's real resource
+    ("aliyun.co.jp/gpu-mem", None),  # three edits from aliyun.com
+    ("example.com/gpu-mem", None),
+    (MEM, None), (CORE, None), (WHOLE, None), (TOPOLOGY, None), (COUNT, None),
+    ("aliyun.com/fpga", None), ("aliyun.com/rdma", None),  # allow-listed
+    ("cpu", None), ("memory", None),
+])
+def test_gs007_examples(backstop, key, meant):
+    assert _engine_meant(key, SETTINGS) == meant
+    assert _policy_meant(backstop, key, SETTINGS) == meant
+    for section, init in (("limits", False), ("requests", True)):
+        pod = pod_with(key, "1", section=section, init=init)
+        policy = [m for m in backstop.failures(pod, "default", {}) if m.startswith("GS007:")]
+        if meant is None:
+            assert policy == []
+        else:
+            where = "init container" if init else "container"
+            assert policy == [
+                f'GS007: Pod default/near-miss {where} "app": {section}.{key} is not a resource any node offers, so '
+                f"the pod would stay Pending forever; did you mean {meant}? (accepted: {MEM}, {CORE}; a real resource "
+                "of that name can be listed in near_miss.allowed)"]
+
+
+def test_an_allow_listed_or_exempted_near_miss_passes_the_backstop(backstop):
+    exempt = pod_with("aliyun.com/gpu-memory", "4")
+    exempt["metadata"]["annotations"] = {"gpushare.io/exempt": "GS007", "gpushare.io/exempt-reason": "vendor plugin"}
+    assert backstop.failures(exempt, "team-c", {}) == []  # annotation exemptions are allowed in team-c
+    assert backstop.failures(exempt, "team-d", {})[0].startswith("GS007:")  # and nowhere else
+
+
+def test_a_resource_name_with_white_space_is_refused_in_the_config(tmp_path):
+    """The API server refuses such a name, and GS007's domain regex relies on there being none."""
+    config = tmp_path / "config.yaml"
+    config.write_text("names:\n  resources:\n    gpu_mem: 'aliyun .com/gpu-mem'\n")
+    done = run_gpushare("policy", "export", "--config", config)
+    assert done.returncode == 2
+    assert done.stderr == (f"gpushare: error: {config}: names.resources.gpu_mem: \"aliyun .com/gpu-mem\": value error, "
+                           "a resource name is not empty and has no white space\n")

@@ -88,6 +88,7 @@ EXPECTED = {
     ("PodDisruptionBudget", NS, "gpushare-webhook"), ("Service", NS, "gpushare-webhook"),
     ("Service", NS, "gpushare-webhook-bindings"),
     ("Role", NS, "gpushare-webhook-leader"), ("RoleBinding", NS, "gpushare-webhook-leader"),
+    ("ClusterRole", "", "gpushare-webhook-reports"), ("ClusterRoleBinding", "", "gpushare-webhook-reports"),
     ("Job", NS, "gpushare-webhook-certs"), ("CronJob", NS, "gpushare-webhook-cert-rotation"),
     ("MutatingWebhookConfiguration", "", "gpushare-webhook"),
     ("ValidatingWebhookConfiguration", "", "gpushare-webhook"),
@@ -253,7 +254,15 @@ def test_rbac_is_least_privilege(rendered):
     bound_webhook = {(b["kind"], b["roleRef"]["name"], b["metadata"].get("namespace", ""))
                      for b in _bindings_to(rendered, "gpushare-webhook")}
     assert bound_webhook == {("ClusterRoleBinding", "gpushare-webhook", ""),
-                             ("RoleBinding", "gpushare-webhook-leader", NS)}
+                             ("RoleBinding", "gpushare-webhook-leader", NS),
+                             ("ClusterRoleBinding", "gpushare-webhook-reports", "")}
+    # The audit's report objects: the two report APIs' kinds, and only the verbs the writer uses
+    # (tests/test_audit_reports_served.py holds the writer's requests to these rules).
+    assert _rules_of(rendered, "ClusterRole", "gpushare-webhook-reports") == [
+        {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"],
+         "verbs": ["get", "list", "create", "update", "delete"]},
+        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"],
+         "verbs": ["get", "list", "create", "update", "delete"]}]
     # Leader election, in its own namespace only: its Lease by name (create cannot be named) and pod labels.
     assert _rules_of(rendered, "Role", "gpushare-webhook-leader") == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["gpushare-webhook-bindings"],
@@ -280,6 +289,15 @@ def test_rbac_is_least_privilege(rendered):
     assert {spec["serviceAccountName"] for spec in jobs} == {"gpushare-webhook-certs"}
     assert one(rendered, "Deployment", "gpushare-webhook")["spec"]["template"]["spec"]["serviceAccountName"] == \
         "gpushare-webhook"
+
+
+def test_helm_grants_nothing_on_reports_when_the_server_writes_none():
+    objects = render_helm({"config": {"audit": {"reports": "none"}}})
+    assert not any(o["metadata"]["name"] == "gpushare-webhook-reports" for o in objects)
+    config = yaml.safe_load(one(objects, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"])
+    assert config["audit"] == {"reports": "none"}
+    kept = render_helm({"config": {"audit": {"reports": "policyreport"}}})
+    assert one(kept, "ClusterRole", "gpushare-webhook-reports")
 
 
 def webhooks(objects: list[Obj]) -> dict[str, Obj]:

@@ -215,3 +215,29 @@ def test_only_the_node_mode_and_the_cpu_policy_are_beyond_eviction():
     from policies.rules.base import unresolvable_rule_ids
 
     assert unresolvable_rule_ids() == frozenset({"GB002", "GB005"})
+
+
+def _gc001(engine, state, pod):
+    verdict = engine.validate(engine.subject("Pod", pod, namespace="default", state=state, operation="CREATE"))
+    return [f.message for f in verdict.findings if f.rule == "GC001"]
+
+
+def test_gc001_verdicts_follow_the_cluster_and_are_shared_by_pods_asking_alike(engine, settings):
+    # Pods of one workload ask the same thing; the verdict must still follow every change of the
+    # nodes and the pods on them, whichever pod asks.
+    state = state_of(settings, [node(card_gib=15)], [])
+    first = gpu_pod("big-1", mem=20)
+    (never,) = _gc001(engine, state, first)
+    assert "cannot run on any node the cluster has" in never and "15 GiB" in never
+    (again,) = _gc001(engine, state, gpu_pod("big-2", mem=20))
+    assert again == never.replace("Pod default/big-1", "Pod default/big-2")
+    state.upsert_node(node_from_manifest(node("cn-beijing.192.168.1.11", cards=1, card_gib=31,
+                                              provider_id="cn-beijing.i-2ze0demo2"), settings.names))
+    assert _gc001(engine, state, gpu_pod("big-3", mem=20)) == []
+    # The 31 GiB card fills up: the same demand now fits no card right now.
+    state.record_pod(pod_from_manifest(gpu_pod("holder", mem=20, node_name="cn-beijing.192.168.1.11"),
+                                       settings.names))
+    (not_now,) = _gc001(engine, state, gpu_pod("big-4", mem=20))
+    assert "fits no card of the nodes that could take it right now" in not_now
+    state.remove_pod("default", "holder")
+    assert _gc001(engine, state, gpu_pod("big-5", mem=20)) == []

@@ -17,6 +17,7 @@ from flask import Flask
 
 from certs.issue import ensure_serving_certs
 from policies.assume import PlacementLedger
+from policies.audit import AuditResult
 from policies.cluster import ClusterState
 from policies.engine import Engine
 from webhook.routes.app import create_app
@@ -26,7 +27,8 @@ from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options
 from webhook.settings import Settings
-from webhook.state.audit_loop import AuditLoop
+from webhook.state.audit_loop import AuditLoop, Publish
+from webhook.state.report_writer import WriteSummary
 from webhook.state.snapshot import describe_snapshot, load_demo_snapshot, load_snapshot
 from webhook.state.status import StateStatus
 
@@ -69,7 +71,6 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
         where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the in-cluster service account"
         description = f"cluster from {where} (API server {host})"
         log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)
-        audit = AuditLoop(live, settings, live.synced) if settings.audit.interval_seconds > 0 else None
         leader = None
         if settings.leader.enabled:
             from webhook.state.leader import elector
@@ -79,6 +80,13 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
             status.leader = leader.leading
             log.warning("leader election: lease %s/%s as %s; bindings are judged by the leader",
                         namespace, settings.leader.lease_name, leader.identity)
+        ready = live.synced if leader is None else (lambda: live.synced() and leader.known())
+        audit = None
+        if settings.audit.interval_seconds > 0:
+            # Report objects come from the leader alone; without leader election, from this replica.
+            audit = AuditLoop(live, settings, ready,
+                              publish=report_publisher(settings, kubeconfig, leader.identity if leader else ""),
+                              may_publish=leader.leading if leader is not None else (lambda: True))
 
         def start() -> None:
             live.start()
@@ -90,11 +98,11 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
                 leader.start()
                 atexit.register(leader.stop)  # a worker that exits releases the Lease and its label
 
-        ready = live.synced if leader is None else (lambda: live.synced() and leader.known())
         return Services(settings=settings, engine=engine, state=live, ready=ready,
                         state_source=source, state_description=description, state_status=status, ledger=ledger,
                         start=start, audit=audit, leader=leader,
-                        allocation=allocation_exporter(settings, live, leader.leading if leader else None))
+                        allocation=allocation_exporter(settings, live, leader.leading if leader else None,
+                                                       ready=live.synced))
     if snapshot is not None:
         state = load_snapshot(snapshot, settings.names)
         source = f"snapshot:{snapshot}"
@@ -107,13 +115,49 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
                     allocation=allocation_exporter(settings, state))
 
 
-def allocation_exporter(settings: Settings, state: ClusterState,
-                        leading: Callable[[], bool] | None = None) -> AllocationExporter | None:
+def report_publisher(settings: Settings, kubeconfig: Path | None, identity: str) -> Publish | None:
+    """What writes the audit's report objects (``audit.reports``; None when ``none``). It runs in the
+    audit's child process, with an API client of its own, through the code path of ``gpushare audit
+    --write-reports`` (``report_writer.publish``). Imported here, before any fork."""
+    if settings.audit.reports == "none":
+        return None
+    from kubernetes import client as k8s
+
+    from webhook.report.policy_reports import candidates, report_objects
+    from webhook.state.kube_client import api_client
+    from webhook.state.report_writer import publish
+
+    kinds = candidates(settings.audit.reports)
+    configuration = api_client(kubeconfig).configuration  # read once, here; each child connects anew
+    # Who wrote what shows in the API server's audit log: the webhook, and which replica.
+    agent = f"gpushare-webhook/{package_version()} (audit reports; {identity or socket.gethostname()})"
+
+    def write(result: AuditResult, now: float) -> WriteSummary:
+        client = k8s.ApiClient(configuration)
+        client.user_agent = agent
+        return publish(k8s.CustomObjectsApi(client), kinds,
+                       lambda api: report_objects(result, api, settings.audit, now),
+                       clean_others=settings.audit.reports == "auto")
+
+    return write
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpushare-webhook")
+    except PackageNotFoundError:  # a source tree without install
+        return "unknown"
+
+
+def allocation_exporter(settings: Settings, state: ClusterState, leading: Callable[[], bool] | None = None,
+                        ready: Callable[[], bool] = lambda: True) -> AllocationExporter | None:
     """The GPU allocation series' cache, when this replica exports them (metrics.export_allocation;
     where replicas elect a leader, ``leading`` says whether this one leads and so exports)."""
     if not settings.metrics.export_allocation:
         return None
-    return AllocationExporter(state, settings.names, settings.metrics, exporting=leading)
+    return AllocationExporter(state, settings.names, settings.metrics, exporting=leading, ready=ready)
 
 
 def serving_names(settings: Settings) -> list[str]:

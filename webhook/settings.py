@@ -90,6 +90,18 @@ class OverloadSettings(_Section):
     # GIL: with the GIL more would only contend with each other and with the poller that reads,
     # refuses and dispatches requests (at 16, overload starved the poller and answers took 10 s).
     app_concurrency: int = Field(2, ge=1, le=64)
+    # An admission review that arrived whole is evaluated by the poller thread itself while no
+    # request is in a thread: no hand-off between threads (each costs futex calls, a context
+    # switch and the GIL's convoy), so a review costs less CPU and a refusal under overload costs
+    # little more than reading it. Off: every request goes to a thread, as other requests do.
+    inline_admission: bool = True
+    # Larger reviews go to a thread: the poller evaluates one review at a time and cannot be
+    # interrupted, so a huge object would stall every connection (a 64 KiB Pod, about a hundred
+    # containers, is evaluated in a few milliseconds; real Pods are a few KiB).
+    inline_max_bytes: int = Field(64 * 1024, ge=0)
+    # Seconds the poller evaluates queued reviews before it looks at its connections again
+    # (accepts, timeouts, health probes); a review is never cut short.
+    inline_slice_seconds: float = Field(0.02, gt=0, le=1)
     # /dry-run and the scheduler extender evaluate at most this many at once, in slots apart from
     # the admission reviews', so an expensive body there never holds the API server's reviews.
     auxiliary_concurrency: int = Field(1, ge=1, le=64)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from functools import lru_cache
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..capacity import judge_capacity
-from ..placement import demand_from_containers
+from ..capacity import CapacityVerdict, judge_capacity
+from ..placement import NodeProfile, PodDemand, demand_from_containers
 from ..resources import POD_SPEC_PATHS
-from ..selectors import node_selector_from_spec
+from ..selectors import NodeSelector, node_selector_from_spec
 from ..settings import Names
 from .base import Found, Subject, rule
 from .placement_rules import placement_of
@@ -26,12 +26,51 @@ def asks_gpu_memory(subject: Subject) -> bool:
     return subject.names.resources.gpu_mem in subject.asked
 
 
-@lru_cache(maxsize=8)
-def _scorer(names: Names) -> Scorer:
-    """One node-profile cache per configuration, as the scheduler extender keeps one per process."""
-    from ..scoring import Scorer  # scoring reads the rule registry, which imports this module
+class VerdictCache:
+    """GC001's verdicts for one version of the node profiles, by what a pod asks.
 
-    return Scorer(names)
+    ``judge_capacity`` reads every node, so a cluster of thousands of nodes would cost every review
+    milliseconds; the pods of one workload ask the same thing, and the profiles change only when a
+    node or its pods do (the scoring engine then builds a new tuple, and the verdicts start
+    afresh). The entry is replaced in one assignment, so threads never see verdicts of another
+    version of the profiles."""
+
+    MAX_ENTRIES = 1024
+
+    def __init__(self) -> None:
+        self._entry: tuple[Sequence[NodeProfile] | None, dict[tuple[object, ...], CapacityVerdict]] = (None, {})
+
+    def verdict(self, demand: PodDemand, selector: NodeSelector, profiles: Sequence[NodeProfile],
+                names: Names) -> CapacityVerdict:
+        held, verdicts = self._entry
+        if held is not profiles:
+            verdicts = {}
+            self._entry = (profiles, verdicts)
+        # The pod's own key only matters to a pod already on a node, which GC001's (a pod at
+        # CREATE, named "Pod ns/name") never is: pods of one workload share the verdict.
+        key = (demand.gpus, demand.whole_gpus, demand.topology_gpus, demand.refused, selector)
+        found = verdicts.get(key)
+        if found is None:
+            found = judge_capacity(replace(demand, key=""), selector, profiles, names)
+            if len(verdicts) < self.MAX_ENTRIES:
+                verdicts[key] = found
+        return found
+
+
+# One node-profile cache per configuration (as the scheduler extender keeps one per process) and
+# the verdicts over it, by the identity of the configuration's names (hashing them costs more).
+_TOOLS: dict[int, tuple[Names, Scorer, VerdictCache]] = {}
+
+
+def _capacity_tools(names: Names) -> tuple[Scorer, VerdictCache]:
+    tools = _TOOLS.get(id(names))
+    if tools is None or tools[0] is not names:
+        from ..scoring import Scorer  # scoring reads the rule registry, which imports this module
+
+        if len(_TOOLS) >= 8:
+            _TOOLS.clear()
+        tools = _TOOLS[id(names)] = (names, Scorer(names), VerdictCache())
+    return tools[1], tools[2]
 
 
 @rule("GC001", severity="warn", seed="000, 003", kinds=POD_KINDS, operations=("CREATE",), stateful=True,
@@ -52,8 +91,9 @@ def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     state = subject.usable_state(SWITCH, f"{subject.label}: whether any node can hold it")
     # The cluster as the watch shows it (an admission view adds assumed bindings on top, which an
     # advisory "not now" can do without): its profiles are kept up to date per node change.
-    _, profiles = _scorer(subject.names).profiles(getattr(state, "base", state))
-    verdict = judge_capacity(demand, node_selector_from_spec(spec, base), profiles, subject.names)
+    scorer, verdicts = _capacity_tools(subject.names)
+    _, profiles = scorer.profiles(getattr(state, "base", state))
+    verdict = verdicts.verdict(demand, node_selector_from_spec(spec, base), profiles, subject.names)
     path = base
     if verdict.never:
         yield Found(f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: a request "

@@ -66,30 +66,29 @@ def audit(snapshot: Path | None, kubeconfig: Path | None, context: str | None, f
 def _reports(result, settings, now, kind, write, path, kubeconfig, context) -> None:  # type: ignore[no-untyped-def]
     import yaml
 
-    from webhook.report.policy_reports import APIS, OPENREPORTS, POLICYREPORT, report_objects
+    from webhook.report.policy_reports import APIS, OPENREPORTS, candidates, report_objects
 
     chosen = kind or (settings.audit.reports if settings.audit.reports != "none" else "auto")
     api = None
     if write:
         from webhook.cli.cluster_source import custom_objects_api
-        from webhook.state.report_writer import ReportWriteError, served, write_reports
+        from webhook.state.report_writer import ReportWriteError, publish
 
         custom = custom_objects_api(kubeconfig, context)
         try:
-            if chosen == "auto":
-                api = next((a for a in (OPENREPORTS, POLICYREPORT) if served(custom, a.group, a.version, a.plural)),
-                           None)
-                if api is None:
-                    raise click.ClickException("the cluster serves neither openreports.io/v1alpha1 Reports nor "
-                                               "wgpolicyk8s.io/v1alpha2 PolicyReports; install one of the CRDs")
-            else:
-                api = APIS[chosen]
-            objects = report_objects(result, api, settings.audit, now)
-            done = write_reports(custom, api.group, api.version, api.plural, api.cluster_plural, objects)
+            # The server's leader writes through the same call (webhook/serving.py).
+            done = publish(custom, candidates(chosen), lambda api: report_objects(result, api, settings.audit, now),
+                           clean_others=chosen == "auto")
         except ReportWriteError as exc:
             raise click.ClickException(f"cannot write reports: {exc}") from None
-        click.echo(f"gpushare: wrote {len(done.written)} {api.kind} object(s) ({api.api_version})"
-                   + (f", deleted {len(done.deleted)} stale" if done.deleted else ""), err=True)
+        if not done.api_version:
+            raise click.ClickException("the cluster serves neither openreports.io/v1alpha1 Reports nor "
+                                       "wgpolicyk8s.io/v1alpha2 PolicyReports; install one of the CRDs"
+                                       if chosen == "auto" else
+                                       f"the cluster does not serve {APIS[chosen].api_version} {APIS[chosen].kind}s; "
+                                       f"install its CRD")
+        api = next(a for a in APIS.values() if a.api_version == done.api_version)
+        click.echo(f"gpushare: {done.describe()}", err=True)
     if path is not None:
         api = api or APIS.get(chosen, OPENREPORTS)
         objects = report_objects(result, api, settings.audit, now)

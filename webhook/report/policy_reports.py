@@ -22,6 +22,8 @@ REPORT_NAME = "gpushare-audit"
 SOURCE = "gpushare"
 TRUNCATED_ANNOTATION = "gpushare.io/results-left-out"
 SEVERITIES = {"deny": "high", "warn": "medium"}
+# What marks the objects this tool writes (the writer lists and prunes by it).
+MANAGED_BY = ("app.kubernetes.io/managed-by", "gpushare")
 RESULTS = {"deny": "fail", "warn": "warn"}
 
 
@@ -45,6 +47,12 @@ POLICYREPORT = ReportApi("wgpolicyk8s.io", "v1alpha2", "PolicyReport", "ClusterP
 APIS = {"openreports": OPENREPORTS, "policyreport": POLICYREPORT}
 
 
+def candidates(kind: str) -> tuple[ReportApi, ...]:
+    """The report APIs to try, in order: ``auto`` is OpenReports (where Kyverno and Kubewarden
+    are moving), then the Policy WG's PolicyReport; a named kind is that one alone."""
+    return (OPENREPORTS, POLICYREPORT) if kind == "auto" else (APIS[kind],)
+
+
 def _result(f: AuditFinding, seconds: int) -> dict[str, Any]:
     resource: dict[str, Any] = {"apiVersion": "v1", "kind": f.kind, "name": f.name}
     if f.namespace:
@@ -57,7 +65,7 @@ def _result(f: AuditFinding, seconds: int) -> dict[str, Any]:
 def _report(api: ReportApi, namespace: str, findings: list[AuditFinding], limit: int, seconds: int) -> dict[str, Any]:
     counts = Counter(RESULTS[f.severity] for f in findings)
     kept = sorted(findings, key=lambda f: (f.severity != "deny", f.rule, f.namespace, f.name))[:limit]
-    metadata: dict[str, Any] = {"name": REPORT_NAME, "labels": {"app.kubernetes.io/managed-by": "gpushare"}}
+    metadata: dict[str, Any] = {"name": REPORT_NAME, "labels": {MANAGED_BY[0]: MANAGED_BY[1]}}
     if namespace:
         metadata["namespace"] = namespace
     if len(findings) > limit:

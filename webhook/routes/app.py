@@ -47,7 +47,10 @@ def create_app(services: Services) -> Flask:
     # The worker counts what it refuses before the app runs through these too (webhook.server.worker).
     app.extensions["gpushare.metrics"] = metrics
     app.extensions["gpushare.telemetry"] = telemetry
-    observer = Observer(metrics, RequestLog(settings.logging) if settings.logging.requests else None, telemetry)
+    request_log = RequestLog(settings.logging) if settings.logging.requests else None
+    if request_log is not None:
+        telemetry.after_flush(request_log.flush)  # a batch of request lines, one write
+    observer = Observer(metrics, request_log, telemetry)
     gate = LargeBodyGate(settings.overload.large_body_bytes, settings.overload.large_body_concurrency,
                          budget_seconds(None, settings.overload))
 

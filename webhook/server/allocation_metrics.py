@@ -120,9 +120,13 @@ class AllocationExporter:
     """The rendered GPU allocation series of one state, kept current by ``refresh``."""
 
     def __init__(self, state: ClusterState, names: Names, settings: MetricsSettings,
-                 clock: Callable[[], float] = time.time, exporting: Callable[[], bool] | None = None) -> None:
+                 clock: Callable[[], float] = time.time, exporting: Callable[[], bool] | None = None,
+                 ready: Callable[[], bool] = lambda: True) -> None:
         # Where replicas elect a leader, only the leader exports, so sums over replicas never double.
         self._exporting = exporting
+        # The refresh thread starts once the state has synced: a first refresh of an empty state
+        # would leave /metrics without series for a whole refresh period.
+        self._ready = ready
         self._state = state
         self._names = names
         self._settings = settings
@@ -216,6 +220,9 @@ class AllocationExporter:
         self._thread.start()
 
     def _run(self) -> None:
+        while not self._ready():
+            if self._stop.wait(0.05):
+                return
         while not self._stop.is_set():
             try:
                 self.refresh()

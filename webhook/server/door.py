@@ -28,41 +28,93 @@ class RequestHead:
     timeout: str | None  # the API server's ?timeout= (webhook.server.deadline), if any
 
 
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """What the door needs of a request head, parsed once per distinct head (see ``_parse``)."""
+
+    length: int | None  # Content-Length, if given and valid (the last one, if several)
+    bad_length: bool  # a Content-Length that is not a number: the parser answers 400
+    chunked: bool
+    expect: bool  # an Expect header before any bad Content-Length (a thread then reads the body)
+    plain: RequestHead | None  # the head of a plain request (the door may answer it), else None
+
+
+# The API server's heads repeat: same method, path, ?timeout=, Host and Content-Type on every
+# call, only the Content-Length varies, and a cluster's pods come in few sizes. Parsing each
+# distinct head once takes the header scan off the poller's path for every review it reads.
+_HEADS: dict[bytes, _Head] = {}
+_HEADS_MAX = 512
+_HEAD_KEPT_BYTES = 2048
+
+
+def _parse(head: bytes) -> _Head:
+    found = _HEADS.get(head)
+    if found is None:
+        found = _scan(head)
+        if len(head) <= _HEAD_KEPT_BYTES:  # at most 512 x 2 KiB kept, whatever clients send
+            if len(_HEADS) >= _HEADS_MAX:
+                _HEADS.clear()
+            _HEADS[head] = found
+    return found
+
+
+def _scan(head: bytes) -> _Head:
+    lines = head.split(b"\r\n")
+    length: int | None = None
+    bad_length = chunked = expect = False
+    plain = True
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
+        plain = False
+        parts = [b"", b"", b""]
+    method, target, version = parts
+    close = version == b"HTTP/1.0"
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        name = name.strip().lower()
+        value = value.strip()
+        if not colon:
+            plain = False
+        if name == b"content-length":
+            if not value.isdigit():
+                bad_length = True
+                plain = False
+            else:
+                if length is not None and int(value) != length:
+                    plain = False  # conflicting lengths: the parser refuses them
+                length = int(value)
+        elif name == b"transfer-encoding":
+            chunked = True
+            plain = False
+        elif name == b"expect":
+            expect = expect or not bad_length
+            plain = False
+        elif name == b"upgrade":
+            plain = False
+        elif name == b"connection":
+            tokens = {t.strip() for t in value.lower().split(b",")}
+            close = b"close" in tokens or (close and b"keep-alive" not in tokens)
+    request: RequestHead | None = None
+    if plain:
+        try:
+            path, _, query = target.decode("ascii").partition("?")
+            request = RequestHead(method.decode("ascii", "replace"), path, close,
+                                  timeout_parameter(query) if query else None)
+        except UnicodeDecodeError:
+            request = None
+    return _Head(length, bad_length, chunked, expect, request)
+
+
 def one_complete_request(data: bytes) -> RequestHead | None:
     """The head of ``data`` if ``data`` is exactly one complete HTTP/1.x request with a
     Content-Length body (or none); None for anything else."""
     end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
     if end < 0:
         return None
-    lines = data[:end].split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
-        return None
-    method, target, version = parts
-    length: int | None = None
-    close = version == b"HTTP/1.0"
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon:
-            return None
-        name = name.strip().lower()
-        value = value.strip()
-        if name == b"content-length":
-            if not value.isdigit() or (length is not None and int(value) != length):
-                return None
-            length = int(value)
-        elif name in (b"transfer-encoding", b"expect", b"upgrade"):
-            return None
-        elif name == b"connection":
-            tokens = {t.strip() for t in value.lower().split(b",")}
-            close = b"close" in tokens or (close and b"keep-alive" not in tokens)
-    if end + 4 + (length or 0) != len(data):
-        return None  # the body is not all here yet, or another request follows it
-    try:
-        path, _, query = target.decode("ascii").partition("?")
-    except UnicodeDecodeError:
-        return None
-    return RequestHead(method.decode("ascii", "replace"), path, close, timeout_parameter(query) if query else None)
+    head = _parse(data[:end])
+    if head.plain is None or end + 4 + (head.length or 0) != len(data):
+        return None  # not plain, the body is not all here yet, or another request follows it
+    return head.plain
 
 
 def send_now(sock: socket.socket, data: bytes) -> bool:
@@ -81,25 +133,17 @@ def request_state(data: bytes | bytearray, max_body: int) -> str:
     end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
     if end < 0:
         return "incomplete" if len(data) <= MAX_HEAD_BYTES else "thread"
-    length = 0
-    chunked = False
-    for line in bytes(data[:end]).split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
-            value = value.strip()
-            if not value.isdigit():
-                return "complete"  # malformed: all of the head is here, the parser answers 400
-            length = int(value)
-        elif name == b"transfer-encoding":
-            chunked = True
-        elif name == b"expect":
-            return "thread"
+    head = _parse(bytes(data[:end]))
+    if head.expect:
+        return "thread"
+    if head.bad_length:
+        return "complete"  # malformed: all of the head is here, the parser answers 400
     body = end + 4
-    if chunked:
+    if head.chunked:
         if _chunked_complete(data, body):
             return "complete"
         return "incomplete" if len(data) - body <= max_body else "thread"
+    length = head.length or 0
     if length > max_body:
         return "thread"
     return "complete" if len(data) >= body + length else "incomplete"

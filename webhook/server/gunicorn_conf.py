@@ -52,6 +52,12 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
         "loglevel": "warning",
         "logconfig_dict": gunicorn_logconfig(settings.logging),
         "proc_name": "gpushare-webhook",
+        # The webhook terminates TLS itself and reads no proxy headers: gunicorn honours none
+        # (no secure-scheme or forwarder headers), so whom it would trust with them does not
+        # matter, and "*" spares it parsing the peer's address on every request.
+        "secure_scheme_headers": {},
+        "forwarder_headers": "",
+        "forwarded_allow_ips": "*",
         "control_socket_disable": True,
         **_client_certificates(settings),
     }

@@ -72,6 +72,44 @@ class GpushareJsonFormatter(JsonFormatter):
         return _LINE_ENCODER.encode(line).decode()
 
 
+class LineBatchingHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler that writes request lines in batches.
+
+    The telemetry thread logs request lines one after another (``RequestLog``); written one at a
+    time, each costs a write system call and a flush. Here a request line is formatted as usual
+    and kept; ``flush()`` writes what was kept in one call, and the telemetry thread flushes after
+    every batch (``RequestLog.flush``), so lines are late by the time the batch takes, not more.
+    Every other record flushes first and is written at once (a warning is never held back);
+    ``logging.shutdown`` flushes at exit.
+    """
+
+    def __init__(self, stream: Any = None) -> None:
+        super().__init__(stream)
+        self._kept: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "fields" not in record.__dict__:
+            self.flush()
+            super().emit(record)
+            return
+        try:
+            self._kept.append(self.format(record) + self.terminator)
+        except Exception:
+            self.handleError(record)
+        if len(self._kept) >= 1024:
+            self.flush()
+
+    def flush(self) -> None:
+        self.acquire()
+        try:
+            if self._kept:
+                text, self._kept = "".join(self._kept), []
+                self.stream.write(text)
+            super().flush()
+        finally:
+            self.release()
+
+
 def json_formatter() -> logging.Formatter:
     return GpushareJsonFormatter()
 
@@ -81,8 +119,16 @@ def formatter_for(settings: LogSettings) -> logging.Formatter:
 
 
 def configure_logging(settings: LogSettings) -> None:
-    """Route the root logger to stderr in the configured format and level."""
-    handler = logging.StreamHandler(sys.stderr)
+    """Route the root logger to stderr in the configured format and level.
+
+    Log records skip what no line of ours shows (the calling frame, thread and process names),
+    as the logging documentation's "Optimization" section describes: a record then costs about
+    a third less, and the server writes one per review."""
+    logging._srcfile = None  # type: ignore[attr-defined]  # documented: skips sys._getframe() per record
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    handler = LineBatchingHandler(sys.stderr)
     handler.setFormatter(formatter_for(settings))
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -98,7 +144,7 @@ def gunicorn_logconfig(settings: LogSettings) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"gpushare": formatter},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "gpushare",
+        "handlers": {"stderr": {"class": "webhook.server.logs.LineBatchingHandler", "formatter": "gpushare",
                                 "stream": "ext://sys.stderr"}},
         "root": {"level": settings.level.upper(), "handlers": ["stderr"]},
         "loggers": {
@@ -126,6 +172,14 @@ class RequestLog:
 
     def enabled(self) -> bool:
         return self._logger.isEnabledFor(logging.INFO)
+
+    def flush(self) -> None:
+        """Write what the handlers kept (``LineBatchingHandler``): after each telemetry batch."""
+        logger: logging.Logger | None = self._logger
+        while logger is not None:
+            for handler in logger.handlers:
+                handler.flush()
+            logger = logger.parent if logger.propagate else None
 
     def write(self, fields: dict[str, Any], when: float | None = None) -> None:
         """Log one request line: ``fields["message"]`` is the message, the rest its fields."""

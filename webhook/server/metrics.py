@@ -109,7 +109,11 @@ class _AuditCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         status = self._status()
-        if status is None or status.last_run is None:
+        if status is None or (status.last_run is None and not status.failures):
+            return
+        yield CounterMetricFamily("gpushare_audit_failures", "Audits that failed or were stopped at "
+                                  "audit.run_timeout_seconds.", value=status.failures)
+        if status.last_run is None:
             return
         findings = GaugeMetricFamily("gpushare_audit_findings", "Findings of the last audit of the live state, "
                                      "by rule and severity.", labels=["rule", "severity"])
@@ -121,6 +125,16 @@ class _AuditCollector(Collector):
         yield GaugeMetricFamily("gpushare_audit_duration_seconds", "How long the last audit took.",
                                 value=status.duration)
         yield CounterMetricFamily("gpushare_audit_runs", "Audits of the live state since start.", value=status.runs)
+        yield GaugeMetricFamily("gpushare_audit_cpu_seconds", "CPU time (user + system) of the last audit's own "
+                                "process, apart from the serving process.", value=status.cpu_seconds)
+        yield GaugeMetricFamily("gpushare_audit_fork_seconds", "How long the last audit's fork took: the moment "
+                                "the serving process holds its requests up for the audit.", value=status.fork_seconds)
+        yield GaugeMetricFamily("gpushare_audit_reports_written", "Report objects this replica created or replaced "
+                                "after its last audit (0 where another replica leads).", value=status.reports_written)
+        yield GaugeMetricFamily("gpushare_audit_reports_deleted", "Stale report objects this replica deleted after "
+                                "its last audit.", value=status.reports_deleted)
+        yield CounterMetricFamily("gpushare_audit_report_failures", "Audits after which the report objects could not "
+                                  "be written (see the log).", value=status.report_failures)
 
     def describe(self) -> Iterable[Metric]:
         return []

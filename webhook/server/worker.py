@@ -21,6 +21,14 @@ server hooks) and gunicorn's HTTP library (``gunicorn.http.RequestParser``,
   evaluate in ``overload.auxiliary_concurrency`` slots apart from the admission reviews'.
 - **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; with
   the GIL, more evaluating threads only contend, and starve the poller.
+- **Reviews evaluated in the poller** (``overload.inline_admission``). A review that arrived
+  whole (one plain POST to /validate or /mutate, the API server's only calls, of at most
+  ``overload.inline_max_bytes``) while no review is with a thread joins a queue the poller
+  itself evaluates, in order, a slice of ``overload.inline_slice_seconds`` at a time between
+  looks at its connections (a review is never cut short). No thread
+  hand-off: with the GIL only one thread runs Python at a time anyway, and each hand-off costs
+  futex calls, a context switch and a wake-up of the poller. The answer is written without
+  blocking; what the client does not take at once is finished by a thread.
 - **Refusal by deadline** (``webhook.server.deadline``). A review is refused with a JSON 503 (the
   API server then applies the webhook's failurePolicy) only when it could not be answered
   before the deadline the API server gave the call (``?timeout=``, less the rounding and a
@@ -117,12 +125,17 @@ class Conn:
         "data",
         "deadline",
         "fresh",
+        "head",
+        "keep",
+        "pending",
         "queued_at",
+        "review",
         "server",
         "sock",
         "stage",
         "timeout",
         "waited",
+        "writer",
     )
 
     def __init__(self, sock: socket.socket, client: Any, server: Any, client_timeout: float) -> None:
@@ -138,6 +151,11 @@ class Conn:
         self.waited = 0.0
         self.data = b""  # the request handed to a thread
         self.client_timeout = client_timeout
+        self.writer: Any = sock  # where the answer goes: the socket, or a _Capture in the poller
+        self.pending = b""  # an answer the poller could not write at once, for a thread to finish
+        self.keep = False  # whether the connection stays open once ``pending`` is written
+        self.head: door.RequestHead | None = None  # the request's head, when the door parsed it
+        self.review = False  # a thread holds it for what may be an admission review
 
     def timed_out(self) -> ClientTimeout:
         return ClientTimeout(self.stage, self.client_timeout)
@@ -159,6 +177,37 @@ class _DeadlineSocket:
             return self._conn.sock.recv(size)
         except TimeoutError:
             raise self._conn.timed_out() from None
+
+
+class _Capture:
+    """What gunicorn's response writes to when the poller answers: the bytes, for one
+    non-blocking send (a client that does not read can never block the poller)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.parts.append(bytes(data))
+
+    def send(self, data: bytes) -> int:
+        self.parts.append(bytes(data))
+        return len(data)
+
+    def settimeout(self, _seconds: float | None) -> None:
+        pass  # nothing here blocks
+
+    def value(self) -> bytes:
+        return b"".join(self.parts)
+
+
+class _AllRead:
+    """The parser's socket in the poller: the request is all in the buffer already, so a read
+    past it means the request was not what the poller thought; it ends the connection."""
+
+    def recv(self, size: int) -> bytes:
+        raise http_errors.NoMoreData(b"")
 
 
 class ConnectionQueue:
@@ -217,6 +266,8 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self._threads: list[threading.Thread] = []
         self._in_threads = 0
         self._waiting: deque[float] = deque()
+        self._ready: deque[Conn] = deque()  # whole reviews the poller evaluates itself, oldest first
+        self._reviews_in_threads = 0  # (possible) admission reviews handed to threads, not yet done
         self._busy: list[None] = []
         self._handling: list[None] = []
         self._door_answers: dict[tuple[str, str | None, bool], bytes] = {}
@@ -239,6 +290,9 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self._ssl_context: Callable[[], ssl.SSLContext] | None = None
         self._notified_at = 0.0
         self._scanned_at = 0.0
+        self._keepalive: float = 0.0  # gunicorn's cfg values read in run()
+        self._pre_request: Callable[..., None] = lambda *_: None
+        self._post_request: Callable[..., None] = lambda *_: None
 
     # -- gunicorn's base Worker
 
@@ -256,6 +310,10 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self.alive = False  # the signal wakes the poller through the base Worker's pipe
 
     def run(self) -> None:
+        # gunicorn's Config resolves every attribute through its settings table: read the ones
+        # used per request once (they do not change while the worker runs).
+        self._keepalive = self.cfg.keepalive
+        self._pre_request, self._post_request = self.cfg.pre_request, self.cfg.post_request
         self.poller = selectors.DefaultSelector()
         self.poller.register(self.PIPE[0], selectors.EVENT_READ, self._wake)
         for listener in self.sockets:
@@ -278,14 +336,17 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             self.notify()
             self._notified_at = now
         try:
-            events = self.poller.select(timeout)  # type: ignore[union-attr]
+            events = self.poller.select(0 if self._ready else timeout)  # type: ignore[union-attr]
         except OSError as exc:
             if exc.errno != errno.EINTR:
                 raise
             events = []
+        self._finish()  # threads done first: a review that arrives now then sees them gone
         for key, _ in events:
             key.data(key.fileobj)
         self._finish()
+        if self._ready:
+            self._evaluate_ready()
         now = time.monotonic()
         if now - self._scanned_at >= 0.1:
             self._scanned_at = now
@@ -301,8 +362,8 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         for conn in self.keepalived:
             conn.timeout = min(conn.timeout, stop)
         grace = time.monotonic() + self.cfg.graceful_timeout
-        while (self._in_threads or len(self.keepalived) or len(self.reading) or len(self.unrequested)) \
-                and time.monotonic() < grace:
+        while (self._in_threads or self._ready or len(self.keepalived) or len(self.reading)
+               or len(self.unrequested)) and time.monotonic() < grace:
             self._loop(0.1)
         for conn in [*self.keepalived, *self.reading, *self.unrequested]:
             _close_quietly(conn.sock)
@@ -449,7 +510,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                     # Handshake done, nothing sent yet: idle, like a pre-dialled or kept-alive
                     # connection (closed after server.keepalive_seconds, or first under pressure).
                     self.reading.remove(conn)
-                    conn.timeout = time.monotonic() + self.cfg.keepalive
+                    conn.timeout = time.monotonic() + self._keepalive
                     self.unrequested.append(conn)
             elif conn in self.unrequested:  # its first bytes: now it is sending its first request
                 self.unrequested.remove(conn)
@@ -489,10 +550,11 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         if not ahead or (ahead < self.limits.max_waiting_requests
                          and self._expected_wait(ahead) <= self._shortest_budget):
             return False
-        head = door.one_complete_request(bytes(conn.buf))
+        head = conn.head = door.one_complete_request(bytes(conn.buf))  # kept for _dispatch
         why = self._door_refusal(ahead, head) if head is not None else None
         if why is None or head is None:
             return False
+        conn.head = None
         conn.buf.clear()
         self.keepalived.remove(conn)
         if not door.send_now(conn.sock, self._door_answer(why, head)):
@@ -508,7 +570,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             self.nr_conns -= 1
             self._linger(conn.sock)
         else:
-            conn.timeout = time.monotonic() + (self.cfg.keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
+            conn.timeout = time.monotonic() + (self._keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
             self.keepalived.append(conn)  # at the back, with a fresh timeout
         return True
 
@@ -526,19 +588,56 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         data = bytes(conn.buf)
         conn.buf.clear()
         conn.fresh = False
+        head, conn.head = conn.head, None  # the head is parsed once (here or at the kept-alive door)
         ahead = self._requests_waiting()
         if ahead and (ahead >= self.limits.max_waiting_requests
                       or self._expected_wait(ahead) > self._shortest_budget):
-            head = door.one_complete_request(data)
+            head = head or door.one_complete_request(data)
             why = self._door_refusal(ahead, head) if head is not None else None
             if why is not None and head is not None:
                 self._refuse_at_door(conn, why, head)
                 return
         conn.data = data
         conn.queued_at = time.monotonic()
+        head = head or door.one_complete_request(data)
+        # Reviews keep their order: while one is with a thread, the next goes there too.
+        review = head is None or (head.method == "POST" and head.path in ADMISSION_PATHS)
+        if (head is not None and review and self.limits.inline_admission and not self._reviews_in_threads
+                and len(data) <= self.limits.inline_max_bytes):
+            self._ready.append(conn)  # evaluated by the poller (_evaluate_ready)
+            return
+        conn.review = review
+        self._reviews_in_threads += review
         self._waiting.append(conn.queued_at)
         self._in_threads += 1
         self._jobs.put(conn)
+
+    def _evaluate_ready(self) -> None:
+        """Evaluate queued whole reviews in the poller, oldest first, for one slice of time."""
+        stop = time.monotonic() + self.limits.inline_slice_seconds
+        while self._ready:
+            conn = self._ready.popleft()
+            capture = _Capture()
+            conn.writer = capture
+            keep = self._serve(conn, inline=True)
+            conn.writer = conn.sock
+            answer = capture.value()
+            sent = 0
+            try:
+                while sent < len(answer):
+                    sent += conn.sock.send(answer[sent:])
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                # The client is not reading: a thread finishes the answer under the client deadline.
+                conn.pending, conn.keep = answer[sent:], keep
+                self._in_threads += 1
+                self._jobs.put(conn)  # not a review in a thread: the next reviews stay here
+            except OSError:
+                self.nr_conns -= 1
+                _close_quietly(conn.sock)
+            else:
+                self._resume(conn, keep)
+            if time.monotonic() >= stop:
+                return
 
     def _refuse_at_door(self, conn: Conn, why: str, head: door.RequestHead) -> None:
         if not door.send_now(conn.sock, self._door_answer(why, head)):
@@ -555,7 +654,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self._keep_alive(conn)
 
     def _keep_alive(self, conn: Conn) -> None:
-        conn.timeout = time.monotonic() + (self.cfg.keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
+        conn.timeout = time.monotonic() + (self._keepalive if self.alive else STOP_KEEPALIVE_SECONDS)
         self.keepalived.append(conn)
         self.poller.register(conn.sock, selectors.EVENT_READ,  # type: ignore[union-attr]
                              partial(self._on_keepalive_readable, conn))
@@ -566,25 +665,32 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         while self._done:
             conn, keep = self._done.popleft()
             self._in_threads -= 1
-            if not keep:
-                self.nr_conns -= 1
-                self._linger(conn.sock)
-                continue
-            try:
-                conn.sock.setblocking(False)
-            except OSError:
-                self.nr_conns -= 1
-                _close_quietly(conn.sock)
-                continue
-            if conn.buf:  # pipelined: the next request is (partly) here already
-                conn.stage = "headers"
-                conn.timeout = time.monotonic() + self.limits.client_timeout_seconds
-                self.reading.append(conn)
-                self.poller.register(conn.sock, selectors.EVENT_READ,  # type: ignore[union-attr]
-                                     partial(self._on_reading, conn))
-                self._on_reading(conn, None)
-            else:
-                self._keep_alive(conn)
+            self._reviews_in_threads -= conn.review
+            conn.review = False
+            self._resume(conn, keep)
+
+    def _resume(self, conn: Conn, keep: bool) -> None:
+        """After an answer: the connection is kept alive (its next request may be here already,
+        read ahead by the parser), or closed."""
+        if not keep:
+            self.nr_conns -= 1
+            self._linger(conn.sock)
+            return
+        try:
+            conn.sock.setblocking(False)
+        except OSError:
+            self.nr_conns -= 1
+            _close_quietly(conn.sock)
+            return
+        if conn.buf:  # pipelined: the next request is (partly) here already
+            conn.stage = "headers"
+            conn.timeout = time.monotonic() + self.limits.client_timeout_seconds
+            self.reading.append(conn)
+            self.poller.register(conn.sock, selectors.EVENT_READ,  # type: ignore[union-attr]
+                                 partial(self._on_reading, conn))
+            self._on_reading(conn, None)
+        else:
+            self._keep_alive(conn)
 
     def _murder(self, now: float) -> None:
         """Close connections whose time ran out: a 408 to one that sent part of a request; a
@@ -645,28 +751,41 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             conn = self._jobs.get()
             if conn is None:
                 return
-            keep = self._serve(conn)
+            keep = self._serve(conn) if not conn.pending else self._finish_answer(conn)
             self._done.append((conn, keep))
             with contextlib.suppress(OSError):
                 os.write(self.PIPE[1], b".")
 
-    def _serve(self, conn: Conn) -> bool:
-        """Parse and answer one request; whether the connection stays open."""
+    def _finish_answer(self, conn: Conn) -> bool:
+        """Write the rest of an answer the poller could not write at once, under the client deadline."""
+        pending, conn.pending = conn.pending, b""
+        try:
+            conn.sock.settimeout(conn.client_timeout)
+            conn.sock.sendall(pending)
+        except OSError:
+            return False
+        return conn.keep
+
+    def _serve(self, conn: Conn, inline: bool = False) -> bool:
+        """Parse and answer one request; whether the connection stays open. ``inline``: in the
+        poller, with the request all in ``conn.data`` and the answer going to ``conn.writer``."""
         now = time.monotonic()
         conn.waited = now - conn.queued_at
         conn.deadline = now + conn.client_timeout
         conn.stage = "headers"
-        with contextlib.suppress(IndexError):
-            self._waiting.popleft()
+        if not inline:
+            with contextlib.suppress(IndexError):
+                self._waiting.popleft()
         self._handling.append(None)
         req = None
         try:
-            conn.sock.settimeout(conn.client_timeout)  # bounds the answer's writes too
-            parser = http.RequestParser(self.cfg, _DeadlineSocket(conn), conn.client)
+            if not inline:
+                conn.sock.settimeout(conn.client_timeout)  # bounds the answer's writes too
+            parser = http.RequestParser(self.cfg, _AllRead() if inline else _DeadlineSocket(conn), conn.client)
             parser.unreader.unread(conn.data)
             conn.data = b""
             req = next(parser)
-            keep = self.handle_request(req, conn)
+            keep = self.handle_request(req, conn, inline)
             if keep:
                 # What the app did not read of the body, then anything read ahead (pipelining),
                 # goes back to the poller's buffer.
@@ -675,7 +794,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                 conn.buf += parser.unreader.buf.getvalue()
             return keep
         except ClientTimeout as exc:
-            self.handle_error(req, conn.sock, conn.client, exc)
+            self.handle_error(req, conn.writer, conn.client, exc)
         except (http_errors.NoMoreData, StopIteration):
             pass
         except ssl.SSLError as exc:
@@ -684,12 +803,12 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             if exc.errno not in (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, None):
                 log.exception("socket error answering %s", _peer(conn.client))
         except Exception as exc:
-            self.handle_error(req, conn.sock, conn.client, exc)
+            self.handle_error(req, conn.writer, conn.client, exc)
         finally:
             self._handling.pop()
         return False
 
-    def handle_request(self, req: Any, conn: Conn) -> bool:
+    def handle_request(self, req: Any, conn: Conn, inline: bool = False) -> bool:
         conn.stage = "body"
         if self._metrics is not None:
             self._count(self._metrics.queue_wait.observe, conn.waited)
@@ -700,18 +819,21 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                 return self._shed(req, conn, budget)
         self._buffer_body(req)
         admission = req.method != "POST" or req.path in ADMISSION_PATHS
-        slots = self._app_slots if admission else self._aux_slots
-        slots.get()
-        if req.method == "POST" and time.monotonic() - conn.queued_at + self._seconds_per_request > budget:
-            slots.put(None)  # the wait for a slot used up the budget: refuse, don't answer late
-            return self._shed(req, conn, budget)
+        # The poller is one evaluator by itself: it takes no slot (and must never wait for one).
+        slots = None if inline else self._app_slots if admission else self._aux_slots
+        if slots is not None:
+            slots.get()
+            if req.method == "POST" and time.monotonic() - conn.queued_at + self._seconds_per_request > budget:
+                slots.put(None)  # the wait for a slot used up the budget: refuse, don't answer late
+                return self._shed(req, conn, budget)
         self._busy.append(None)
         started = time.monotonic()
         try:
             return self._run_app(req, conn)
         finally:
             self._busy.pop()
-            slots.put(None)
+            if slots is not None:
+                slots.put(None)
             if admission:
                 # A moving average of the time a review holds a slot: it turns the number of
                 # requests ahead into the wait a new one can expect (see _expected_wait).
@@ -722,14 +844,17 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         environ: dict[str, Any] = {}
         resp = None
         try:
-            self.cfg.pre_request(self, req)
-            resp, environ = wsgi.create(req, conn.sock, conn.client, conn.server, self.cfg)
+            self._pre_request(self, req)
+            resp, environ = wsgi.create(req, conn.writer, conn.client, conn.server, self.cfg)
+            # The connection itself (its peer certificate, its listener), whatever the answer is
+            # written to: the app's authentication and listener split read it.
+            environ["gunicorn.socket"] = conn.sock
             environ["wsgi.multithread"] = True
             self.nr += 1
             if self.nr >= self.max_requests and self.alive:
                 log.info("restarting the worker after this request (max_requests)")
                 self.alive = False
-            if not self.alive or not self.cfg.keepalive:
+            if not self.alive or not self._keepalive:
                 resp.force_close()
             respiter = self.wsgi(environ, resp.start_response)
             try:
@@ -750,7 +875,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             raise
         finally:
             try:
-                self.cfg.post_request(self, req, environ, resp)
+                self._post_request(self, req, environ, resp)
             except Exception:
                 log.exception("post_request hook failed")
 
@@ -768,7 +893,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
     def _requests_waiting(self) -> int:
         """Requests not yet evaluating: queued for a thread, or in one (being read, or waiting
         for an evaluation slot)."""
-        return len(self._waiting) + max(0, len(self._handling) - len(self._busy))
+        return len(self._waiting) + len(self._ready) + max(0, len(self._handling) - len(self._busy))
 
     def _budget(self, timeout: str | None) -> float:
         """Seconds after its arrival by which a review must be answerable (webhook.server.deadline)."""
@@ -784,11 +909,15 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         """When a review arriving now would be answered: the requests ahead of it times the recent
         time per evaluation, divided by the slots, plus its own evaluation; and at least as late as
         the oldest waiting request has waited already (a stalled queue shows there first)."""
-        estimate = (ahead / self.limits.app_concurrency + 1) * self._seconds_per_request
-        try:
-            return max(estimate, time.monotonic() - self._waiting[0])
-        except IndexError:
-            return estimate
+        # The poller evaluates its queue alone; threads share the evaluation slots.
+        in_poller = len(self._ready)
+        estimate = (in_poller + max(0, ahead - in_poller) / self.limits.app_concurrency + 1) * self._seconds_per_request
+        oldest = time.monotonic()
+        with contextlib.suppress(IndexError):  # threads pop _waiting concurrently
+            oldest = min(oldest, self._waiting[0])
+        if self._ready:
+            oldest = min(oldest, self._ready[0].queued_at)
+        return max(estimate, time.monotonic() - oldest)
 
     def _door_refusal(self, ahead: int, head: door.RequestHead) -> str | None:
         """Why the door refuses this request, or None to queue it."""
@@ -823,7 +952,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                   f"would be answered after its deadline ({deadline.describe(timeout, self.limits)}), so it "
                   "was refused without evaluation; the API server applies the webhook's failurePolicy")
         keep_alive = not req.should_close() and self.alive
-        conn.sock.sendall(http_json(503, error_body(503, reason), close=not keep_alive))
+        conn.writer.sendall(http_json(503, error_body(503, reason), close=not keep_alive))
         if self._metrics is not None:
             self._count(self._metrics.count_request, endpoint_label(req.path), "", "", "overloaded", None)
         self._log_shed()

@@ -438,6 +438,10 @@ class LiveClusterState:
     def counts(self) -> tuple[int, int]:
         return self.snapshot.counts()
 
+    def writes_held(self) -> contextlib.AbstractContextManager[Any]:
+        """No watch event is applied while in use (see ``ClusterSnapshot.writes_held``)."""
+        return self.snapshot.writes_held()
+
     # The snapshot's change log, so the scorer refreshes only the nodes that changed.
     @property
     def generation(self) -> int:
