@@ -51,7 +51,7 @@ _FAST = {
     "policies/rules/exemptions.py": "exemptions exemption_grants",
     "policies/rules/node_rules.py": "node_messages node_rules",
     "policies/rules/placement_rules.py": "placement_messages placement_rules rule_base",
-    "policies/rules/capacity_rules.py": "capacity_rules",
+    "policies/rules/capacity_rules.py": "capacity_rules placement_rules",
     "policies/capacity.py": "capacity_rules",
     "policies/quantity.py": "quantity gs_rules",
     "policies/mutations.py": "mutations",

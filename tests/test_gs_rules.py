@@ -36,6 +36,8 @@ REQUESTS = "spec.containers[{i}].resources.requests"
         (33, "is not a multiple of 5 in 5..100", "use 30 or 35"),
         (30.4, "is not a multiple of 5 in 5..100", "use 30 or 35"),  # fractional, even if it rounds to 30
         ("30400m", "is not a multiple of 5 in 5..100", "use 30 or 35"),
+        ("30.6", "is not a multiple of 5 in 5..100", "use 30 or 35"),  # fractional, even if it rounds to 31
+        ("-1e29", "is not a multiple of 5 in 5..100", "use 5"),  # far below: no division past Decimal's precision
         (0, "is not a multiple of 5 in 5..100", "use 5"),
         (4, "is not a multiple of 5 in 5..100", "use 5"),
         (-5, "is not a multiple of 5 in 5..100", "use 5"),

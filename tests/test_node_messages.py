@@ -204,6 +204,11 @@ def test_shows_mps_daemon(labels, annotations, shown):
     assert shows_mps_daemon(NodeInfo("n", labels, annotations, "", "", {}, {}), ("x", "k")) is shown
 
 
+@pytest.mark.parametrize("mode", ["share", "topology", "cgpu", "core_mem", "default"])
+def test_gn008_only_on_mps_nodes(engine, mode):
+    assert findings(engine, node(mode=mode), rule="GN008") == []
+
+
 def test_gn008_on_update_only_when_it_changes(engine):
     old = node(mode="mps")
     assert findings(engine, relabel(old, team="x"), old=old, rule="GN008") == []

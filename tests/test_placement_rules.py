@@ -210,6 +210,13 @@ def test_concurrent_bindings_never_admit_both_types(engine, settings, round_):
     assert len(set(admitted)) == 1 and len(admitted) == 25
 
 
+def test_only_the_node_mode_and_the_cpu_policy_are_beyond_eviction():
+    # GB002 and GB005 hold whatever runs on the node; GB001, GB003 and GB004 can clear when pods go
+    from policies.rules.base import unresolvable_rule_ids
+
+    assert unresolvable_rule_ids() == frozenset({"GB002", "GB005"})
+
+
 def _gc001(engine, state, pod):
     verdict = engine.validate(engine.subject("Pod", pod, namespace="default", state=state, operation="CREATE"))
     return [f.message for f in verdict.findings if f.rule == "GC001"]
@@ -234,10 +241,3 @@ def test_gc001_verdicts_follow_the_cluster_and_are_shared_by_pods_asking_alike(e
     assert "fits no card of the nodes that could take it right now" in not_now
     state.remove_pod("default", "holder")
     assert _gc001(engine, state, gpu_pod("big-5", mem=20)) == []
-
-
-def test_only_the_node_mode_and_the_cpu_policy_are_beyond_eviction():
-    # GB002 and GB005 hold whatever runs on the node; GB001, GB003 and GB004 can clear when pods go
-    from policies.rules.base import unresolvable_rule_ids
-
-    assert unresolvable_rule_ids() == frozenset({"GB002", "GB005"})
