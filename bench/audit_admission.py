@@ -48,29 +48,8 @@ sys.path.insert(0, str(ROOT))
 from bench.admission import review_for  # noqa: E402
 from bench.loadgen import drive  # noqa: E402
 from bench.processes import children, free_port, https_server  # noqa: E402
+from bench.state import cluster  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
-
-
-def cluster(nodes: int, pods: int, gpu_share: float) -> tuple[list, list]:
-    """(nodes, pods) as ((namespace, name), json bytes) pairs, shaped as bench/state.py's."""
-    from bench.state import _fill, _pod_template
-    from tests.cluster_objects import node
-
-    template = node("__NAME__", mode="cgpu", resource_version="__RV__")
-    template["metadata"]["uid"] = "__UID__"
-    template["metadata"]["labels"].update({f"node.example.com/label-{i}": f"value-{i}" for i in range(12)})
-    node_t = json.dumps(template, separators=(",", ":"))
-    gpu_t, plain_t = _pod_template(True), _pod_template(False)
-    node_names = [f"cn-beijing.10.{i // 250}.{i % 250}" for i in range(nodes)]
-    node_items = [(("", n), _fill(node_t, n, "", f"n-{i}", "", 1)) for i, n in enumerate(node_names)]
-    every = round(1 / gpu_share) if gpu_share > 0 else 0
-    pod_items = []
-    for i in range(pods):
-        namespace, name = f"team-{i % 40}", f"worker-{i}"
-        template_text = gpu_t if every and i % every == 0 else plain_t
-        pod_items.append(((namespace, name), _fill(template_text, name, namespace, f"p-{i}", node_names[i % nodes],
-                                                   1)))
-    return node_items, pod_items
 
 
 def serve_api(args: argparse.Namespace) -> None:

@@ -53,7 +53,7 @@ def _pod_template(gpu: bool) -> str:
 
 
 def _node_template() -> str:
-    from .cluster_objects import node
+    from tests.cluster_objects import node
 
     obj = node("__NAME__", mode="cgpu", resource_version="__RV__")
     obj["metadata"]["uid"] = "__UID__"
@@ -82,7 +82,7 @@ def cluster(nodes: int, pods: int, gpu_share: float):
 
 def serve(args: argparse.Namespace) -> None:
     """Child process: the fake API server with the cluster, in list or watch mode."""
-    from .fake_apiserver import FakeApiServer
+    from tests.fake_apiserver import FakeApiServer
 
     node_items, pod_items = cluster(args.nodes, args.pods, args.gpu_share)
     api = FakeApiServer().start()

@@ -6,6 +6,8 @@ import copy
 import itertools
 from typing import Any
 
+from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+
 from .manifests import CORE, MEM
 
 SCHEDULE = "ack.node.gpu.schedule"
@@ -118,3 +120,13 @@ def binding(pod_name: str, node_name: str, namespace: str = "default") -> dict[s
     """The pods/binding object kube-scheduler POSTs."""
     return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod_name, "namespace": namespace},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}}
+
+
+def state_of(settings: Any, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> ClusterSnapshot:
+    """A cluster snapshot holding these node and pod manifests, read with ``settings.names``."""
+    state = ClusterSnapshot()
+    for obj in nodes:
+        state.upsert_node(node_from_manifest(obj, settings.names))
+    for obj in pods:
+        state.record_pod(pod_from_manifest(obj, settings.names))
+    return state

@@ -242,14 +242,19 @@ def test_reviews_past_the_waiting_limit_are_refused_at_the_door(tmp_path):
         assert _read_response(kept)[0] == 200
         _hold_the_thread(holder, body)
         queued.sendall(_request(body, path="/validate?timeout=30s"))
-        kept.sendall(_request(body, path="/validate?timeout=30s"))
-        status, _, reply = _read_response(kept)
-        assert status == 503
-        assert "1 reviews are already waiting to be evaluated (overload.max_waiting_requests)" in \
-            json.loads(reply)["error"]["reason"]
+        for _ in range(3):
+            kept.sendall(_request(body, path="/validate?timeout=30s"))
+            status, _, reply = _read_response(kept)
+            assert status == 503
+            assert "1 reviews are already waiting to be evaluated (overload.max_waiting_requests)" in \
+                json.loads(reply)["error"]["reason"]
         holder.sendall(body)
         assert _read_response(holder)[0] == 200
         assert _read_response(queued)[0] == 200
+        # The door counts its refusals once per poller turn; a scrape still sees every one.
+        metrics = server.session().get(server.url + "/metrics", timeout=10).text
+        assert ('gpushare_admission_requests_total{endpoint="validate",kind="",operation="",'
+                'outcome="overloaded"} 3.0') in metrics.splitlines()
 
 
 def test_sigterm_drains_a_request_in_flight(tmp_path):

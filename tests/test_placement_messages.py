@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
 from policies.rules.placement_rules import placed_pod, placement_of
 
-from .cluster_objects import binding, gpu_pod, node, relabel
+from .cluster_objects import binding, gpu_pod, node, relabel, state_of
 from .manifests import received
 
 NODE = "cn-beijing.192.168.1.10"
-
-
-def state_of(settings, nodes, pods) -> ClusterSnapshot:
-    state = ClusterSnapshot()
-    for obj in nodes:
-        state.upsert_node(node_from_manifest(obj, settings.names))
-    for obj in pods:
-        state.record_pod(pod_from_manifest(obj, settings.names))
-    return state
 
 
 def judged(engine, kind, obj, state, operation="CREATE", namespace="default"):

@@ -11,18 +11,9 @@ from policies.cluster import Availability, ClusterSnapshot, node_from_manifest, 
 from policies.engine import Engine
 from webhook.settings import Settings
 
-from .cluster_objects import binding, gpu_pod, node, plain_pod, relabel
+from .cluster_objects import binding, gpu_pod, node, plain_pod, relabel, state_of
 
 NODE = "cn-beijing.192.168.1.10"
-
-
-def state_of(settings, nodes, pods) -> ClusterSnapshot:
-    state = ClusterSnapshot()
-    for obj in nodes:
-        state.upsert_node(node_from_manifest(obj, settings.names))
-    for obj in pods:
-        state.record_pod(pod_from_manifest(obj, settings.names))
-    return state
 
 
 def bind(engine, state, pod_name, node_name=NODE):

@@ -130,23 +130,33 @@ def request_state(data: bytes | bytearray, max_body: int) -> str:
     ``"incomplete"`` while more bytes are due, ``"complete"`` once it is all here, ``"thread"``
     for what the poller leaves to a thread and gunicorn's parser (``Expect``, a head over
     MAX_HEAD_BYTES, a body over ``max_body``: the parser refuses or streams those)."""
+    return read_state(data, max_body)[0]
+
+
+def read_state(data: bytes | bytearray, max_body: int) -> tuple[str, RequestHead | None]:
+    """``request_state(data, max_body)``, and with ``"complete"`` what ``one_complete_request(data)``
+    returns, from one look at the head: the poller reads a request and decides on it with this."""
     end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
     if end < 0:
-        return "incomplete" if len(data) <= MAX_HEAD_BYTES else "thread"
+        return ("incomplete" if len(data) <= MAX_HEAD_BYTES else "thread"), None
     head = _parse(bytes(data[:end]))
     if head.expect:
-        return "thread"
+        return "thread", None
     if head.bad_length:
-        return "complete"  # malformed: all of the head is here, the parser answers 400
+        return "complete", None  # malformed: all of the head is here, the parser answers 400
     body = end + 4
     if head.chunked:
         if _chunked_complete(data, body):
-            return "complete"
-        return "incomplete" if len(data) - body <= max_body else "thread"
+            return "complete", None
+        return ("incomplete" if len(data) - body <= max_body else "thread"), None
     length = head.length or 0
     if length > max_body:
-        return "thread"
-    return "complete" if len(data) >= body + length else "incomplete"
+        return "thread", None
+    size = body + length
+    if len(data) < size:
+        return "incomplete", None
+    # one_complete_request's conditions: the separator within MAX_HEAD_BYTES, nothing after the body
+    return "complete", (head.plain if len(data) == size and body <= MAX_HEAD_BYTES else None)
 
 
 def _chunked_complete(data: bytes | bytearray, pos: int) -> bool:

@@ -213,6 +213,11 @@ class Metrics:
         if seconds is not None:
             self._child(self.duration, endpoint).observe(seconds)
 
+    def count_overloaded(self, by_endpoint: dict[str, int]) -> None:
+        """Requests refused unevaluated under overload, counted in bulk (webhook.server.worker)."""
+        for endpoint, count in by_endpoint.items():
+            self._child(self.requests, endpoint, "", "", "overloaded").inc(count)
+
     def count_rules(self, denied: Iterable[str], warned: Iterable[str], patched: Iterable[str]) -> None:
         for rule_id in denied:
             self._child(self.denials, rule_id).inc()
