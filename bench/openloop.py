@@ -6,8 +6,9 @@ so time spent waiting for a free connection counts too (no coordinated omission)
 Also a closed-loop mode (every connection sends its next request as soon as the previous is
 answered) to find the saturation rate with the same client.
 
-Two clients with the same semantics: ``bench/openloop.c`` (built here with the system C
-compiler and OpenSSL; one thread per connection) and an asyncio one in this file. On a
+Clients with the same semantics: ``bench/openloop.c`` (built here with the system C compiler
+and OpenSSL; one thread per connection), ``bench/netpoll.c`` (the same in one thread waiting on
+every connection with epoll, as the API server's Go runtime does) and an asyncio one in this file. On a
 two-core machine the Python client tops out below twice the server's rate, so the C one is
 used when it can be built.
 """
@@ -215,11 +216,14 @@ def summarize(outcome: Outcome) -> Summary:
                    "python")
 
 
-def native_client() -> Path | None:
-    """bench/openloop.c compiled (cached by its content), or None without a C compiler and OpenSSL headers."""
-    source = Path(__file__).with_name("openloop.c")
+def native_client(kind: str = "threads") -> Path | None:
+    """The C client compiled (cached by its content), or None without a C compiler and OpenSSL
+    headers: ``threads`` is bench/openloop.c (a blocking thread per connection), ``netpoll`` is
+    bench/netpoll.c (one thread waiting on every connection with epoll, as Go's runtime does for
+    kube-apiserver's webhook calls)."""
+    source = Path(__file__).with_name({"threads": "openloop.c", "netpoll": "netpoll.c"}[kind])
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
-    binary = Path(tempfile.gettempdir()) / f"gpushare-openloop-{digest}"
+    binary = Path(tempfile.gettempdir()) / f"gpushare-{source.stem}-{digest}"
     if binary.exists():
         return binary
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -265,4 +269,5 @@ def run_native(binary: Path, mode: str, host: str, port: int, ca: str, payload: 
     statuses = {int(code): int(n) for code, n in (line.split()[1:] for line in out.splitlines()
                                                    if line.startswith("status "))}
     p50, p99, worst = (float(x) for x in fields.get("latency", ["nan", "nan", "nan"]))
-    return Summary(int(counts[0]), int(counts[2]), int(counts[4]), statuses, p50, p99, worst, "C client")
+    return Summary(int(counts[0]), int(counts[2]), int(counts[4]), statuses, p50, p99, worst,
+                   f"C client, {binary.name.split('-')[1]}")
