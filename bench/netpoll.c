@@ -18,23 +18,13 @@
  * Prints "scheduled N answered N unanswered N", "status CODE N" lines and
  * "latency p50 p99 max" in seconds.
  */
-#define _GNU_SOURCE
-#include <arpa/inet.h>
+#include "loadclient.h"
+
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <sys/timerfd.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { IDLE, WRITING, READING, CLOSED };
@@ -48,21 +38,12 @@ typedef struct conn {
     struct conn *next_free;
 } conn_t;
 
-static const char *host;
-static int port, open_loop, epfd, timer_fd;
-static SSL_CTX *ctx;
-static char *request;
-static size_t request_len;
-static double rate, seconds, timeout_s, start;
+static load_args_t args;
+static int epfd, timer_fd;
+static double start;
 static long total, next_ticket, answered, unanswered, in_flight, statuses[600], latencies_cap;
 static double *latencies;
 static conn_t *free_list;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void record(double latency, int status) {
     if (answered == latencies_cap) {
@@ -88,20 +69,13 @@ static void disconnect(conn_t *c) {
 
 /* A blocking connect and handshake (before the clock starts, or on demand), then non-blocking. */
 static int connect_tls(conn_t *c) {
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, host, &addr.sin_addr);
-    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    c->fd = tcp_socket();
     if (c->fd < 0) return -1;
-    int one = 1;
-    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct timeval tv = {(time_t)timeout_s, 0};
+    struct timeval tv = {(time_t)args.timeout_s, 0};
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(c->fd, (struct sockaddr *)&addr, sizeof addr) != 0) goto fail;
-    c->ssl = SSL_new(ctx);
-    SSL_set_fd(c->ssl, c->fd);
-    SSL_set_tlsext_host_name(c->ssl, "localhost");
-    SSL_set1_host(c->ssl, "localhost");
+    if (connect_server(&args, c->fd) != 0) goto fail;
+    c->ssl = tls_session(&args, c->fd);
     if (SSL_connect(c->ssl) != 1) goto fail;
     struct timeval none = {0, 0};
     setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
@@ -131,8 +105,8 @@ static void failed(conn_t *c) {
 }
 
 static void try_write(conn_t *c) {
-    int n = SSL_write(c->ssl, request, (int)request_len);
-    if (n == (int)request_len) {
+    int n = SSL_write(c->ssl, args.request, (int)args.request_len);
+    if (n == (int)args.request_len) {
         c->state = READING;
         c->have = 0;
         watch(c, EPOLLIN, EPOLL_CTL_MOD);
@@ -219,37 +193,10 @@ static void arm(double when) {
     timerfd_settime(timer_fd, TFD_TIMER_ABSTIME, &at, NULL);
 }
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv) {
-    if (argc != 11) {
-        fprintf(stderr, "usage: %s open|closed HOST PORT CAFILE REQUESTFILE RATE SECONDS CONNECTIONS "
-                        "TIMEOUT WARM\n", argv[0]);
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    open_loop = strcmp(argv[1], "open") == 0;
-    host = argv[2];
-    port = atoi(argv[3]);
-    rate = atof(argv[6]);
-    seconds = atof(argv[7]);
-    int connections = atoi(argv[8]);
-    timeout_s = atof(argv[9]);
-    int warm = atoi(argv[10]);
-    FILE *f = fopen(argv[5], "rb");
-    if (!f) { perror(argv[5]); return 2; }
-    fseek(f, 0, SEEK_END);
-    request_len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    request = malloc(request_len);
-    if (fread(request, 1, request_len, f) != request_len) { perror("read"); return 2; }
-    fclose(f);
-    ctx = SSL_CTX_new(TLS_client_method());
-    if (SSL_CTX_load_verify_locations(ctx, argv[4], NULL) != 1) { ERR_print_errors_fp(stderr); return 2; }
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    int bad = load_args(argc, argv, &args);
+    if (bad) return bad;
+    int connections = args.connections, warm = args.warm;
     epfd = epoll_create1(0);
     timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
     struct epoll_event tev = {.events = EPOLLIN, .data.ptr = NULL};
@@ -265,23 +212,23 @@ int main(int argc, char **argv) {
         }
         release(&conns[i]);
     }
-    total = open_loop ? (long)(rate * seconds) : 0;
+    total = args.open_loop ? (long)(args.rate * args.seconds) : 0;
     /* The connections are open: a caller measuring the server from here on leaves out their
      * TLS handshakes. */
     printf("ready\n");
     fflush(stdout);
     start = now() + 0.1;
-    double end = start + seconds, give_up = end + timeout_s + 1;
+    double end = start + args.seconds, give_up = end + args.timeout_s + 1;
     struct epoll_event events[1024];
     for (;;) {
         double t = now();
-        if (open_loop) {
+        if (args.open_loop) {
             /* Every request that is due goes out on a free connection; one that waited longer
              * than the timeout for a connection is unanswered. */
             while (next_ticket < total) {
-                double due = start + (double)next_ticket / rate;
+                double due = start + (double)next_ticket / args.rate;
                 if (due > t) break;
-                if (t - due >= timeout_s) {
+                if (t - due >= args.timeout_s) {
                     unanswered++;
                     next_ticket++;
                     continue;
@@ -293,7 +240,7 @@ int main(int argc, char **argv) {
                 send_on(c, due);
             }
             if (next_ticket >= total && in_flight == 0) break;
-            if (next_ticket < total && free_list != NULL) arm(start + (double)next_ticket / rate);
+            if (next_ticket < total && free_list != NULL) arm(start + (double)next_ticket / args.rate);
         } else {
             while (t >= start && t < end && free_list != NULL) {
                 conn_t *c = free_list;
@@ -321,18 +268,11 @@ int main(int argc, char **argv) {
         static double scanned;
         if (in_flight && now() - scanned > 0.05) {
             scanned = now();
-            double late = scanned - timeout_s;
+            double late = scanned - args.timeout_s;
             for (int i = 0; i < connections; i++)
                 if ((conns[i].state == READING || conns[i].state == WRITING) && conns[i].due < late) failed(&conns[i]);
         }
     }
-    if (answered) qsort(latencies, (size_t)answered, sizeof(double), by_value);
-    printf("scheduled %ld answered %ld unanswered %ld\n", open_loop ? total : answered + unanswered, answered,
-           unanswered);
-    for (int s = 0; s < 600; s++)
-        if (statuses[s]) printf("status %d %ld\n", s, statuses[s]);
-    if (answered)
-        printf("latency %.6f %.6f %.6f\n", latencies[answered / 2], latencies[(long)((double)answered * 0.99)],
-               latencies[answered - 1]);
+    report(args.open_loop ? total : answered + unanswered, answered, unanswered, statuses, latencies);
     return 0;
 }

@@ -15,30 +15,14 @@
  * Prints "scheduled N answered N unanswered N", "status CODE N" lines and
  * "latency p50 p99 max" in seconds.
  */
-#define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
+#include "loadclient.h"
+
 #include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
 #include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
-static const char *host;
-static int port;
-static SSL_CTX *ctx;
-static char *request;
-static size_t request_len;
-static double rate, seconds, timeout_s, start;
-static int open_loop;
+static load_args_t args;
+static double start;
 static long total, next_ticket;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -48,12 +32,6 @@ typedef struct {
     double *latencies;
     long count, capacity, unanswered, statuses[600];
 } worker_t;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void sleep_until(double when) {
     double left = when - now();
@@ -78,18 +56,11 @@ static void set_deadline(worker_t *w, double deadline) {
 }
 
 static int connect_tls(worker_t *w, double deadline) {
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, host, &addr.sin_addr);
-    w->fd = socket(AF_INET, SOCK_STREAM, 0);
+    w->fd = tcp_socket();
     if (w->fd < 0) return -1;
-    int one = 1;
-    setsockopt(w->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     set_deadline(w, deadline);
-    if (connect(w->fd, (struct sockaddr *)&addr, sizeof addr) != 0) goto fail;
-    w->ssl = SSL_new(ctx);
-    SSL_set_fd(w->ssl, w->fd);
-    SSL_set_tlsext_host_name(w->ssl, "localhost");
-    SSL_set1_host(w->ssl, "localhost");
+    if (connect_server(&args, w->fd) != 0) goto fail;
+    w->ssl = tls_session(&args, w->fd);
     if (SSL_connect(w->ssl) != 1) goto fail;
     return 0;
 fail:
@@ -101,7 +72,7 @@ fail:
 static int exchange(worker_t *w, double deadline) {
     if (w->ssl == NULL && connect_tls(w, deadline) != 0) return -1;
     set_deadline(w, deadline);
-    if (SSL_write(w->ssl, request, (int)request_len) != (int)request_len) goto fail;
+    if (SSL_write(w->ssl, args.request, (int)args.request_len) != (int)args.request_len) goto fail;
     char buf[16384];
     size_t have = 0;
     char *end = NULL;
@@ -146,22 +117,22 @@ static void *run(void *arg) {
     worker_t *w = arg;
     for (;;) {
         double due;
-        if (open_loop) {
+        if (args.open_loop) {
             pthread_mutex_lock(&lock);
             long ticket = next_ticket < total ? next_ticket++ : -1;
             pthread_mutex_unlock(&lock);
             if (ticket < 0) break;
-            due = start + (double)ticket / rate;
+            due = start + (double)ticket / args.rate;
             sleep_until(due);
-            if (now() - due >= timeout_s) {  /* no connection was free in time */
+            if (now() - due >= args.timeout_s) {  /* no connection was free in time */
                 w->unanswered++;
                 continue;
             }
         } else {
             due = now();
-            if (due >= start + seconds) break;
+            if (due >= start + args.seconds) break;
         }
-        int status = exchange(w, due + timeout_s);
+        int status = exchange(w, due + args.timeout_s);
         if (status > 0)
             record(w, now() - due, status);
         else
@@ -171,47 +142,19 @@ static void *run(void *arg) {
     return NULL;
 }
 
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv) {
-    if (argc != 11) {
-        fprintf(stderr, "usage: %s open|closed HOST PORT CAFILE REQUESTFILE RATE SECONDS CONNECTIONS "
-                        "TIMEOUT WARM\n", argv[0]);
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    open_loop = strcmp(argv[1], "open") == 0;
-    host = argv[2];
-    port = atoi(argv[3]);
-    rate = atof(argv[6]);
-    seconds = atof(argv[7]);
-    int connections = atoi(argv[8]);
-    timeout_s = atof(argv[9]);
-    int warm = atoi(argv[10]);
-    FILE *f = fopen(argv[5], "rb");
-    if (!f) { perror(argv[5]); return 2; }
-    fseek(f, 0, SEEK_END);
-    request_len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    request = malloc(request_len);
-    if (fread(request, 1, request_len, f) != request_len) { perror("read"); return 2; }
-    fclose(f);
-    ctx = SSL_CTX_new(TLS_client_method());
-    if (SSL_CTX_load_verify_locations(ctx, argv[4], NULL) != 1) { ERR_print_errors_fp(stderr); return 2; }
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-
+    int bad = load_args(argc, argv, &args);
+    if (bad) return bad;
+    int connections = args.connections, warm = args.warm;
     worker_t *workers = calloc((size_t)connections, sizeof(worker_t));
     for (int i = 0; i < connections; i++) {
         workers[i].fd = -1;
-        if (i < warm && connect_tls(&workers[i], now() + timeout_s) != 0) {
+        if (i < warm && connect_tls(&workers[i], now() + args.timeout_s) != 0) {
             fprintf(stderr, "could not open connection %d\n", i);
             return 1;
         }
     }
-    total = open_loop ? (long)(rate * seconds) : 0;
+    total = args.open_loop ? (long)(args.rate * args.seconds) : 0;
     /* The connections are open: a caller measuring the server from here on leaves out their
      * TLS handshakes. */
     printf("ready\n");
@@ -235,13 +178,6 @@ int main(int argc, char **argv) {
         memcpy(all + k, workers[i].latencies, (size_t)workers[i].count * sizeof(double));
         k += workers[i].count;
     }
-    qsort(all, (size_t)answered, sizeof(double), by_value);
-    printf("scheduled %ld answered %ld unanswered %ld\n", open_loop ? total : answered + unanswered, answered,
-           unanswered);
-    for (int s = 0; s < 600; s++)
-        if (statuses[s]) printf("status %d %ld\n", s, statuses[s]);
-    if (answered)
-        printf("latency %.6f %.6f %.6f\n", all[answered / 2], all[(long)((double)answered * 0.99)],
-               all[answered - 1]);
+    report(args.open_loop ? total : answered + unanswered, answered, unanswered, statuses, all);
     return 0;
 }

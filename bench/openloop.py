@@ -222,7 +222,7 @@ def native_client(kind: str = "threads") -> Path | None:
     bench/netpoll.c (one thread waiting on every connection with epoll, as Go's runtime does for
     kube-apiserver's webhook calls)."""
     source = Path(__file__).with_name({"threads": "openloop.c", "netpoll": "netpoll.c"}[kind])
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(source.read_bytes() + source.with_name("loadclient.h").read_bytes()).hexdigest()[:12]
     binary = Path(tempfile.gettempdir()) / f"gpushare-{source.stem}-{digest}"
     if binary.exists():
         return binary
