@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ANSWER_TIMEOUT = 10.0  # a typical webhook timeout: a request not answered by then is lost
+START_DELAY = 0.1  # the C clients start their clock this long after they say "ready"
 
 
 @dataclass
