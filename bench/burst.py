@@ -25,8 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import openloop  # noqa: E402
 from bench.admission import api_server_json, review_for  # noqa: E402
-from bench.processes import free_port, https_server  # noqa: E402
-from certs.issue import ensure_serving_certs  # noqa: E402
+from bench.processes import https_server, serve_on_loopback  # noqa: E402
 
 
 def main() -> None:
@@ -43,15 +42,9 @@ def main() -> None:
     pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
     path = f"/validate?timeout={args.timeout}" if args.timeout else "/validate"
     payload = openloop.request_bytes(path, api_server_json(review_for(pod)))
-    gpushare = Path(sys.executable).parent / "gpushare"
     pin = binary is not None
     with tempfile.TemporaryDirectory() as tmp:
-        certs = Path(tmp, "certs")
-        ensure_serving_certs(certs, ["localhost", "127.0.0.1"])
-        ca = certs / "ca.crt"
-        port = free_port()
-        command = [*(["taskset", "-c", "0"] if pin else []), str(gpushare), "serve", "--host", "127.0.0.1",
-                   "--port", str(port), "--cert-dir", str(certs)]
+        port, ca, command = serve_on_loopback(tmp, pin=pin)
 
         def load(seconds: float, connections: int) -> openloop.Summary:
             if binary is not None:

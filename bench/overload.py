@@ -48,8 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import openloop  # noqa: E402
 from bench.admission import api_server_json, review_for  # noqa: E402
-from bench.processes import cpu_seconds, free_port, https_server, rss_mib  # noqa: E402
-from certs.issue import ensure_serving_certs  # noqa: E402
+from bench.processes import cpu_seconds, https_server, rss_mib, serve_on_loopback  # noqa: E402
 from webhook.settings import load_settings  # noqa: E402
 
 
@@ -158,7 +157,6 @@ def main() -> None:
     pin = args.pin and binary is not None
     pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
     payload = openloop.request_bytes("/validate", api_server_json(review_for(pod)))
-    gpushare = Path(sys.executable).parent / "gpushare"
 
     def load(mode: str, seconds: float, connections: int, rate: float = 0,
              on_ready: Callable[[], None] | None = None) -> openloop.Summary:
@@ -171,12 +169,7 @@ def main() -> None:
                                                rate=rate, seconds=seconds, connections=connections))
 
     with tempfile.TemporaryDirectory() as tmp:
-        certs = Path(tmp, "certs")
-        ensure_serving_certs(certs, ["localhost", "127.0.0.1"])
-        ca = certs / "ca.crt"
-        port = free_port()
-        command = [*(["taskset", "-c", "0"] if pin else []), str(gpushare), "serve", "--host", "127.0.0.1",
-                   "--port", str(port), "--cert-dir", str(certs)]
+        port, ca, command = serve_on_loopback(tmp, pin=pin)
         settings = load_settings()
         env_note = (f"(server: 1 gunicorn process, {settings.server.threads} threads, "
                     f"{settings.overload.app_concurrency} evaluating at once, deadline without ?timeout= "

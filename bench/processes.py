@@ -6,6 +6,7 @@ import os
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,6 +18,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def serve_on_loopback(tmp: str | Path, *, pin: bool) -> tuple[int, Path, list[str]]:
+    """A free port, the CA file and the ``gpushare serve`` command of a benchmark server, with
+    fresh certificates under ``tmp``; pinned to CPU 0 when the load client gets CPU 1."""
+    from certs.issue import ensure_serving_certs
+
+    certs = Path(tmp, "certs")
+    ensure_serving_certs(certs, ["localhost", "127.0.0.1"])
+    port = free_port()
+    gpushare = Path(sys.executable).parent / "gpushare"
+    command = [*(["taskset", "-c", "0"] if pin else []), str(gpushare), "serve", "--host", "127.0.0.1",
+               "--port", str(port), "--cert-dir", str(certs)]
+    return port, certs / "ca.crt", command
 
 
 def children(pid: int) -> list[int]:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .cluster import Availability, ClusterState, NodeInfo, PodInfo
+from .cluster import ClusterState, PodInfo, StateView
 
 _STRIPES = 64
 
@@ -143,24 +143,12 @@ class PlacementLedger:
         return LedgerView(base, self)
 
 
-class LedgerView:
+class LedgerView(StateView):
     """A ClusterState: ``base`` plus the ledger's assumptions and recent pods. Never writes the base."""
 
     def __init__(self, base: ClusterState, ledger: PlacementLedger) -> None:
-        self.base, self.ledger = base, ledger
-
-    def availability(self) -> Availability:
-        return self.base.availability()
-
-    def get_node(self, name: str) -> NodeInfo | None:
-        return self.base.get_node(name)
-
-    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
-        labels = getattr(self.base, "namespace_labels", None)
-        return labels(namespace) if labels is not None else None
-
-    def nodes(self) -> list[NodeInfo]:
-        return self.base.nodes()
+        super().__init__(base)
+        self.ledger = ledger
 
     def get_pod(self, namespace: str, name: str) -> PodInfo | None:
         found = self.base.get_pod(namespace, name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -133,6 +133,36 @@ class ClusterState(Protocol):
     def get_pod(self, namespace: str, name: str) -> PodInfo | None: ...
 
     def pods_on_node(self, node: str) -> list[PodInfo]: ...
+
+
+class StateView:
+    """A ClusterState that reads ``base`` through; a view over the state (a replica's assumptions,
+    a follower's answer) overrides only what it changes."""
+
+    def __init__(self, base: ClusterState) -> None:
+        self.base = base
+
+    def availability(self) -> Availability:
+        return self.base.availability()
+
+    def get_node(self, name: str) -> NodeInfo | None:
+        return self.base.get_node(name)
+
+    def namespace_labels(self, namespace: str) -> Mapping[str, str] | None:
+        labels = getattr(self.base, "namespace_labels", None)
+        return labels(namespace) if labels is not None else None
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.base.nodes()
+
+    def has_pod(self, namespace: str, name: str) -> bool:
+        return self.base.has_pod(namespace, name)
+
+    def get_pod(self, namespace: str, name: str) -> PodInfo | None:
+        return self.base.get_pod(namespace, name)
+
+    def pods_on_node(self, node: str) -> list[PodInfo]:
+        return self.base.pods_on_node(node)
 
 
 def _resource_ints(block: Any, keep: Iterable[str]) -> dict[str, int]:

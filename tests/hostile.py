@@ -40,14 +40,15 @@ def good_reviews() -> list[dict[str, Any]]:
     ]
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into a JSON document (keys and list indexes), the document's own () first."""
     out = [prefix]
     if isinstance(value, dict):
         for key, child in value.items():
-            out += _paths(child, (*prefix, key))
+            out += json_paths(child, (*prefix, key))
     elif isinstance(value, list):
         for index, child in enumerate(value):
-            out += _paths(child, (*prefix, index))
+            out += json_paths(child, (*prefix, index))
     return out
 
 
@@ -66,7 +67,7 @@ def hostile_reviews(draw: st.DrawFn) -> Any:
     """A real review with up to three fields anywhere replaced by a value of any JSON type."""
     doc = copy.deepcopy(draw(st.sampled_from(good_reviews())))
     for _ in range(draw(st.integers(0, 3))):
-        path = draw(st.sampled_from(_paths(doc)))
+        path = draw(st.sampled_from(json_paths(doc)))
         doc = _replace(doc, path, draw(json_values))
     return doc
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .helpers import admission_review, gpushare_executable, gpushare_server, load_json
-from .hostile import ERROR_SCHEMA, chunked_post, good_reviews, json_values, raw_exchange
+from .hostile import ERROR_SCHEMA, chunked_post, good_reviews, json_paths, json_values, raw_exchange
 from .manifests import CORE, MEM, container, pod_spec, workload
 
 MAX_BODY = 256 * 1024
@@ -254,23 +254,12 @@ hostile_values = (json_values | st.integers(2**70, 2**200) | st.integers(-(2**20
                   | st.text(min_size=2000, max_size=20_000))
 
 
-def _paths(value, prefix=()):
-    out = [prefix]
-    if isinstance(value, dict):
-        for key, child in value.items():
-            out += _paths(child, (*prefix, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            out += _paths(child, (*prefix, index))
-    return out
-
-
 @st.composite
 def hostile_documents(draw):
     doc = json.loads(json.dumps(draw(st.sampled_from([r["request"]["object"] for r in good_reviews()
                                                         if r["request"]["object"]]))))
     for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(_paths(doc)))
+        path = draw(st.sampled_from(json_paths(doc)))
         new = draw(hostile_values)
         if not path:
             doc = new
