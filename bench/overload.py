@@ -12,7 +12,8 @@
 
 Prints answered/total (an answer is any HTTP response within 10 s, the typical webhook
 timeout: a 200 review or a 503 "overloaded" refusal), p50/p99/max latency from each
-request's scheduled time, and the server's peak RSS. Target: 100 % answered, max < 5 s.
+request's scheduled time, goodput against S and the server's peak RSS. Targets: 100 % answered,
+max < 5 s, goodput >= 90 % of S.
 The load comes from a C client when a C compiler and OpenSSL headers are present (server
 pinned to CPU 0, client to CPU 1), else from the slower Python client, unpinned. The default C
 client, bench/netpoll.c, waits on all its connections from one thread with epoll, as the API
