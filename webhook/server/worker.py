@@ -490,7 +490,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                 conn.stage = "body"
         else:
             self._unregister(conn)
-            self._dispatch(conn)
+            self._dispatch(conn, judged=state == "complete")  # the door above judged a complete one
 
     def _on_reading(self, conn: Conn, _fileobj: Any) -> None:
         """The TLS handshake, then the request's bytes, without blocking; a complete request goes
@@ -584,10 +584,10 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self.nr_conns -= 1
         _close_quietly(conn.sock)
 
-    def _dispatch(self, conn: Conn) -> None:
+    def _dispatch(self, conn: Conn, judged: bool = False) -> None:
         """A request is all here (or is one for gunicorn's parser to refuse or stream): refuse it
-        at the door if it cannot be answered in time, else give it to a thread. The connection is
-        in no queue and not registered in the poller."""
+        at the door if it cannot be answered in time (unless the kept-alive door ``judged`` it a
+        moment ago), else queue it. The connection is in no queue and not registered in the poller."""
         if self._refusals:
             self._count_refusals()  # before anything is served: a scrape then shows every refusal
         data = bytes(conn.buf)
@@ -595,7 +595,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         conn.fresh = False
         head, conn.head = conn.head, None  # parsed once, by _read (None: not one plain request)
         ahead = self._requests_waiting()
-        if ahead and head is not None:
+        if ahead and head is not None and not judged:
             why = self._door_refusal(ahead, head)
             if why is not None:
                 self._refuse_at_door(conn, why, head)
