@@ -26,7 +26,9 @@ in its write (about twice the CPU per refusal, measured).
 The host's speed drifts by tens of percent within a minute, so the overload runs in windows,
 each at ``factor`` x the S measured just before it and followed by another saturation run;
 each window's goodput (verdicts per second over the window, its tail included) is set against
-the mean of the S before and after it, and the median of the windows is the figure.
+the mean of the S before and after it. The figure judged is the pooled goodput: all windows'
+verdicts over all their time against the mean of every S (the median of the windows is printed
+too; a ratio per window divides by one noisy S, which lifts it slightly).
 """
 
 from __future__ import annotations
@@ -131,6 +133,16 @@ class Round:
         """Verdicts per second over the window (its schedule and the tail of answers after it: the
         server is busy throughout), against S."""
         return self.overload.statuses.get(200, 0) / self.elapsed / self.capacity if self.capacity else 0.0
+
+
+def pooled_goodput(rounds: list[Round]) -> float:
+    """Every window's verdicts over every window's time, against the mean of every saturation run.
+    A ratio per window divides by a noisy S, which lifts the mean and median of the ratios above
+    the ratio of the means (by about the square of S's relative spread); pooled, the host's drift
+    averages out in both terms instead."""
+    rates = [rounds[0].rate_before] + [r.rate_after for r in rounds]
+    served = sum(r.overload.statuses.get(200, 0) for r in rounds)
+    return served / sum(r.elapsed for r in rounds) / statistics.fmean(rates) if rates else 0.0
 
 
 def main() -> None:
@@ -241,8 +253,10 @@ def main() -> None:
     print(f"  server peak RSS {rss.peak:.1f} MiB")
     goodputs = sorted(r.goodput() for r in rounds)
     median = statistics.median(goodputs)
+    pooled = pooled_goodput(rounds)
     print(f"  goodput (reviews answered with a verdict per second, against S): median {100 * median:.0f} %, "
-          f"windows {', '.join(f'{100 * g:.0f}' for g in goodputs)} %")
+          f"windows {', '.join(f'{100 * g:.0f}' for g in goodputs)} %; pooled {100 * pooled:.1f} % "
+          "(all windows' verdicts over all their time, against the mean of every S)")
     # Server CPU: per review from the saturation runs, the rest of each window's CPU per refusal.
     per_review = sum(c for c, _ in saturation_cpu) / max(sum(n for _, n in saturation_cpu), 1)
     served, refused = total.statuses.get(200, 0), total.statuses.get(503, 0)
@@ -254,7 +268,7 @@ def main() -> None:
     answered_all = total.answered == total.scheduled
     print(f"\ntarget: 100 % answered -> {'met' if answered_all else 'NOT met'}; "
           f"max latency < 5 s -> {'met' if total.max < 5 else 'NOT met'} ({total.max:.2f} s); "
-          f"goodput >= 90 % of S -> {'met' if median >= 0.9 else 'NOT met'} (median {100 * median:.0f} %)")
+          f"goodput >= 90 % of S -> {'met' if pooled >= 0.9 else 'NOT met'} (pooled {100 * pooled:.1f} %)")
     print("server log tail:\n  " + "\n  ".join(line[:200] for line in log_tail))
 
 
