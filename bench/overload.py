@@ -140,9 +140,11 @@ def pooled_goodput(rounds: list[Round]) -> float:
     A ratio per window divides by a noisy S, which lifts the mean and median of the ratios above
     the ratio of the means (by about the square of S's relative spread); pooled, the host's drift
     averages out in both terms instead."""
+    if not rounds:
+        return 0.0
     rates = [rounds[0].rate_before] + [r.rate_after for r in rounds]
     served = sum(r.overload.statuses.get(200, 0) for r in rounds)
-    return served / sum(r.elapsed for r in rounds) / statistics.fmean(rates) if rates else 0.0
+    return served / sum(r.elapsed for r in rounds) / statistics.fmean(rates)
 
 
 def main() -> None:
