@@ -32,6 +32,11 @@ from .strict_json import JsonBodyError, decode_json
 # The event pass needs only a parser; libyaml's when PyYAML was built with it.
 _EventSource: Any = yaml.cyaml.CParser if yaml.__with_libyaml__ else yaml.SafeLoader
 _CLoaderBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml refuses collections nested past its own limit (1,000 by default since its patch "Limit
+# depth of nesting by default", bundled with PyYAML 6.0.4) and may scan that far ahead before it
+# yields the event this pass counts; past 1,000 is past every allowed input.max_depth, so it is
+# the same refusal and says so in the same words.
+_LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"
 DEFAULT_LIMITS = InputSettings()
 
 
@@ -81,7 +86,11 @@ def check_yaml(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS) -
         while True:
             try:
                 event = parser.get_event()
-            except yaml.YAMLError:
+            except yaml.YAMLError as exc:
+                if getattr(exc, "problem", None) == _LIBYAML_TOO_DEEP:
+                    mark = getattr(exc, "problem_mark", None)
+                    line = mark.line + 1 if mark is not None else None
+                    raise DocumentError(source, line, f"nested deeper than {max_depth} levels; refused") from None
                 return  # the composing pass reports it, with its line
             if event is None:
                 return
