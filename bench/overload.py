@@ -97,6 +97,21 @@ def scrape(url: str, ca: Path) -> dict[str, float]:
     return totals
 
 
+def host_idle_note() -> str:
+    """How this host's idle CPUs wait (Linux cpuidle), which moves the figures by a few points: on
+    loopback every answer the server writes wakes the client's CPU (docs/operations.md, "Overload")."""
+    cpuidle = Path("/sys/devices/system/cpu/cpuidle/current_driver")
+    halt_poll = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    try:
+        note = f"host: cpuidle driver {cpuidle.read_text().strip()}"
+    except OSError:
+        return "host: cpuidle not reported"
+    try:
+        return note + f", guest halt-polling {int(halt_poll.read_text())} ns"
+    except (OSError, ValueError):
+        return note
+
+
 def queue_wait_summary(delta: dict[str, float]) -> str:
     """How long requests waited for a server thread during the run, from the histogram's buckets."""
     total = delta.get("le=+Inf", 0)
@@ -204,6 +219,7 @@ def main() -> None:
             print(f"saturation (closed loop, 32 connections, {args.saturation_seconds:g} s) {env_note}:")
             print("  " + describe(first, args.saturation_seconds))
             print(f"  -> saturation rate S = {rate:.0f} reviews/s")
+            print(f"  {host_idle_note()}")
             before = scrape(url, ca)
             rounds: list[Round] = []
             saturation_cpu: list[tuple[float, float]] = []  # (CPU seconds, reviews) of each saturation run
