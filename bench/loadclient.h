@@ -25,6 +25,7 @@
 
 typedef struct {
     int open_loop, port, connections, warm;
+    long max_idle;  /* idle connections kept (netpoll); 0: all of them */
     const char *host;
     double rate, seconds, timeout_s;
     char *request;
@@ -41,9 +42,9 @@ static double now(void) {
 /* The arguments, the request file and a TLS context that verifies the server against CAFILE;
  * 0, or the exit status after saying what is wrong. */
 static int load_args(int argc, char **argv, load_args_t *a) {
-    if (argc != 11) {
+    if (argc != 11 && argc != 12) {
         fprintf(stderr, "usage: %s open|closed HOST PORT CAFILE REQUESTFILE RATE SECONDS CONNECTIONS "
-                        "TIMEOUT WARM\n", argv[0]);
+                        "TIMEOUT WARM [MAX_IDLE]\n", argv[0]);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -55,6 +56,7 @@ static int load_args(int argc, char **argv, load_args_t *a) {
     a->connections = atoi(argv[8]);
     a->timeout_s = atof(argv[9]);
     a->warm = atoi(argv[10]);
+    a->max_idle = argc == 12 ? atol(argv[11]) : 0;
     FILE *f = fopen(argv[5], "rb");
     if (!f) { perror(argv[5]); return 2; }
     fseek(f, 0, SEEK_END);

@@ -6,7 +6,7 @@
  * a separate sleeping thread, a cost the server pays in its write on a loopback connection and
  * that a netpoller-driven caller mostly does not cause.
  *
- *   netpoll open|closed HOST PORT CAFILE REQUESTFILE RATE SECONDS CONNECTIONS TIMEOUT WARM
+ *   netpoll open|closed HOST PORT CAFILE REQUESTFILE RATE SECONDS CONNECTIONS TIMEOUT WARM [MAX_IDLE]
  *
  * Open loop: request i is due at start + i/RATE whether or not earlier ones were answered; it
  * goes out on a free connection as soon as it is due (if none is free it waits for one, and
@@ -14,6 +14,10 @@
  * seconds of being due is unanswered. Closed loop: every connection sends its next request as
  * soon as the previous one is answered, for SECONDS. WARM connections are opened (TLS
  * included) before the clock starts; the rest when a request finds no free connection.
+ * MAX_IDLE (default 0, no limit): like Go's http.Transport with MaxIdleConnsPerHost, at most
+ * this many answered connections are kept idle and the others are closed; a request that finds
+ * no idle connection dials a new one (without blocking the others), up to CONNECTIONS at once.
+ * kube-apiserver's webhook client keeps 25 (client-go's transport: idleConnsPerHost).
  *
  * Prints "scheduled N answered N unanswered N", "status CODE N" lines and
  * "latency p50 p99 max" in seconds.
@@ -27,7 +31,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-enum { IDLE, WRITING, READING, CLOSED };
+enum { IDLE, WRITING, READING, CLOSED, CONNECTING, HANDSHAKE };
 
 typedef struct conn {
     int fd, state;
@@ -43,7 +47,9 @@ static int epfd, timer_fd;
 static double start;
 static long total, next_ticket, answered, unanswered, in_flight, statuses[600], latencies_cap;
 static double *latencies;
-static conn_t *free_list;
+static conn_t *free_list;   /* connected and idle, most recently used first */
+static conn_t *spare_list;  /* closed slots, connected again when no idle connection is left */
+static long idle_count, dials;
 
 static void record(double latency, int status) {
     if (answered == latencies_cap) {
@@ -91,12 +97,35 @@ fail:
 }
 
 static void release(conn_t *c) {
+    if (c->fd >= 0 && args.max_idle > 0 && idle_count >= args.max_idle) disconnect(c);
+    if (c->fd < 0) {
+        c->next_free = spare_list;
+        spare_list = c;
+        return;
+    }
     c->next_free = free_list;
     free_list = c;
+    idle_count++;
+}
+
+static conn_t *take(void) {
+    conn_t *c = free_list;
+    if (c != NULL) {
+        free_list = c->next_free;
+        idle_count--;
+        return c;
+    }
+    c = spare_list;
+    if (c != NULL) spare_list = c->next_free;
+    return c;
+}
+
+static int busy(const conn_t *c) {
+    return c->state == WRITING || c->state == READING || c->state == CONNECTING || c->state == HANDSHAKE;
 }
 
 static void failed(conn_t *c) {
-    if (c->state == WRITING || c->state == READING) {
+    if (busy(c)) {
         unanswered++;
         in_flight--;
     }
@@ -121,16 +150,43 @@ static void try_write(conn_t *c) {
     failed(c);
 }
 
+/* The TLS handshake of a connection dialled for a request, without blocking; then the request. */
+static void handshake(conn_t *c) {
+    int r = SSL_connect(c->ssl);
+    if (r == 1) {
+        SSL_set_mode(c->ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        try_write(c);
+        return;
+    }
+    int err = SSL_get_error(c->ssl, r);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        c->state = HANDSHAKE;
+        watch(c, err == SSL_ERROR_WANT_WRITE ? EPOLLOUT : EPOLLIN, EPOLL_CTL_MOD);
+        return;
+    }
+    failed(c);
+}
+
 static void send_on(conn_t *c, double due) {
-    if (c->state == CLOSED && connect_tls(c) != 0) {
-        c->state = WRITING;  /* counted as unanswered by failed() */
-        in_flight++;
+    c->due = due;
+    in_flight++;
+    if (c->state != CLOSED) {
+        try_write(c);
+        return;
+    }
+    /* No idle connection: dial one for this request, as Go's http.Transport does, without
+     * holding up the other connections. */
+    dials++;
+    c->fd = tcp_socket();
+    if (c->fd < 0 || fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK) != 0 ||
+        (connect_server(&args, c->fd) != 0 && errno != EINPROGRESS)) {
+        c->state = CONNECTING;  /* counted as unanswered by failed() */
         failed(c);
         return;
     }
-    c->due = due;
-    in_flight++;
-    try_write(c);
+    c->ssl = tls_session(&args, c->fd);
+    c->state = CONNECTING;
+    watch(c, EPOLLOUT, EPOLL_CTL_ADD);
 }
 
 /* The answer is all here: the status, or 0 while more is due; -1 if it is malformed. */
@@ -148,6 +204,19 @@ static int complete(conn_t *c, int *close_after) {
 }
 
 static void on_ready(conn_t *c) {
+    if (c->state == CONNECTING) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+            failed(c);
+            return;
+        }
+        c->state = HANDSHAKE;
+    }
+    if (c->state == HANDSHAKE) {
+        handshake(c);
+        return;
+    }
     if (c->state == WRITING) {
         try_write(c);
         if (c->state != READING) return;
@@ -233,20 +302,16 @@ int main(int argc, char **argv) {
                     next_ticket++;
                     continue;
                 }
-                if (free_list == NULL) break;
-                conn_t *c = free_list;
-                free_list = c->next_free;
+                conn_t *c = take();
+                if (c == NULL) break;
                 next_ticket++;
                 send_on(c, due);
             }
             if (next_ticket >= total && in_flight == 0) break;
-            if (next_ticket < total && free_list != NULL) arm(start + (double)next_ticket / args.rate);
+            if (next_ticket < total && (free_list != NULL || spare_list != NULL)) arm(start + (double)next_ticket / args.rate);
         } else {
-            while (t >= start && t < end && free_list != NULL) {
-                conn_t *c = free_list;
-                free_list = c->next_free;
-                send_on(c, t);
-            }
+            conn_t *c;
+            while (t >= start && t < end && (c = take()) != NULL) send_on(c, t);
             if (t >= end && in_flight == 0) break;
             if (t < start) arm(start);
         }
@@ -270,9 +335,10 @@ int main(int argc, char **argv) {
             scanned = now();
             double late = scanned - args.timeout_s;
             for (int i = 0; i < connections; i++)
-                if ((conns[i].state == READING || conns[i].state == WRITING) && conns[i].due < late) failed(&conns[i]);
+                if (busy(&conns[i]) && conns[i].due < late) failed(&conns[i]);
         }
     }
+    printf("dials %ld\n", dials);
     report(args.open_loop ? total : answered + unanswered, answered, unanswered, statuses, latencies);
     return 0;
 }

@@ -209,6 +209,7 @@ class Summary:
     p99: float
     max: float
     tool: str
+    dials: int = 0  # connections the client opened during the run (C client, netpoll)
 
 
 def summarize(outcome: Outcome) -> Summary:
@@ -242,15 +243,17 @@ def native_client(kind: str = "threads") -> Path | None:
 
 def run_native(binary: Path, mode: str, host: str, port: int, ca: str, payload: bytes, *, rate: float = 0,
                seconds: float, connections: int, warm: int, cpu: int | None = None,
-               on_ready: Callable[[], None] | None = None) -> Summary:
+               on_ready: Callable[[], None] | None = None, max_idle: int = 0) -> Summary:
     """One run of the C client; same arguments as ``run``, plus how many connections to open first.
-    ``on_ready`` is called once those are open, just before the load starts."""
+    ``on_ready`` is called once those are open, just before the load starts. ``max_idle`` (netpoll
+    only): keep at most this many answered connections open and dial for the rest, as the API
+    server's Go client does (0: keep them all)."""
     with tempfile.NamedTemporaryFile(suffix=".http") as request:
         request.write(payload)
         request.flush()
         pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
         command = [*pin, str(binary), mode, host, str(port), ca, request.name, f"{rate:.3f}", f"{seconds:g}",
-                   str(connections), f"{ANSWER_TIMEOUT:g}", str(warm)]
+                   str(connections), f"{ANSWER_TIMEOUT:g}", str(warm), *([str(max_idle)] if max_idle else [])]
         with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as client:
             assert client.stdout is not None
             lines = []
@@ -271,4 +274,4 @@ def run_native(binary: Path, mode: str, host: str, port: int, ca: str, payload: 
                                                    if line.startswith("status "))}
     p50, p99, worst = (float(x) for x in fields.get("latency", ["nan", "nan", "nan"]))
     return Summary(int(counts[0]), int(counts[2]), int(counts[4]), statuses, p50, p99, worst,
-                   f"C client, {binary.name.split('-')[1]}")
+                   f"C client, {binary.name.split('-')[1]}", int(fields.get("dials", ["0"])[0]))

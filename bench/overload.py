@@ -176,12 +176,18 @@ def main() -> None:
     parser.add_argument("--client", choices=["netpoll", "threads"], default="netpoll",
                         help="C client: one epoll thread, as the API server's Go runtime (default), or a "
                              "blocking thread per connection")
+    parser.add_argument("--max-idle", type=int, default=0,
+                        help="netpoll client, overload windows: keep at most this many answered connections "
+                             "open and dial new ones for the rest, as kube-apiserver does (its Go client keeps "
+                             "25 idle per webhook host); default 0 keeps every connection open")
     parser.add_argument("--no-pin", dest="pin", action="store_false",
                         help="C client: do not pin the server to CPU 0 and the client to CPU 1")
     args = parser.parse_args()
     binary = openloop.native_client(args.client) if args.tool in ("auto", "c") else None
     if args.tool == "c" and binary is None:
         raise SystemExit("the C client could not be built (needs cc and OpenSSL headers)")
+    if args.max_idle and (binary is None or args.client != "netpoll"):
+        raise SystemExit("--max-idle needs the netpoll C client (--client netpoll, cc and OpenSSL headers)")
     # The C client fits in one core, so server and client each get their own; the Python client
     # needs more than one core at 2x and runs unpinned (S is then measured under the same sharing).
     pin = args.pin and binary is not None
@@ -194,7 +200,8 @@ def main() -> None:
             warm = connections if args.warm is None or mode == "closed" else min(args.warm, connections)
             return openloop.run_native(binary, mode, "127.0.0.1", port, str(ca), payload, rate=rate,
                                        seconds=seconds, connections=connections, warm=warm,
-                                       cpu=1 if pin else None, on_ready=on_ready)
+                                       cpu=1 if pin else None, on_ready=on_ready,
+                                       max_idle=args.max_idle if mode == "open" else 0)
         return openloop.summarize(openloop.run(mode, args.processes, "127.0.0.1", port, str(ca), payload,
                                                rate=rate, seconds=seconds, connections=connections))
 
@@ -245,6 +252,8 @@ def main() -> None:
             log_tail = Path(tmp, "server.log").read_text(errors="replace").splitlines()[-3:]
     warm = args.connections if args.warm is None else min(args.warm, args.connections)
     opened = f"{warm} opened before each window" if binary is not None else "opened on demand"
+    if args.max_idle:
+        opened += f", at most {args.max_idle} kept open when idle"
     print(f"\noverload: {args.rounds} windows of {args.seconds:g} s, each open loop at {args.factor:g} x the S "
           f"measured just before it, at most {args.connections} connections ({opened}), with a "
           f"{args.saturation_seconds:g} s saturation run after each; goodput against the mean of the S before "
@@ -253,7 +262,8 @@ def main() -> None:
         served, refused = r.overload.statuses.get(200, 0), r.overload.statuses.get(503, 0)
         print(f"  window {i}: S {r.rate_before:.0f} -> {r.rate_after:.0f}/s; {served} reviews + {refused} refusals, "
               f"answered {100 * r.overload.answered / max(r.overload.scheduled, 1):.2f} %, "
-              f"max {r.overload.max * 1000:.0f} ms; {r.elapsed:.2f} s, server CPU "
+              f"max {r.overload.max * 1000:.0f} ms; {r.overload.dials} connections dialled; "
+              f"{r.elapsed:.2f} s, server CPU "
               f"{100 * r.cpu / r.elapsed:.0f} % busy; goodput {100 * r.goodput():.0f} % of S")
     total = openloop.Summary(
         sum(r.overload.scheduled for r in rounds), sum(r.overload.answered for r in rounds),

@@ -392,3 +392,17 @@ def test_a_client_that_stops_reading_its_answers_blocks_nobody_and_loses_nothing
             assert status == 200 and json.loads(body)["response"]["uid"] == uid
         stalled.sendall(_request(json.dumps(admission_review(pod, uid="after")).encode(), path="/mutate"))
         assert json.loads(_read_response(stalled)[2])["response"]["uid"] == "after"
+
+
+def test_new_connections_are_issued_no_tls_session_tickets(server):
+    """kube-apiserver's Go client keeps no TLS session cache (client-go's TLS configuration sets
+    none), so it never resumes a session: issuing tickets would only add work to every new
+    connection, and the API server dials new ones whenever more than 25 calls overlap."""
+    with ExitStack() as stack:
+        tls = _tls(server, stack)
+        assert tls.version() == "TLSv1.3"
+        tls.sendall(_request(_review_bytes()))
+        status, _, _ = _read_response(tls)  # tickets, if any, arrive before the answer
+        assert status == 200
+        assert tls.session is not None
+        assert not tls.session.has_ticket

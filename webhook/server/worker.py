@@ -397,6 +397,10 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=cfg.ca_certs)
             context.load_cert_chain(certfile=cfg.certfile, keyfile=cfg.keyfile)
             context.verify_mode = cfg.cert_reqs
+            # No TLS 1.3 session tickets: kube-apiserver's Go client keeps no session cache
+            # (client-go's TLSConfigFor sets none), so it never resumes; tickets were about a
+            # tenth of each new connection's CPU (docs/operations.md, "Overload").
+            context.num_tickets = 0
             if cfg.ciphers:
                 context.set_ciphers(cfg.ciphers)
             return context
