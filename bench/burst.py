@@ -1,6 +1,7 @@
 """Benchmark: the real `gpushare serve` driven like a busy API server drives a webhook.
 
     python bench/burst.py [--seconds 10] [--connections 16,32,50,100,200] [--timeout 5s] [--tool auto|c|python]
+                          [--max-idle N]
 
 Closed loop: each connection sends its next review as soon as the last is answered (the API
 server opens one connection per concurrent webhook call and reuses it), the realistic 4 KB Pod
@@ -9,7 +10,9 @@ deployed ``timeoutSeconds``), one server process. For each connection count it p
 (every answer, 200 or 503), p50/p99/max latency and the share refused with 503.
 Target: 0 % refused up to 200 connections, max latency below half the webhook timeout.
 The load comes from bench/openloop.c when it can be built (server pinned to CPU 0, client to
-CPU 1), else from the Python client, unpinned.
+CPU 1), else from the Python client, unpinned. ``--max-idle N`` starts each row with N connections
+open and keeps at most N idle, dialling the rest, as kube-apiserver's Go client does (it keeps 25
+idle connections per webhook host); that load comes from bench/netpoll.c.
 """
 
 from __future__ import annotations
@@ -35,8 +38,15 @@ def main() -> None:
     parser.add_argument("--timeout", default="5s", help="the ?timeout= value sent ('' for none)")
     parser.add_argument("--tool", choices=["auto", "c", "python"], default="auto")
     parser.add_argument("--processes", type=int, default=2, help="client processes (Python client)")
+    parser.add_argument("--max-idle", type=int, default=0,
+                        help="keep at most this many idle connections and dial the rest (kube-apiserver: 25)")
     args = parser.parse_args()
-    binary = openloop.native_client() if args.tool in ("auto", "c") else None
+    if args.max_idle:
+        binary = openloop.native_client("netpoll") if args.tool != "python" else None
+        if binary is None:
+            raise SystemExit("--max-idle needs the netpoll C client (cc and OpenSSL headers)")
+    else:
+        binary = openloop.native_client() if args.tool in ("auto", "c") else None
     if args.tool == "c" and binary is None:
         raise SystemExit("the C client could not be built (needs cc and OpenSSL headers)")
     pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
@@ -48,8 +58,10 @@ def main() -> None:
 
         def load(seconds: float, connections: int) -> openloop.Summary:
             if binary is not None:
+                warm = min(args.max_idle, connections) if args.max_idle else connections
                 return openloop.run_native(binary, "closed", "127.0.0.1", port, str(ca), payload,
-                                           seconds=seconds, connections=connections, warm=connections, cpu=1)
+                                           seconds=seconds, connections=connections, warm=warm, cpu=1,
+                                           max_idle=args.max_idle)
             return openloop.summarize(openloop.run("closed", args.processes, "127.0.0.1", port, str(ca), payload,
                                                    seconds=seconds, connections=connections))
 
@@ -67,6 +79,7 @@ def main() -> None:
                 share = 100 * refused / max(summary.answered, 1)
                 others = {k: v for k, v in summary.statuses.items() if k not in (200, 503)}
                 extra = f" (other: {others}, unanswered {summary.unanswered})" if others or summary.unanswered else ""
+                extra += f" ({summary.dials} connections dialled)" if args.max_idle else ""
                 print(f"| {connections} | {summary.answered / args.seconds:,.0f} | {summary.p50 * 1000:.0f} ms "
                       f"| {summary.p99 * 1000:.0f} ms | {summary.max * 1000:.0f} ms | {share:.1f} %{extra} |",
                       flush=True)
