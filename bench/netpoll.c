@@ -11,16 +11,18 @@
  * Open loop: request i is due at start + i/RATE whether or not earlier ones were answered; it
  * goes out on a free connection as soon as it is due (if none is free it waits for one, and
  * its latency still counts from when it was due); one not sent or not answered within TIMEOUT
- * seconds of being due is unanswered. Closed loop: every connection sends its next request as
- * soon as the previous one is answered, for SECONDS. WARM connections are opened (TLS
+ * seconds of being due is unanswered. Closed loop: CONNECTIONS callers, each sending its next
+ * request as soon as its previous one is answered, for SECONDS. WARM connections are opened (TLS
  * included) before the clock starts; the rest when a request finds no free connection.
- * MAX_IDLE (default 0, no limit): like Go's http.Transport with MaxIdleConnsPerHost, at most
- * this many answered connections are kept idle and the others are closed; a request that finds
- * no idle connection dials a new one (without blocking the others), up to CONNECTIONS at once.
- * kube-apiserver's webhook client keeps 25 (client-go's transport: idleConnsPerHost).
+ * A request that finds no idle connection waits and starts a dial (without blocking the
+ * others; at most CONNECTIONS open or opening), and goes out on whichever connection is free
+ * first, its dial's or one another request's answer freed, as in Go's http.Transport; a failed
+ * dial fails a request still waiting. MAX_IDLE (default 0, no limit): like Go's
+ * MaxIdleConnsPerHost, at most this many answered connections are kept idle and the others are
+ * closed; kube-apiserver's webhook client keeps 25 (client-go's transport: idleConnsPerHost).
  *
- * Prints "scheduled N answered N unanswered N", "status CODE N" lines and
- * "latency p50 p99 max" in seconds.
+ * Prints "dials N" (connections opened after the start), "scheduled N answered N unanswered N",
+ * "status CODE N" lines and "latency p50 p99 max" in seconds.
  */
 #include "loadclient.h"
 
@@ -44,12 +46,17 @@ typedef struct conn {
 
 static load_args_t args;
 static int epfd, timer_fd;
-static double start;
+static double start, closed_end;
 static long total, next_ticket, answered, unanswered, in_flight, statuses[600], latencies_cap;
 static double *latencies;
 static conn_t *free_list;   /* connected and idle, most recently used first */
 static conn_t *spare_list;  /* closed slots, connected again when no idle connection is left */
-static long idle_count, dials;
+static long idle_count, dials, dialing;
+/* Requests due and not yet sent, oldest first (their due times): each waits for the first
+ * connection that becomes free, its own dial or another request's answered connection, as a
+ * request waits in Go's http.Transport (idleConnWait). */
+static double *waiting;
+static long waiting_head, waiting_len, waiting_cap;
 
 static void record(double latency, int status) {
     if (answered == latencies_cap) {
@@ -96,6 +103,34 @@ fail:
     return -1;
 }
 
+static void push_waiting(double due) {
+    if (waiting_head + waiting_len == waiting_cap) {
+        if (waiting_head > 0) {  /* slide the queue to the front, then grow it if still full */
+            memmove(waiting, waiting + waiting_head, (size_t)waiting_len * sizeof(double));
+            waiting_head = 0;
+        }
+        if (waiting_len == waiting_cap) {
+            waiting_cap = waiting_cap ? waiting_cap * 2 : 4096;
+            waiting = realloc(waiting, (size_t)waiting_cap * sizeof(double));
+        }
+    }
+    waiting[waiting_head + waiting_len++] = due;
+}
+
+static double pop_waiting(void) {
+    waiting_len--;
+    return waiting[waiting_head++];
+}
+
+/* Waiting requests past the timeout are unanswered. */
+static void expire_waiting(double t) {
+    while (waiting_len > 0 && t - waiting[waiting_head] >= args.timeout_s) {
+        pop_waiting();
+        unanswered++;
+    }
+}
+
+/* An answered connection with no request waiting: kept idle, or closed past MAX_IDLE. */
 static void release(conn_t *c) {
     if (c->fd >= 0 && args.max_idle > 0 && idle_count >= args.max_idle) disconnect(c);
     if (c->fd < 0) {
@@ -108,29 +143,43 @@ static void release(conn_t *c) {
     idle_count++;
 }
 
-static conn_t *take(void) {
-    conn_t *c = free_list;
-    if (c != NULL) {
+/* The most recently used idle connection (what Go hands out first), or NULL. */
+static conn_t *take_idle(void) {
+    while (free_list != NULL) {
+        conn_t *c = free_list;
         free_list = c->next_free;
         idle_count--;
-        return c;
+        if (c->fd >= 0) return c;
+        c->next_free = spare_list;  /* the server closed it while idle */
+        spare_list = c;
     }
-    c = spare_list;
-    if (c != NULL) spare_list = c->next_free;
-    return c;
+    return NULL;
 }
 
 static int busy(const conn_t *c) {
-    return c->state == WRITING || c->state == READING || c->state == CONNECTING || c->state == HANDSHAKE;
+    return c->state == WRITING || c->state == READING;
+}
+
+static int dialling(const conn_t *c) {
+    return c->state == CONNECTING || c->state == HANDSHAKE;
 }
 
 static void failed(conn_t *c) {
     if (busy(c)) {
         unanswered++;
         in_flight--;
+    } else if (dialling(c)) {
+        dialing--;
+        /* In Go the request that started this dial fails with it, unless a connection another
+         * request freed reached it first: a waiting request beyond the dials still under way
+         * is that request. */
+        if (waiting_len > dialing) {
+            pop_waiting();
+            unanswered++;
+        }
     }
     disconnect(c);
-    release(c);  /* reconnected when it is next needed */
+    release(c);
 }
 
 static void try_write(conn_t *c) {
@@ -150,12 +199,32 @@ static void try_write(conn_t *c) {
     failed(c);
 }
 
-/* The TLS handshake of a connection dialled for a request, without blocking; then the request. */
+static void send_on(conn_t *c, double due) {
+    c->due = due;
+    in_flight++;
+    try_write(c);
+}
+
+/* A connection is free (answered, or just dialled): the oldest waiting request goes out on it,
+ * else it is released. */
+static void conn_ready(conn_t *c) {
+    expire_waiting(now());
+    if (waiting_len > 0) {
+        send_on(c, pop_waiting());
+        return;
+    }
+    release(c);
+}
+
+/* The TLS handshake of a dialled connection, without blocking. */
 static void handshake(conn_t *c) {
     int r = SSL_connect(c->ssl);
     if (r == 1) {
         SSL_set_mode(c->ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-        try_write(c);
+        dialing--;
+        c->state = IDLE;
+        watch(c, EPOLLIN, EPOLL_CTL_MOD);
+        conn_ready(c);
         return;
     }
     int err = SSL_get_error(c->ssl, r);
@@ -167,26 +236,40 @@ static void handshake(conn_t *c) {
     failed(c);
 }
 
-static void send_on(conn_t *c, double due) {
-    c->due = due;
-    in_flight++;
-    if (c->state != CLOSED) {
-        try_write(c);
-        return;
-    }
-    /* No idle connection: dial one for this request, as Go's http.Transport does, without
-     * holding up the other connections. */
+/* A request found no idle connection: dial one for it without holding up the others, as Go's
+ * http.Transport does (the request takes whichever connection is free first). */
+static void start_dial(void) {
+    conn_t *c = spare_list;
+    if (c == NULL) return;  /* CONNECTIONS are open or opening: the request waits for one */
+    spare_list = c->next_free;
     dials++;
+    dialing++;
+    c->due = now();  /* the dial's own start, for its timeout */
+    c->state = CONNECTING;
     c->fd = tcp_socket();
     if (c->fd < 0 || fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK) != 0 ||
         (connect_server(&args, c->fd) != 0 && errno != EINPROGRESS)) {
-        c->state = CONNECTING;  /* counted as unanswered by failed() */
         failed(c);
         return;
     }
     c->ssl = tls_session(&args, c->fd);
-    c->state = CONNECTING;
     watch(c, EPOLLOUT, EPOLL_CTL_ADD);
+}
+
+/* A request is due: out on an idle connection, else it waits and a dial starts for it. */
+static void request_due(double due) {
+    conn_t *c = take_idle();
+    if (c != NULL && waiting_len == 0) {
+        send_on(c, due);
+        return;
+    }
+    if (c != NULL) {  /* older requests wait: the oldest goes first */
+        push_waiting(due);
+        send_on(c, pop_waiting());
+        return;
+    }
+    push_waiting(due);
+    start_dial();
 }
 
 /* The answer is all here: the status, or 0 while more is due; -1 if it is malformed. */
@@ -246,11 +329,18 @@ static void on_ready(conn_t *c) {
             return;
         }
         if (status > 0) {
-            record(now() - c->due, status);
+            double t = now();
+            record(t - c->due, status);
             in_flight--;
             c->state = IDLE;
-            if (close_after) disconnect(c);
-            release(c);
+            if (!args.open_loop && t < closed_end) push_waiting(t);  /* this caller's next request */
+            if (close_after) {
+                disconnect(c);
+                release(c);
+                if (waiting_len > 0) start_dial();
+                return;
+            }
+            conn_ready(c);
             return;
         }
     }
@@ -288,35 +378,40 @@ int main(int argc, char **argv) {
     fflush(stdout);
     start = now() + 0.1;
     double end = start + args.seconds, give_up = end + args.timeout_s + 1;
+    int closed_started = 0;
+    closed_end = end;
     struct epoll_event events[1024];
     for (;;) {
         double t = now();
         if (args.open_loop) {
-            /* Every request that is due goes out on a free connection; one that waited longer
-             * than the timeout for a connection is unanswered. */
+            /* Every request that is due goes out on an idle connection, or waits for the first
+             * connection free (its dial's, or one another request freed); one that waited
+             * longer than the timeout is unanswered. */
+            expire_waiting(t);
             while (next_ticket < total) {
                 double due = start + (double)next_ticket / args.rate;
                 if (due > t) break;
+                next_ticket++;
                 if (t - due >= args.timeout_s) {
                     unanswered++;
-                    next_ticket++;
                     continue;
                 }
-                conn_t *c = take();
-                if (c == NULL) break;
-                next_ticket++;
-                send_on(c, due);
+                request_due(due);
             }
-            if (next_ticket >= total && in_flight == 0) break;
-            if (next_ticket < total && (free_list != NULL || spare_list != NULL)) arm(start + (double)next_ticket / args.rate);
+            if (next_ticket >= total && in_flight == 0 && waiting_len == 0) break;
+            if (next_ticket < total) arm(start + (double)next_ticket / args.rate);
         } else {
-            conn_t *c;
-            while (t >= start && t < end && (c = take()) != NULL) send_on(c, t);
-            if (t >= end && in_flight == 0) break;
+            /* CONNECTIONS callers, each sending its next request when the last is answered. */
+            if (t >= start && !closed_started) {
+                closed_started = 1;
+                for (int i = 0; i < connections; i++) request_due(t);
+            }
+            expire_waiting(t);
+            if (closed_started && in_flight == 0 && waiting_len == 0) break;
             if (t < start) arm(start);
         }
         if (t > give_up) {
-            unanswered += in_flight;
+            unanswered += in_flight + waiting_len;
             break;
         }
         int n = epoll_wait(epfd, events, 1024, 100);
@@ -329,13 +424,14 @@ int main(int argc, char **argv) {
             }
             if (c->fd >= 0) on_ready(c);
         }
-        /* A request in flight past its timeout is unanswered; its connection is closed. */
+        /* A request in flight past its timeout is unanswered, and a dial past it is given up;
+         * their connections are closed. */
         static double scanned;
-        if (in_flight && now() - scanned > 0.05) {
+        if ((in_flight || dialing) && now() - scanned > 0.05) {
             scanned = now();
             double late = scanned - args.timeout_s;
             for (int i = 0; i < connections; i++)
-                if (busy(&conns[i]) && conns[i].due < late) failed(&conns[i]);
+                if ((busy(&conns[i]) || dialling(&conns[i])) && conns[i].due < late) failed(&conns[i]);
         }
     }
     printf("dials %ld\n", dials);

@@ -198,6 +198,8 @@ def main() -> None:
              on_ready: Callable[[], None] | None = None) -> openloop.Summary:
         if binary is not None:
             warm = connections if args.warm is None or mode == "closed" else min(args.warm, connections)
+            if args.max_idle and mode == "open":
+                warm = min(warm, args.max_idle)  # the API server's pool: the rest would be closed at once
             return openloop.run_native(binary, mode, "127.0.0.1", port, str(ca), payload, rate=rate,
                                        seconds=seconds, connections=connections, warm=warm,
                                        cpu=1 if pin else None, on_ready=on_ready,
