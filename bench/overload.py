@@ -1,7 +1,7 @@
 """Benchmark: the real `gpushare serve` at twice its saturation rate.
 
     python bench/overload.py [--rounds 7] [--seconds 5] [--factor 2] [--connections 900] [--warm N]
-                             [--client netpoll|threads] [--tool auto|c|python]
+                             [--client netpoll|threads] [--tool auto|c|python] [--max-idle N]
 
 1. Saturation: a closed-loop client (32 keep-alive connections, each sending its next request
    as soon as the last is answered) POSTs a realistic 4 KB Pod review to /validate for a few
@@ -22,6 +22,10 @@ poller, and one thread collects every connection that became readable). ``--clie
 uses bench/openloop.c, a blocking thread per connection: every answer the server writes then
 wakes a sleeping thread on the other core, which on a loopback connection the server pays for
 in its write (about twice the CPU per refusal, measured).
+
+``--max-idle 25`` makes the netpoll client keep and dial connections in the overload windows as
+kube-apiserver does (client-go keeps at most 25 idle connections per webhook host and dials for
+the rest; every dial is a TLS handshake for the server).
 
 The host's speed drifts by tens of percent within a minute, so the overload runs in windows,
 each at ``factor`` x the S measured just before it and followed by another saturation run;
