@@ -406,3 +406,55 @@ def test_new_connections_are_issued_no_tls_session_tickets(server):
         assert status == 200
         assert tls.session is not None
         assert not tls.session.has_ticket
+
+
+def test_a_burst_of_new_connections_past_the_slow_limit_is_served_in_full(tmp_path):
+    """The API server keeps 25 idle connections and dials one per call past them, so a burst of
+    calls arrives as a burst of TLS handshakes. Sixty connections opened at once against
+    overload.max_slow_connections=20: none is closed half done (each waits on the server, not on
+    its client), the server stops accepting until there is room, and every review is answered."""
+    env = {"GPUSHARE_OVERLOAD__MAX_SLOW_CONNECTIONS": "20", "GPUSHARE_OVERLOAD__SLOW_AFTER_SECONDS": "10"}
+    with gpushare_server(tmp_path, env=env) as server, ExitStack() as stack:
+        port = int(server.url.rsplit(":", 1)[1])
+        raws = [stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=15))
+                for _ in range(60)]  # all connected (the kernel's backlog) before any handshake
+        context = ssl.create_default_context(cafile=server.ca)
+
+        def review(raw: socket.socket) -> int:
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(_request(_review_bytes()))
+                return _read_response(tls)[0]
+
+        with ThreadPoolExecutor(max_workers=60) as pool:
+            statuses = list(pool.map(review, raws))
+        assert statuses == [200] * 60
+        assert _metric(server, 'gpushare_connections_evicted_total{kind="slow"}') == 0
+
+
+def test_slow_connections_past_the_limit_are_closed_once_they_have_waited(tmp_path):
+    """The slowloris protection stays: five connections trickling a TLS handshake against
+    overload.max_slow_connections=5 and slow_after_seconds=0.3 are closed for room once they are
+    that old, and a new client is served."""
+    env = {"GPUSHARE_OVERLOAD__MAX_SLOW_CONNECTIONS": "5", "GPUSHARE_OVERLOAD__SLOW_AFTER_SECONDS": "0.3",
+           "GPUSHARE_OVERLOAD__NEW_CONNECTION_SECONDS": "30"}
+    review = admission_review(load_json("pod-realistic.json"))
+    with gpushare_server(tmp_path, env=env) as server, ExitStack() as stack:
+        port = int(server.url.rsplit(":", 1)[1])
+        slow = []
+        for _ in range(5):
+            raw = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=15))
+            raw.sendall(b"\x16\x03\x01\x02\x00\x01")  # the start of a ClientHello, and no more
+            slow.append(raw)
+
+        def first_slow_closed() -> bool:
+            # Each new connection needs room; it is made by closing the oldest trickler once it
+            # has waited slow_after_seconds.
+            assert server.post_json("/validate?timeout=5s", review).status_code == 200
+            slow[0].settimeout(0.05)  # a look, not a wait: the deadline of wait_until decides
+            try:
+                return _closed_by_server(slow[0])
+            except TimeoutError:
+                return False
+
+        wait_until(first_slow_closed, timeout=20, what="the oldest trickling connection closed for room")
+        assert _metric(server, 'gpushare_connections_evicted_total{kind="slow"}') >= 1

@@ -123,6 +123,11 @@ class OverloadSettings(_Section):
     # the oldest of them is closed, so trickling clients cannot fill max_connections. Connections
     # that connected and sent nothing yet are bounded by max_connections and new_connection_seconds.
     max_slow_connections: int = Field(256, ge=1)
+    # ... but only one that has been in its handshake or request this long is closed for room.
+    # Younger ones wait on this server, not on their client: a burst of new connections (the API
+    # server dials one per call past the 25 it keeps idle) makes the server stop accepting for a
+    # moment instead, and the rest of the burst waits in the listen backlog.
+    slow_after_seconds: float = Field(0.5, gt=0, le=60)
     # Bodies larger than this are JSON-decoded at most ``large_body_concurrency`` at a time, so a
     # burst of huge reviews cannot multiply the decoded size by the thread count.
     large_body_bytes: int = Field(256 * 1024, ge=1024)

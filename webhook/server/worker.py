@@ -14,9 +14,12 @@ server hooks) and gunicorn's HTTP library (``gunicorn.http.RequestParser``,
   its first byte; on a kept-alive connection a request must be complete within ``overload.client_timeout_seconds``
   of its first byte. Late: a JSON 408 (if anything was sent) and the connection is closed.
 - **Room under pressure.** Past ``overload.max_slow_connections`` connections in the middle of
-  a handshake or a request, the oldest of them is closed; past ``overload.max_connections`` in
-  all, the oldest idle one (connected and silent, then kept-alive); new connections are always
-  accepted. A connection that connected and sends nothing is idle, like a kept-alive one.
+  a handshake or a request, the oldest of them is closed once it has been there
+  ``overload.slow_after_seconds``; while all are younger (a burst of new connections, which
+  wait on this server rather than on their clients) the poller stops accepting for that long at
+  most, and the burst waits in the listen backlog. Past ``overload.max_connections`` in all, the
+  oldest idle one is closed (connected and silent, then kept-alive); new connections are never
+  refused. A connection that connected and sends nothing is idle, like a kept-alive one.
 - **Tool endpoints in their own slots.** /dry-run, the scheduler extender and other tool POSTs
   evaluate in ``overload.auxiliary_concurrency`` slots apart from the admission reviews'.
 - **Evaluation slots.** At most ``overload.app_concurrency`` threads run the app at once; with
@@ -215,10 +218,10 @@ class ConnectionQueue:
     against every entry: about 30 µs per request at 900 open connections, in the poller)."""
 
     def __init__(self) -> None:
-        self._conns: dict[Conn, None] = {}  # insertion-ordered
+        self._conns: dict[Conn, float] = {}  # insertion-ordered, with when each was appended
 
-    def append(self, conn: Conn) -> None:
-        self._conns[conn] = None
+    def append(self, conn: Conn, at: float = 0.0) -> None:
+        self._conns[conn] = at
 
     def remove(self, conn: Conn) -> None:
         del self._conns[conn]
@@ -233,6 +236,10 @@ class ConnectionQueue:
 
     def oldest(self) -> Conn | None:
         return next(iter(self._conns), None)
+
+    def oldest_since(self) -> float:
+        """When the oldest connection was appended (its ``at``); the queue must not be empty."""
+        return next(iter(self._conns.values()))
 
     def __contains__(self, conn: Conn) -> bool:
         return conn in self._conns
@@ -273,6 +280,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self._door_answers: dict[tuple[str, str | None, bool], bytes] = {}
         self._refusals: dict[str, int] = {}  # door refusals by path, not yet in /metrics
         self._turn_started = 0.0  # when the poller's current turn began (after select)
+        self._accepting = True  # listeners registered in the poller (see _pause_accepting)
         self._budgets: dict[str | None, float] = {}
         self._seconds_per_request = 0.0
         # Evaluation slots as tokens in a C queue: taking one blocks without the GIL, and costs a
@@ -337,7 +345,9 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             self.notify()
             self._notified_at = now
         try:
-            events = self.poller.select(0 if self._ready else timeout)  # type: ignore[union-attr]
+            # While accepting is paused, look again soon: room comes when connections age, too.
+            wait = 0 if self._ready else timeout if self._accepting else min(timeout, 0.05)
+            events = self.poller.select(wait)  # type: ignore[union-attr]
         except OSError as exc:
             if exc.errno != errno.EINTR:
                 raise
@@ -351,6 +361,8 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self._finish()
         if self._ready:
             self._evaluate_ready()
+        if not self._accepting:
+            self._resume_accepting()
         now = time.monotonic()
         if now - self._scanned_at >= 0.1:
             self._scanned_at = now
@@ -409,6 +421,8 @@ class WebhookWorker(Worker):  # type: ignore[misc]
 
     def _accept(self, listener: socket.socket) -> None:
         for _ in range(64):  # a burst of new connections in one wake-up, bounded
+            if not self._accepting:
+                return
             try:
                 client_sock, client_addr = listener.accept()
             except OSError as exc:
@@ -432,21 +446,20 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self.nr_conns += 1
         conn = Conn(sock, client_addr, listener.getsockname(), self.limits.client_timeout_seconds)
         conn.stage = stage
-        conn.timeout = time.monotonic() + self.limits.new_connection_seconds
-        self.reading.append(conn)
+        conn.timeout = (now := time.monotonic()) + self.limits.new_connection_seconds
+        self.reading.append(conn, now)
         self.poller.register(sock, selectors.EVENT_READ, partial(self._on_reading, conn))  # type: ignore[union-attr]
-        self._make_room(conn)
+        self._make_room(conn, now)
 
-    def _make_room(self, newest: Conn) -> None:
+    def _make_room(self, newest: Conn, now: float) -> None:
         """Under pressure close the oldest idle connections, never the new one. Slow connections
         (a handshake or a request under way) have a budget of their own, smaller than
-        max_connections; past max_connections the oldest connection that never sent anything goes
-        first, then the oldest kept-alive one, then the oldest slow one. Only when every other
-        connection is busy in a thread is the new one closed."""
-        while len(self.reading) > self.limits.max_slow_connections:
-            if self.reading.oldest() is newest:
-                break
-            self._close_reading(self.reading.popleft(), "slow")
+        max_connections (past it, the oldest that has been slow for slow_after_seconds is closed,
+        or accepting pauses while all are younger); past max_connections the oldest connection
+        that never sent anything goes first, then the oldest kept-alive one, then the oldest slow
+        one. Only when every other connection is busy in a thread is the new one closed."""
+        if not self._close_slow(now, newest):
+            self._pause_accepting()
         while self.nr_conns > self.limits.max_connections:
             if len(self.unrequested):
                 self._close_reading(self.unrequested.popleft(), "unrequested")
@@ -458,6 +471,33 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                 self.reading.discard(newest)
                 self._close_reading(newest, "busy")
                 return
+
+    def _close_slow(self, now: float, newest: Conn | None = None) -> bool:
+        """Past max_slow_connections, close the oldest connections in a handshake or a request
+        that have been there slow_after_seconds; False while every one left is younger (a burst
+        of new connections: they wait on this server, not on their clients)."""
+        while len(self.reading) > self.limits.max_slow_connections:
+            if self.reading.oldest() is newest:
+                return True
+            if now - self.reading.oldest_since() < self.limits.slow_after_seconds:
+                return False
+            self._close_reading(self.reading.popleft(), "slow")
+        return True
+
+    def _pause_accepting(self) -> None:
+        """New connections wait in the listen backlog until there is room (_resume_accepting)."""
+        if self._accepting:
+            self._accepting = False
+            for listener in self.sockets:
+                with contextlib.suppress(KeyError, ValueError, OSError):
+                    self.poller.unregister(listener)  # type: ignore[union-attr]
+
+    def _resume_accepting(self) -> None:
+        if self._accepting or not self.alive or not self._close_slow(time.monotonic()):
+            return
+        self._accepting = True
+        for listener in self.sockets:
+            self.poller.register(listener, selectors.EVENT_READ, self._accept)  # type: ignore[union-attr]
 
     def _close_reading(self, conn: Conn, why: str) -> None:
         self._unregister(conn)
@@ -487,8 +527,8 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             self.nr_conns -= 1
             _close_quietly(conn.sock)
         elif state == "incomplete":
-            conn.timeout = time.monotonic() + self.limits.client_timeout_seconds
-            self.reading.append(conn)
+            conn.timeout = (now := time.monotonic()) + self.limits.client_timeout_seconds
+            self.reading.append(conn, now)
             self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._on_reading, conn))  # type: ignore[union-attr]
             if conn.buf.find(b"\r\n\r\n") >= 0:
                 conn.stage = "body"
@@ -522,8 +562,8 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                     self.unrequested.append(conn)
             elif conn in self.unrequested:  # its first bytes: now it is sending its first request
                 self.unrequested.remove(conn)
-                conn.timeout = time.monotonic() + self.limits.new_connection_seconds
-                self.reading.append(conn)
+                conn.timeout = (now := time.monotonic()) + self.limits.new_connection_seconds
+                self.reading.append(conn, now)
             if conn.stage == "headers" and conn.buf.find(b"\r\n\r\n") >= 0:
                 conn.stage = "body"
         else:
@@ -688,8 +728,8 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             return
         if conn.buf:  # pipelined: the next request is (partly) here already
             conn.stage = "headers"
-            conn.timeout = time.monotonic() + self.limits.client_timeout_seconds
-            self.reading.append(conn)
+            conn.timeout = (now := time.monotonic()) + self.limits.client_timeout_seconds
+            self.reading.append(conn, now)
             self.poller.register(conn.sock, selectors.EVENT_READ,  # type: ignore[union-attr]
                                  partial(self._on_reading, conn))
             self._on_reading(conn, None)
