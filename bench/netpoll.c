@@ -182,6 +182,18 @@ static void failed(conn_t *c) {
     release(c);
 }
 
+/* After an SSL call that returned ``ret`` without finishing: wait in ``state`` for what OpenSSL
+ * wants (readable or writable), or fail the connection. */
+static void wait_for_tls(conn_t *c, int ret, int state) {
+    int err = SSL_get_error(c->ssl, ret);
+    if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
+        c->state = state;
+        watch(c, err == SSL_ERROR_WANT_WRITE ? EPOLLOUT : EPOLLIN, EPOLL_CTL_MOD);
+        return;
+    }
+    failed(c);
+}
+
 static void try_write(conn_t *c) {
     int n = SSL_write(c->ssl, args.request, (int)args.request_len);
     if (n == (int)args.request_len) {
@@ -190,13 +202,7 @@ static void try_write(conn_t *c) {
         watch(c, EPOLLIN, EPOLL_CTL_MOD);
         return;
     }
-    int err = SSL_get_error(c->ssl, n);
-    if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) {
-        c->state = WRITING;
-        watch(c, err == SSL_ERROR_WANT_WRITE ? EPOLLOUT : EPOLLIN, EPOLL_CTL_MOD);
-        return;
-    }
-    failed(c);
+    wait_for_tls(c, n, WRITING);
 }
 
 static void send_on(conn_t *c, double due) {
@@ -227,13 +233,7 @@ static void handshake(conn_t *c) {
         conn_ready(c);
         return;
     }
-    int err = SSL_get_error(c->ssl, r);
-    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-        c->state = HANDSHAKE;
-        watch(c, err == SSL_ERROR_WANT_WRITE ? EPOLLOUT : EPOLLIN, EPOLL_CTL_MOD);
-        return;
-    }
-    failed(c);
+    wait_for_tls(c, r, HANDSHAKE);
 }
 
 /* A request found no idle connection: dial one for it without holding up the others, as Go's
@@ -256,20 +256,15 @@ static void start_dial(void) {
     watch(c, EPOLLOUT, EPOLL_CTL_ADD);
 }
 
-/* A request is due: out on an idle connection, else it waits and a dial starts for it. */
+/* A request is due: the oldest waiting one goes out on an idle connection, else it waits and a
+ * dial starts for it. */
 static void request_due(double due) {
     conn_t *c = take_idle();
-    if (c != NULL && waiting_len == 0) {
-        send_on(c, due);
-        return;
-    }
-    if (c != NULL) {  /* older requests wait: the oldest goes first */
-        push_waiting(due);
-        send_on(c, pop_waiting());
-        return;
-    }
     push_waiting(due);
-    start_dial();
+    if (c != NULL)
+        send_on(c, pop_waiting());
+    else
+        start_dial();
 }
 
 /* The answer is all here: the status, or 0 while more is due; -1 if it is malformed. */

@@ -197,13 +197,15 @@ def main() -> None:
     pin = args.pin and binary is not None
     pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
     payload = openloop.request_bytes("/validate", api_server_json(review_for(pod)))
+    # Connections opened before each overload window (C client); with --max-idle, no more than the
+    # API server's pool keeps, since the rest would be closed at once.
+    window_warm = min(args.connections, args.connections if args.warm is None else args.warm,
+                      args.max_idle or args.connections)
 
     def load(mode: str, seconds: float, connections: int, rate: float = 0,
              on_ready: Callable[[], None] | None = None) -> openloop.Summary:
         if binary is not None:
-            warm = connections if args.warm is None or mode == "closed" else min(args.warm, connections)
-            if args.max_idle and mode == "open":
-                warm = min(warm, args.max_idle)  # the API server's pool: the rest would be closed at once
+            warm = connections if mode == "closed" else window_warm
             return openloop.run_native(binary, mode, "127.0.0.1", port, str(ca), payload, rate=rate,
                                        seconds=seconds, connections=connections, warm=warm,
                                        cpu=1 if pin else None, on_ready=on_ready,
@@ -256,8 +258,7 @@ def main() -> None:
                     rate = after_rate
             after = scrape(url, ca)
             log_tail = Path(tmp, "server.log").read_text(errors="replace").splitlines()[-3:]
-    warm = args.connections if args.warm is None else min(args.warm, args.connections)
-    opened = f"{warm} opened before each window" if binary is not None else "opened on demand"
+    opened = f"{window_warm} opened before each window" if binary is not None else "opened on demand"
     if args.max_idle:
         opened += f", at most {args.max_idle} kept open when idle"
     print(f"\noverload: {args.rounds} windows of {args.seconds:g} s, each open loop at {args.factor:g} x the S "
