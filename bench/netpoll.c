@@ -14,12 +14,17 @@
  * seconds of being due is unanswered. Closed loop: CONNECTIONS callers, each sending its next
  * request as soon as its previous one is answered, for SECONDS. WARM connections are opened (TLS
  * included) before the clock starts; the rest when a request finds no free connection.
- * A request that finds no idle connection waits and starts a dial (without blocking the
- * others; at most CONNECTIONS open or opening), and goes out on whichever connection is free
- * first, its dial's or one another request's answer freed, as in Go's http.Transport; a failed
- * dial fails a request still waiting. MAX_IDLE (default 0, no limit): like Go's
- * MaxIdleConnsPerHost, at most this many answered connections are kept idle and the others are
- * closed; kube-apiserver's webhook client keeps 25 (client-go's transport: idleConnsPerHost).
+ * A request that finds no idle connection waits and starts a dial (at most CONNECTIONS open or
+ * opening), and goes out on whichever connection is free first, its dial's or one another
+ * request's answer freed, as in Go's http.Transport; a failed dial fails a request still
+ * waiting. Dials (connect and TLS handshake) run on threads of their own at the lowest CPU
+ * priority, as Go runs each dial in a goroutine of its own on the API server's other cores: a
+ * client that did its handshakes in the loop that sends and reads stalled for tens of
+ * milliseconds under churn on this benchmark's one client core, then sent its requests in
+ * bursts and dialled again for them, an effect the API server does not have.
+ * MAX_IDLE (default 0, no limit): like Go's MaxIdleConnsPerHost, at most this many answered
+ * connections are kept idle and the others are closed; kube-apiserver's webhook client keeps
+ * 25 (client-go's transport: idleConnsPerHost).
  *
  * Prints "dials N" (connections opened after the start), "scheduled N answered N unanswered N",
  * "status CODE N" lines and "latency p50 p99 max" in seconds.
@@ -28,15 +33,18 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-enum { IDLE, WRITING, READING, CLOSED, CONNECTING, HANDSHAKE };
+enum { IDLE, WRITING, READING, CLOSED, DIALLING };
 
 typedef struct conn {
-    int fd, state;
+    int fd, state, dial_ok;
     SSL *ssl;
     double due;  /* when the request on this connection was due */
     char buf[16384];
@@ -57,6 +65,17 @@ static long idle_count, dials, dialing;
  * request waits in Go's http.Transport (idleConnWait). */
 static double *waiting;
 static long waiting_head, waiting_len, waiting_cap;
+
+/* Dials run on DIAL_THREADS threads at the lowest CPU priority (see the top of this file): the
+ * TLS handshakes of new connections never hold up the loop that sends requests and reads
+ * answers. A dial is handed over in a queue and comes back, finished, through a pipe. */
+#define DIAL_THREADS 16
+static pthread_mutex_t dial_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t dial_wanted = PTHREAD_COND_INITIALIZER;
+static conn_t **dial_queue;
+static long dial_head, dial_len, dial_cap;
+static int dialled_pipe[2];
+static char dialled_marker;  /* the epoll tag of dialled_pipe[0] */
 
 static void record(double latency, int status) {
     if (answered == latencies_cap) {
@@ -80,7 +99,8 @@ static void disconnect(conn_t *c) {
     c->state = CLOSED;
 }
 
-/* A blocking connect and handshake (before the clock starts, or on demand), then non-blocking. */
+/* A blocking connect and handshake (before the clock starts, or on a dial thread), then
+ * non-blocking; the caller watches the connection. */
 static int connect_tls(conn_t *c) {
     c->fd = tcp_socket();
     if (c->fd < 0) return -1;
@@ -95,12 +115,26 @@ static int connect_tls(conn_t *c) {
     setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
     SSL_set_mode(c->ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     if (fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK) != 0) goto fail;
-    c->state = IDLE;
-    watch(c, EPOLLIN, EPOLL_CTL_ADD);  /* an idle connection that becomes readable was closed */
     return 0;
 fail:
     disconnect(c);
     return -1;
+}
+
+static void *dial_thread(void *unused) {
+    (void)unused;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    for (;;) {
+        pthread_mutex_lock(&dial_lock);
+        while (dial_len == 0) pthread_cond_wait(&dial_wanted, &dial_lock);
+        conn_t *c = dial_queue[dial_head];
+        dial_head = (dial_head + 1) % dial_cap;
+        dial_len--;
+        pthread_mutex_unlock(&dial_lock);
+        c->dial_ok = connect_tls(c) == 0;
+        if (write(dialled_pipe[1], &c, sizeof c) != sizeof c) abort();
+    }
+    return NULL;
 }
 
 static void push_waiting(double due) {
@@ -161,7 +195,7 @@ static int busy(const conn_t *c) {
 }
 
 static int dialling(const conn_t *c) {
-    return c->state == CONNECTING || c->state == HANDSHAKE;
+    return c->state == DIALLING;
 }
 
 static void failed(conn_t *c) {
@@ -222,18 +256,17 @@ static void conn_ready(conn_t *c) {
     release(c);
 }
 
-/* The TLS handshake of a dialled connection, without blocking. */
-static void handshake(conn_t *c) {
-    int r = SSL_connect(c->ssl);
-    if (r == 1) {
-        SSL_set_mode(c->ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-        dialing--;
-        c->state = IDLE;
-        watch(c, EPOLLIN, EPOLL_CTL_MOD);
-        conn_ready(c);
+/* A dial thread finished: the new connection takes the oldest waiting request, or fails. */
+static void dialled(conn_t *c) {
+    if (!c->dial_ok) {
+        c->state = DIALLING;  /* the thread's disconnect marked it closed */
+        failed(c);
         return;
     }
-    wait_for_tls(c, r, HANDSHAKE);
+    dialing--;
+    c->state = IDLE;
+    watch(c, EPOLLIN, EPOLL_CTL_ADD);
+    conn_ready(c);
 }
 
 /* A request found no idle connection: dial one for it without holding up the others, as Go's
@@ -244,16 +277,12 @@ static void start_dial(void) {
     spare_list = c->next_free;
     dials++;
     dialing++;
-    c->due = now();  /* the dial's own start, for its timeout */
-    c->state = CONNECTING;
-    c->fd = tcp_socket();
-    if (c->fd < 0 || fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) | O_NONBLOCK) != 0 ||
-        (connect_server(&args, c->fd) != 0 && errno != EINPROGRESS)) {
-        failed(c);
-        return;
-    }
-    c->ssl = tls_session(&args, c->fd);
-    watch(c, EPOLLOUT, EPOLL_CTL_ADD);
+    c->due = now();
+    c->state = DIALLING;
+    pthread_mutex_lock(&dial_lock);
+    dial_queue[(dial_head + dial_len++) % dial_cap] = c;
+    pthread_cond_signal(&dial_wanted);
+    pthread_mutex_unlock(&dial_lock);
 }
 
 /* A request is due: the oldest waiting one goes out on an idle connection, else it waits and a
@@ -282,19 +311,6 @@ static int complete(conn_t *c, int *close_after) {
 }
 
 static void on_ready(conn_t *c) {
-    if (c->state == CONNECTING) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
-            failed(c);
-            return;
-        }
-        c->state = HANDSHAKE;
-    }
-    if (c->state == HANDSHAKE) {
-        handshake(c);
-        return;
-    }
     if (c->state == WRITING) {
         try_write(c);
         if (c->state != READING) return;
@@ -357,12 +373,27 @@ int main(int argc, char **argv) {
     epoll_ctl(epfd, EPOLL_CTL_ADD, timer_fd, &tev);
 
     conn_t *conns = calloc((size_t)connections, sizeof(conn_t));
+    dial_cap = connections;
+    dial_queue = calloc((size_t)connections, sizeof(conn_t *));
+    if (pipe2(dialled_pipe, O_NONBLOCK) != 0) return 1;
+    fcntl(dialled_pipe[1], F_SETFL, 0);  /* the dial threads' writes block, the loop's reads do not */
+    struct epoll_event dev = {.events = EPOLLIN, .data.ptr = &dialled_marker};
+    epoll_ctl(epfd, EPOLL_CTL_ADD, dialled_pipe[0], &dev);
+    for (int i = 0; i < DIAL_THREADS; i++) {
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, dial_thread, NULL) != 0) return 1;
+        pthread_detach(thread);
+    }
     for (int i = connections - 1; i >= 0; i--) {  /* the free list hands out conns[0] first */
         conns[i].fd = -1;
         conns[i].state = CLOSED;
-        if (i < warm && connect_tls(&conns[i]) != 0) {
-            fprintf(stderr, "could not open connection %d\n", i);
-            return 1;
+        if (i < warm) {
+            if (connect_tls(&conns[i]) != 0) {
+                fprintf(stderr, "could not open connection %d\n", i);
+                return 1;
+            }
+            conns[i].state = IDLE;
+            watch(&conns[i], EPOLLIN, EPOLL_CTL_ADD);  /* an idle connection that becomes readable was closed */
         }
         release(&conns[i]);
     }
@@ -412,6 +443,13 @@ int main(int argc, char **argv) {
         int n = epoll_wait(epfd, events, 1024, 100);
         for (int i = 0; i < n; i++) {
             conn_t *c = events[i].data.ptr;
+            if ((void *)c == (void *)&dialled_marker) {
+                conn_t *done[256];
+                ssize_t got;
+                while ((got = read(dialled_pipe[0], done, sizeof done)) > 0)
+                    for (ssize_t k = 0; k < got / (ssize_t)sizeof(conn_t *); k++) dialled(done[k]);
+                continue;
+            }
             if (c == NULL) {
                 uint64_t expirations;
                 if (read(timer_fd, &expirations, sizeof expirations) < 0 && errno != EAGAIN) return 1;
@@ -419,14 +457,14 @@ int main(int argc, char **argv) {
             }
             if (c->fd >= 0) on_ready(c);
         }
-        /* A request in flight past its timeout is unanswered, and a dial past it is given up;
-         * their connections are closed. */
+        /* A request in flight past its timeout is unanswered; its connection is closed (a dial
+         * gives up on its own, at the same timeout). */
         static double scanned;
-        if ((in_flight || dialing) && now() - scanned > 0.05) {
+        if (in_flight && now() - scanned > 0.05) {
             scanned = now();
             double late = scanned - args.timeout_s;
             for (int i = 0; i < connections; i++)
-                if ((busy(&conns[i]) || dialling(&conns[i])) && conns[i].due < late) failed(&conns[i]);
+                if (busy(&conns[i]) && conns[i].due < late) failed(&conns[i]);
         }
     }
     printf("dials %ld\n", dials);
