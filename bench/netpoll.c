@@ -18,10 +18,11 @@
  * opening), and goes out on whichever connection is free first, its dial's or one another
  * request's answer freed, as in Go's http.Transport; a failed dial fails a request still
  * waiting. Dials (connect and TLS handshake) run on threads of their own at the lowest CPU
- * priority, as Go runs each dial in a goroutine of its own on the API server's other cores: a
- * client that did its handshakes in the loop that sends and reads stalled for tens of
- * milliseconds under churn on this benchmark's one client core, then sent its requests in
- * bursts and dialled again for them, an effect the API server does not have.
+ * priority, as Go runs each dial in a goroutine of its own (net/http's transport.go,
+ * queueForDial: "go t.dialConnFor(w)") on the API server's other cores: a client that did
+ * its handshakes in the loop that sends and reads stalled for tens of milliseconds under
+ * churn on this benchmark's one client core, then sent its requests in bursts and dialled
+ * again for them, an effect the API server does not have.
  * MAX_IDLE (default 0, no limit): like Go's MaxIdleConnsPerHost, at most this many answered
  * connections are kept idle and the others are closed; kube-apiserver's webhook client keeps
  * 25 (client-go's transport: idleConnsPerHost).
@@ -277,7 +278,6 @@ static void start_dial(void) {
     spare_list = c->next_free;
     dials++;
     dialing++;
-    c->due = now();
     c->state = DIALLING;
     pthread_mutex_lock(&dial_lock);
     dial_queue[(dial_head + dial_len++) % dial_cap] = c;
