@@ -446,10 +446,17 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         self.nr_conns += 1
         conn = Conn(sock, client_addr, listener.getsockname(), self.limits.client_timeout_seconds)
         conn.stage = stage
-        conn.timeout = (now := time.monotonic()) + self.limits.new_connection_seconds
-        self.reading.append(conn, now)
+        now = self._start_reading(conn, self.limits.new_connection_seconds)
         self.poller.register(sock, selectors.EVENT_READ, partial(self._on_reading, conn))  # type: ignore[union-attr]
         self._make_room(conn, now)
+
+    def _start_reading(self, conn: Conn, seconds: float) -> float:
+        """The connection is in a handshake or a request from now on, for at most ``seconds``;
+        ``reading`` keeps when it began (for overload.slow_after_seconds). Returns now."""
+        now = time.monotonic()
+        conn.timeout = now + seconds
+        self.reading.append(conn, now)
+        return now
 
     def _make_room(self, newest: Conn, now: float) -> None:
         """Under pressure close the oldest idle connections, never the new one. Slow connections
@@ -527,8 +534,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             self.nr_conns -= 1
             _close_quietly(conn.sock)
         elif state == "incomplete":
-            conn.timeout = (now := time.monotonic()) + self.limits.client_timeout_seconds
-            self.reading.append(conn, now)
+            self._start_reading(conn, self.limits.client_timeout_seconds)
             self.poller.modify(conn.sock, selectors.EVENT_READ, partial(self._on_reading, conn))  # type: ignore[union-attr]
             if conn.buf.find(b"\r\n\r\n") >= 0:
                 conn.stage = "body"
@@ -562,8 +568,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                     self.unrequested.append(conn)
             elif conn in self.unrequested:  # its first bytes: now it is sending its first request
                 self.unrequested.remove(conn)
-                conn.timeout = (now := time.monotonic()) + self.limits.new_connection_seconds
-                self.reading.append(conn, now)
+                self._start_reading(conn, self.limits.new_connection_seconds)
             if conn.stage == "headers" and conn.buf.find(b"\r\n\r\n") >= 0:
                 conn.stage = "body"
         else:
@@ -728,8 +733,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             return
         if conn.buf:  # pipelined: the next request is (partly) here already
             conn.stage = "headers"
-            conn.timeout = (now := time.monotonic()) + self.limits.client_timeout_seconds
-            self.reading.append(conn, now)
+            self._start_reading(conn, self.limits.client_timeout_seconds)
             self.poller.register(conn.sock, selectors.EVENT_READ,  # type: ignore[union-attr]
                                  partial(self._on_reading, conn))
             self._on_reading(conn, None)
