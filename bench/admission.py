@@ -40,6 +40,12 @@ def api_server_json(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+def realistic_review_body() -> bytes:
+    """The benchmarks' review body: tests/data/pod-realistic.json in an AdmissionReview, compact
+    as the API server sends it (about 4 KB)."""
+    return api_server_json(review_for(json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())))
+
+
 def review_for(pod: dict) -> dict:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import os
 import shutil
 import signal
@@ -36,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.admission import api_server_json, review_for  # noqa: E402
+from bench.admission import realistic_review_body  # noqa: E402
 from bench.processes import children, free_port, https_server  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
 
@@ -114,7 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     if not shutil.which("valgrind"):
         sys.exit("bench/admission_cost.py needs valgrind (apt install valgrind)")
-    body = api_server_json(review_for(json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())))
+    body = realistic_review_body()
     gpushare = Path(sys.executable).parent / "gpushare"
     os.environ.update(SLOW_SERVER_ENV)  # https_server starts the servers with this environment
     paths = ("/validate", "/mutate")

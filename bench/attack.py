@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
-import json
 import multiprocessing
 import ssl
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.admission import api_server_json, review_for  # noqa: E402
+from bench.admission import realistic_review_body  # noqa: E402
 from bench.overload import PeakRss  # noqa: E402
 from bench.processes import free_port, https_server  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
@@ -189,8 +188,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--attacks", default=",".join(ATTACKS))
     args = parser.parse_args()
-    pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
-    body = api_server_json(review_for(pod))
+    body = realistic_review_body()
     gpushare = Path(sys.executable).parent / "gpushare"
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

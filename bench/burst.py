@@ -18,7 +18,6 @@ idle connections per webhook host); that load comes from bench/netpoll.c.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -27,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import openloop  # noqa: E402
-from bench.admission import api_server_json, review_for  # noqa: E402
+from bench.admission import realistic_review_body  # noqa: E402
 from bench.processes import https_server, serve_on_loopback  # noqa: E402
 
 
@@ -49,9 +48,8 @@ def main() -> None:
         binary = openloop.native_client() if args.tool in ("auto", "c") else None
     if args.tool == "c" and binary is None:
         raise SystemExit("the C client could not be built (needs cc and OpenSSL headers)")
-    pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
     path = f"/validate?timeout={args.timeout}" if args.timeout else "/validate"
-    payload = openloop.request_bytes(path, api_server_json(review_for(pod)))
+    payload = openloop.request_bytes(path, realistic_review_body())
     pin = binary is not None
     with tempfile.TemporaryDirectory() as tmp:
         port, ca, command = serve_on_loopback(tmp, pin=pin)

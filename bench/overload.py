@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import openloop  # noqa: E402
-from bench.admission import api_server_json, review_for  # noqa: E402
+from bench.admission import realistic_review_body  # noqa: E402
 from bench.processes import cpu_seconds, https_server, rss_mib, serve_on_loopback  # noqa: E402
 from webhook.settings import load_settings  # noqa: E402
 
@@ -195,8 +195,7 @@ def main() -> None:
     # The C client fits in one core, so server and client each get their own; the Python client
     # needs more than one core at 2x and runs unpinned (S is then measured under the same sharing).
     pin = args.pin and binary is not None
-    pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
-    payload = openloop.request_bytes("/validate", api_server_json(review_for(pod)))
+    payload = openloop.request_bytes("/validate", realistic_review_body())
     # Connections opened before each overload window (C client); with --max-idle, no more than the
     # API server's pool keeps, since the rest would be closed at once.
     window_warm = min(args.connections, args.connections if args.warm is None else args.warm,

@@ -24,7 +24,6 @@ with hundreds of them each read and write works on memory that is no longer in t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import selectors
 import socket
@@ -38,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import openloop  # noqa: E402
-from bench.admission import api_server_json, review_for  # noqa: E402
+from bench.admission import realistic_review_body  # noqa: E402
 from bench.processes import cpu_seconds, free_port, https_server, serve_on_loopback  # noqa: E402
 
 ANSWER_BODY = (b'{"kind":"Status","apiVersion":"v1","status":"Failure","code":503,"reason":"ServiceUnavailable",'
@@ -122,8 +121,7 @@ def main() -> None:
     if binary is None:
         raise SystemExit("this benchmark needs the C client (cc and OpenSSL headers)")
     counts = [int(c) for c in args.connections.split(",")]
-    pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
-    payload = openloop.request_bytes("/validate?timeout=5s", api_server_json(review_for(pod)))
+    payload = openloop.request_bytes("/validate?timeout=5s", realistic_review_body())
     with tempfile.TemporaryDirectory() as tmp:
         port, ca, command = serve_on_loopback(tmp, pin=True)
         certs = ca.parent
