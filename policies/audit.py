@@ -23,11 +23,10 @@ from typing import Any
 from .cards import CARD_LIMITED_MODES, CORE_PER_CARD, MAX_PODS_PER_CARD, NodeCards, node_cards, recorded_cards
 from .cluster import ClusterState, NodeInfo, PodInfo
 from .engine import Engine
-from .placement import PodDemand, mode_problems, node_profile
+from .placement import UNRESOLVABLE_RULES, PodDemand, mode_problems, node_profile
 from .rules.base import REGISTRY, Finding
 from .settings import PolicySettings, Severity
 
-INVARIANTS = ("GA001", "GA002", "GA003", "GA004", "GA005", "GA006", "GA007")
 SHOWN = 3  # pods named in one message before "and N more"
 _PLACEHOLDER_NS, _PLACEHOLDER_NAME = "gpushare-audit-ns", "gpushare-audit-pod"
 _PLACEHOLDER_LABEL = f"Pod {_PLACEHOLDER_NS}/{_PLACEHOLDER_NAME}"
@@ -185,7 +184,7 @@ class Auditor:
         for pod in live:
             demand = PodDemand(pod.key, pod.gpus, pod.exclusive_gpus, pod.topology_gpus)
             for rule_id, message in mode_problems(demand, profile, names):
-                if rule_id in ("GB002", "GB005"):
+                if rule_id in UNRESOLVABLE_RULES:
                     self._add(out, "GA004", f"Pod {pod.key} runs on node {node.name}, but {message}",
                               "Pod", pod.name, pod.namespace, node.name)
             if pod.gpus:

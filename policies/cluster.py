@@ -37,15 +37,6 @@ class NodeInfo:
     # source); empty when not read. The node's label or annotation wins (placement.cpu_manager_policy).
     kubelet_cpu_manager_policy: str = ""
 
-    def gpu_mem_per_card(self, names: Names) -> int | None:
-        """GiB per card: allocatable gpu-mem / gpu-count, when both are known and divide evenly."""
-        mem = self.allocatable.get(names.resources.gpu_mem) or self.capacity.get(names.resources.gpu_mem)
-        count = self.allocatable.get(names.resources.gpu_count) or self.capacity.get(names.resources.gpu_count)
-        if not mem or not count or mem % count:
-            return None
-        return mem // count
-
-
 @dataclass(frozen=True, slots=True)
 class PodGPU:
     """One container's shared-GPU request inside a pod record."""
@@ -429,12 +420,6 @@ class ClusterSnapshot:
         with self._lock:
             if self._namespaces is not None:
                 self._namespaces.pop(name, None)
-
-    def namespaces_seen(self) -> None:
-        """A complete Namespace list was applied (possibly empty): unknown names now have no labels."""
-        with self._lock:
-            if self._namespaces is None:
-                self._namespaces = {}
 
     def namespace_names(self) -> set[str]:
         with self._lock:

@@ -15,7 +15,8 @@ import jsonpatch
 from .cluster import ClusterState
 from .engine import Engine, Verdict
 from .resources import POD_SPEC_PATHS, WORKLOAD_KINDS, Path
-from .rules.base import REGISTRY, Finding, rule_ids
+from .rule_index import rule_ids
+from .rules.base import REGISTRY, Finding
 from .scoring import NO_STATE, NodeScore, PodRequest, Scorer, pod_request
 from .settings import PolicySettings, Severity
 

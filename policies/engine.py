@@ -14,9 +14,10 @@ from .catalog import build_catalog
 from .cluster import ClusterState, pod_from_manifest
 from .grants import NamespaceLabels
 from .mutations import MUTATIONS, Op, plan_patch
-from .rules.base import REGISTRY, Finding, Rule, StateUnavailable, Subject, UserInfo
+from .rules.base import REGISTRY, Finding, Rule
 from .rules.placement_rules import placed_pod, placement_of
 from .settings import PolicySettings, Severity
+from .subject import StateUnavailable, Subject, UserInfo
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .rules.base import Subject
+from .subject import Subject
 
 Op = dict[str, Any]
 

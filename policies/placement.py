@@ -20,6 +20,10 @@ from .topology import TopologyCards, choose_card_set, topology_cards
 
 SHARED_MODES = frozenset({"cgpu", "core_mem", "share", "mps"})
 ALL_MODES = frozenset({"default", "topology"}) | SHARED_MODES
+# The node-level refusals no eviction can cure (kube-scheduler's FailedAndUnresolvable): the node's
+# mode (GB002) and its CPU manager policy (GB005) hold whatever runs on it; GB001, GB003 and GB004
+# can clear when pods go.
+UNRESOLVABLE_RULES = frozenset({"GB002", "GB005"})
 
 
 @dataclass(frozen=True, slots=True)

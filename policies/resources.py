@@ -112,10 +112,6 @@ def _get(obj: Any, path: Path) -> Any:
     return obj
 
 
-def pod_spec_path(kind: str) -> Path | None:
-    return POD_SPEC_PATHS.get(kind)
-
-
 def pod_spec(obj: dict[str, Any], kind: str) -> tuple[dict[str, Any] | None, Path]:
     """The pod spec of a Pod or workload and its path; (None, path) when absent."""
     path = POD_SPEC_PATHS[kind]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
@@ -56,3 +57,9 @@ def rule_entries(settings: PolicySettings) -> list[RuleEntry]:
 def known_rule_ids() -> frozenset[str]:
     """Every id a config may name: rules and mutations."""
     return frozenset(REGISTRY) | frozenset(MUTATIONS)
+
+
+@cache
+def rule_ids(family: str) -> frozenset[str]:
+    """The ids of every registered rule of ``family``: lists of rules are derived, never typed out."""
+    return frozenset(r.id for r in REGISTRY.values() if r.family == family)

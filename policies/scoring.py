@@ -25,9 +25,16 @@ from typing import Any
 
 from .cards import CORE_PER_CARD, MAX_CARD_GIB, STRIDE
 from .cluster import ClusterState, NodeInfo
-from .placement import NodeProfile, PodDemand, demand_from_containers, judge, node_profile, quick_card
+from .placement import (
+    UNRESOLVABLE_RULES,
+    NodeProfile,
+    PodDemand,
+    demand_from_containers,
+    judge,
+    node_profile,
+    quick_card,
+)
 from .resources import ContainerRequest, container_requests, pod_spec
-from .rules.base import unresolvable_rule_ids
 from .selectors import NodeSelector, node_selector_from_spec
 from .settings import Names
 from .topology import set_min_link
@@ -106,7 +113,7 @@ class NodeScore:
 
 
 def _unresolvable(problems: Sequence[tuple[str, str]], demand: PodDemand, profile: NodeProfile) -> bool:
-    unresolvable = UNRESOLVABLE_FILTERS | unresolvable_rule_ids()
+    unresolvable = UNRESOLVABLE_FILTERS | UNRESOLVABLE_RULES
     for rule, _ in problems:
         if rule in unresolvable:
             return True

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from policies.rules.base import REGISTRY, Found, Subject, rule
+from policies.rules.base import REGISTRY, Found, rule
+from policies.subject import Subject
 from webhook.cli.commands import main
 from webhook.state.snapshot import DEMO_SNAPSHOT
 

@@ -131,3 +131,136 @@ def test_every_module_imports_on_its_own() -> None:
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "", done.stdout + done.stderr
+
+
+
+# --- imports inside functions ------------------------------------------------------------------
+# Python runs a module's top-level imports in order; a package runs its __init__ before any of its
+# modules; a module already being loaded is handed back half-made, and `from it import name`
+# fails if the name is not a submodule. The simulation below follows those rules over the
+# project's own modules, so a loop shows as the import that would fail.
+
+Statement = tuple[str, tuple[str, ...]]  # (module, names it takes from it; () for `import module`)
+
+
+def _resolve(path: Path, root: Path, node: ast.ImportFrom) -> str:
+    package = _name_under(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    base = package[: len(package) - node.level + 1] if node.level else []
+    return ".".join([*base, *(node.module.split(".") if node.module else [])])
+
+
+def _name_under(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _statement(path: Path, root: Path, node: ast.Import | ast.ImportFrom) -> list[Statement]:
+    if isinstance(node, ast.Import):
+        return [(alias.name, ()) for alias in node.names]
+    return [(_resolve(path, root, node), tuple(alias.name for alias in node.names))]
+
+
+def top_level_imports(path: Path, root: Path = ROOT) -> list[Statement]:
+    """What loading ``path`` imports, in order: module-level statements (inside top-level ``if`` and
+    ``try`` too), not in functions, not under ``if TYPE_CHECKING``."""
+    found: list[Statement] = []
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.extend(_statement(path, root, node))
+            elif isinstance(node, ast.If):
+                if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
+                    visit(block)
+
+    visit(ast.parse(path.read_text(), str(path)).body)
+    return found
+
+
+def function_level_imports(path: Path, root: Path = ROOT) -> list[tuple[int, Statement]]:
+    """(line, statement) of every import written inside a function."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[int, Statement]] = []
+    for func in ast.walk(tree):
+        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(func):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    found.extend((node.lineno, s) for s in _statement(path, root, node))
+    return found
+
+
+def first_failing_import(entry: str, imports: dict[str, list[Statement]]) -> str | None:
+    """Load ``entry`` first in a fresh interpreter, as Python would: the first import that meets a
+    half-made module it needs a name from, or None."""
+    state: dict[str, str] = {}
+
+    def load(module: str) -> str | None:
+        parts = module.split(".")
+        for depth in range(1, len(parts) + 1):
+            name = ".".join(parts[:depth])
+            if name not in imports or name in state:
+                continue
+            state[name] = "loading"
+            for target, names in imports[name]:
+                failed = load(target)
+                if failed:
+                    return failed
+                for taken in names:
+                    if f"{target}.{taken}" in imports:
+                        failed = load(f"{target}.{taken}")
+                        if failed:
+                            return failed
+                    elif state.get(target) == "loading":
+                        return f"{name} takes {taken} from {target}, which is still loading"
+            state[name] = "done"
+        return None
+
+    return load(entry)
+
+
+def imports_that_hide_a_loop(root: Path, packages: tuple[str, ...]) -> list[str]:
+    """Every import inside a function that, written at the top of its module, would make some
+    module fail to load first."""
+    files = {_name_under(p, root): p for pkg in packages for p in (root / pkg).rglob("*.py")}
+    imports = {name: top_level_imports(path, root) for name, path in files.items()}
+    hidden = []
+    for name, path in sorted(files.items()):
+        for line, statement in function_level_imports(path, root):
+            if statement[0] not in files:
+                continue
+            moved = {**imports, name: [*imports[name], statement]}
+            failures = [f for entry in sorted(files) if (f := first_failing_import(entry, moved))]
+            if failures:
+                hidden.append(f"{name}:{line} imports {statement[0]} inside a function; at the top: {failures[0]}")
+    return hidden
+
+
+def test_every_module_loads_first_in_the_simulation() -> None:
+    files = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    imports = {name: top_level_imports(path) for name, path in files.items()}
+    assert [f for entry in sorted(files) if (f := first_failing_import(entry, imports))] == []
+
+
+def test_no_import_inside_a_function_hides_a_loop() -> None:
+    """An import inside a function is for start-up speed (the CLI loads a command's modules when
+    it runs), never to cut a loop: at the top of its module it would load just the same."""
+    assert imports_that_hide_a_loop(ROOT, PACKAGES) == []
+
+
+def test_an_import_that_hides_a_loop_is_named(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from pkg.b import g\n    return g\n")
+    (package / "b.py").write_text("from pkg.a import f\n\ndef g():\n    return f\n")
+    (package / "c.py").write_text("def h():\n    from pkg.b import g\n    return g\n")
+    assert imports_that_hide_a_loop(tmp_path, ("pkg",)) == [
+        "pkg.a:2 imports pkg.b inside a function; at the top: pkg.b takes f from pkg.a, which is still loading"]

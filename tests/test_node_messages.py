@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
-from policies.rules.base import UserInfo
 from policies.rules.node_rules import region_of, shows_mps_daemon
+from policies.subject import UserInfo
 
 from .cluster_objects import gpu_pod, node, relabel, with_mode
 from .manifests import received

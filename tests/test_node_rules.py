@@ -6,7 +6,7 @@ import pytest
 
 from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
 from policies.engine import Engine
-from policies.rules.base import UserInfo
+from policies.subject import UserInfo
 from webhook.settings import Settings
 
 from .cluster_objects import gpu_pod, node, relabel, with_mode

@@ -15,7 +15,8 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from policies.engine import Engine
-from policies.rules.base import REGISTRY, StateUnavailable
+from policies.rules.base import REGISTRY
+from policies.subject import StateUnavailable
 from webhook.settings import load_settings
 from webhook.state.snapshot import load_demo_snapshot
 

@@ -8,6 +8,6 @@ from . import (  # noqa: F401  (each import registers a family)
     placement_rules,
     pod_resources,
 )
-from .base import REGISTRY, Finding, Rule, Subject, UserInfo
+from .base import REGISTRY, Finding, Rule
 
-__all__ = ["REGISTRY", "Finding", "Rule", "Subject", "UserInfo"]
+__all__ = ["REGISTRY", "Finding", "Rule"]

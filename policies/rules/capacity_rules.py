@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from ..capacity import CapacityVerdict, judge_capacity
 from ..placement import NodeProfile, PodDemand, demand_from_containers
 from ..resources import POD_SPEC_PATHS
+from ..scoring import Scorer
 from ..selectors import NodeSelector, node_selector_from_spec
 from ..settings import Names
-from .base import Found, Subject, rule
+from ..subject import Subject
+from .base import Found, rule
 from .placement_rules import placement_of
-
-if TYPE_CHECKING:
-    from ..scoring import Scorer
 
 POD_KINDS = tuple(POD_SPEC_PATHS)
 SWITCH = "capacity"
@@ -65,8 +63,6 @@ _TOOLS: dict[int, tuple[Names, Scorer, VerdictCache]] = {}
 def _capacity_tools(names: Names) -> tuple[Scorer, VerdictCache]:
     tools = _TOOLS.get(id(names))
     if tools is None or tools[0] is not names:
-        from ..scoring import Scorer  # scoring reads the rule registry, which imports this module
-
         if len(_TOOLS) >= 8:
             _TOOLS.clear()
         tools = _TOOLS[id(names)] = (names, Scorer(names), VerdictCache())

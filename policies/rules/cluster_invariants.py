@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .base import Found, Subject, rule
+from ..subject import Subject
+from .base import Found, rule
 
 
 def _audit_only(subject: Subject) -> Iterator[Found]:

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..exemptions import annotations_path
+from ..mutations import MUTATIONS
 from ..resources import POD_SPEC_PATHS, render_path
-from .base import REGISTRY, Found, Subject, rule
+from ..subject import Subject
+from .base import REGISTRY, Found, rule
 
 EXEMPTABLE_KINDS = (*POD_SPEC_PATHS, "Node", "Binding")
 
 
 def _known_ids() -> set[str]:
-    from ..mutations import MUTATIONS  # mutations imports this package: look up late
-
     return set(REGISTRY) | set(MUTATIONS)
 
 

@@ -18,7 +18,8 @@ from ..ecs import ecs_instance
 from ..placement import ALL_MODES, SHARED_MODES
 from ..resources import Path
 from ..settings import NodePolicySettings
-from .base import Found, Subject, rule
+from ..subject import Subject
+from .base import Found, rule
 
 NODE = ("Node",)
 PLACEMENTS = ("binpack", "spread")

@@ -12,7 +12,8 @@ from typing import Any, cast
 from ..cluster import PodInfo, pod_from_manifest
 from ..placement import PodDemand, demand_from_containers, placement_problems
 from ..resources import Path
-from .base import Check, Found, StateUnavailable, Subject, rule
+from ..subject import StateUnavailable, Subject
+from .base import Check, Found, rule
 
 PLACEMENT = "placement"
 
@@ -156,12 +157,10 @@ def _demand_text(subject: Subject, demand: PodDemand) -> str:
     return ", ".join(parts)
 
 
-def placement_rule(rule_id: str, *, seed: str, title: str, doc: str,
-                   unresolvable: bool = False) -> Callable[[Check], Check]:
-    """Register a GB rule: denies, judges Binding and Pod CREATEs that place a pod, needs state.
-    ``unresolvable``: no eviction makes the node take the pod (the scheduler extender says so)."""
+def placement_rule(rule_id: str, *, seed: str, title: str, doc: str) -> Callable[[Check], Check]:
+    """Register a GB rule: denies, judges Binding and Pod CREATEs that place a pod, needs state."""
     return rule(rule_id, severity="deny", seed=seed, kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
-                applies=is_placement, title=title, doc=doc, family=PLACEMENT, unresolvable=unresolvable)
+                applies=is_placement, title=title, doc=doc, family=PLACEMENT)
 
 
 def _report(subject: Subject, rule_id: str) -> Iterator[Found]:
@@ -185,7 +184,7 @@ def no_job_type_mixing_on_node(subject: Subject) -> Iterator[Found]:
     return _report(subject, "GB001")
 
 
-@placement_rule("GB002", seed="003", unresolvable=True,
+@placement_rule("GB002", seed="003",
                 title="The node's mode takes the pod",
                 doc="core+mem pods only on core_mem nodes; shared-GPU pods only on shared-mode nodes; "
                     "topology nodes take only topology workloads.")
@@ -207,7 +206,7 @@ def fits_a_card(subject: Subject) -> Iterator[Found]:
     return _report(subject, "GB004")
 
 
-@placement_rule("GB005", seed="001, 002", unresolvable=True,
+@placement_rule("GB005", seed="001, 002",
                 title="No shared-GPU pod on a node with the static CPU policy",
                 doc="Shared GPU scheduling does not support nodes whose CPU manager policy is static.")
 def no_static_cpu_node(subject: Subject) -> Iterator[Found]:

@@ -11,7 +11,8 @@ from ..near_miss import NearMiss, near_misses
 from ..quantity import multiplier_suffix
 from ..resources import POD_SPEC_PATHS, ContainerRequest, ResourceValue
 from ..settings import NearMissSettings
-from .base import Found, Subject, rule
+from ..subject import Subject
+from .base import Found, rule
 
 POD_KINDS = tuple(POD_SPEC_PATHS)
 

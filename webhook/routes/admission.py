@@ -15,7 +15,7 @@ from policies.cluster import ClusterState
 from policies.engine import Engine
 from policies.leadership import FollowerView
 from policies.resources import ShapeError
-from policies.rules.base import UserInfo
+from policies.subject import UserInfo
 from webhook.routes.body import BadRequest
 from webhook.routes.observe import Observer
 from webhook.routes.review import AdmissionReview, ReviewError, build_response, parse_review

@@ -105,18 +105,6 @@ def _scan(head: bytes) -> _Head:
     return _Head(length, bad_length, chunked, expect, request)
 
 
-def one_complete_request(data: bytes) -> RequestHead | None:
-    """The head of ``data`` if ``data`` is exactly one complete HTTP/1.x request with a
-    Content-Length body (or none); None for anything else."""
-    end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES)
-    if end < 0:
-        return None
-    head = _parse(data[:end])
-    if head.plain is None or end + 4 + (head.length or 0) != len(data):
-        return None  # not plain, the body is not all here yet, or another request follows it
-    return head.plain
-
-
 def send_now(sock: socket.socket, data: bytes) -> bool:
     """Write ``data`` without blocking; False if it did not all go out at once."""
     try:
@@ -125,17 +113,13 @@ def send_now(sock: socket.socket, data: bytes) -> bool:
         return False
 
 
-def request_state(data: bytes | bytearray, max_body: int) -> str:
+def read_state(data: bytes | bytearray, max_body: int) -> tuple[str, RequestHead | None]:
     """Whether ``data`` holds the first request of a connection in full, as the poller reads it:
     ``"incomplete"`` while more bytes are due, ``"complete"`` once it is all here, ``"thread"``
     for what the poller leaves to a thread and gunicorn's parser (``Expect``, a head over
-    MAX_HEAD_BYTES, a body over ``max_body``: the parser refuses or streams those)."""
-    return read_state(data, max_body)[0]
-
-
-def read_state(data: bytes | bytearray, max_body: int) -> tuple[str, RequestHead | None]:
-    """``request_state(data, max_body)``, and with ``"complete"`` what ``one_complete_request(data)``
-    returns, from one look at the head: the poller reads a request and decides on it with this."""
+    MAX_HEAD_BYTES, a body over ``max_body``: the parser refuses or streams those). With
+    ``"complete"`` comes the request's head when ``data`` is exactly one plain HTTP/1.x request with
+    a Content-Length body (or none), which the poller may answer by itself; else None."""
     end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
     if end < 0:
         return ("incomplete" if len(data) <= MAX_HEAD_BYTES else "thread"), None
@@ -155,7 +139,7 @@ def read_state(data: bytes | bytearray, max_body: int) -> tuple[str, RequestHead
     size = body + length
     if len(data) < size:
         return "incomplete", None
-    # one_complete_request's conditions: the separator within MAX_HEAD_BYTES, nothing after the body
+    # Answerable by the poller: the separator within MAX_HEAD_BYTES, nothing after the body.
     return "complete", (head.plain if len(data) == size and body <= MAX_HEAD_BYTES else None)
 
 

@@ -1,0 +1,192 @@
+"""The object under review, with what the rules derive from it computed once.
+
+Below the rule registry: mutations and rules both read a Subject, and neither imports the other
+to get it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .exemptions import Exemption, annotations_path, read_exemption
+from .grants import GrantOutcome, NamespaceLabels, annotation_permission, matching_grants
+from .resources import ContainerRequest, Path, container_requests, pod_spec
+from .settings import ExemptionSettings, Names
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .cluster import ClusterState
+    from .settings import PolicySettings
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    username: str = ""
+    groups: tuple[str, ...] = ()
+
+
+class StateUnavailable(Exception):
+    """A stateful rule needs the cluster state and it is not usable; the engine applies the
+    configured fail mode (``state.when_unavailable.<switch>``)."""
+
+    def __init__(self, switch: str, what: str, reason: str, cause: str = "the cluster state is not usable",
+                 retry_when: str = "the webhook has synced") -> None:
+        super().__init__(f"{what}: {reason}")
+        self.switch, self.what, self.reason = switch, what, reason
+        self.cause, self.retry_when = cause, retry_when
+
+
+T = TypeVar("T")
+
+
+class computed_once(Generic[T]):
+    """``functools.cached_property`` without its lock: on Python 3.11 every first access takes
+    one RLock shared by all instances, which serialised the webhook's request threads. A
+    Subject belongs to one request thread, so the lock protects nothing here."""
+
+    def __init__(self, fn: Callable[[Any], T]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> T:
+        if instance is None:
+            return self  # type: ignore[return-value]
+        value = instance.__dict__[self.name] = self.fn(instance)  # later reads skip this descriptor
+        return value
+
+
+@dataclass
+class Subject:
+    """The object under review, with what the rules derive from it computed once."""
+
+    kind: str
+    obj: dict[str, Any]
+    names: Names
+    operation: str = "CREATE"
+    # The namespace the request names (an AdmissionReview's request.namespace; "" offline).
+    request_namespace: str = ""
+    old: dict[str, Any] | None = None
+    user: UserInfo = field(default_factory=UserInfo)
+    state: ClusterState | None = None
+    settings: PolicySettings | None = None
+    catalog: Catalog | None = None
+    # Namespace labels (who allows annotation exemptions); None: not known, nothing allowed by label.
+    namespaces: NamespaceLabels | None = None
+    # The day grant expiry is judged against (UTC today when not given).
+    today: date | None = None
+    # Every rule and mutation id: a grant naming another id is not honoured (the engine passes them).
+    known_ids: frozenset[str] = frozenset()
+    # Results several rules share (e.g. one placement check feeds GB001-GB005).
+    memo: dict[str, object] = field(default_factory=dict)
+    # Every verdict names its object, so these are worked out at once (see __post_init__).
+    metadata: dict[str, Any] = field(init=False, repr=False)
+    name: str = field(init=False)
+    # Where the object lives: its metadata.namespace, else the request's namespace.
+    namespace: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        meta = self.obj.get("metadata")
+        self.metadata = meta = meta if isinstance(meta, dict) else {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            generate = meta.get("generateName")
+            name = f"{generate}*" if isinstance(generate, str) and generate else "<unnamed>"
+        self.name = name
+        ns = meta.get("namespace")
+        self.namespace = ns if isinstance(ns, str) and ns else self.request_namespace
+
+    def usable_state(self, switch: str, what: str) -> ClusterState:
+        """The cluster state, or StateUnavailable naming what could not be checked and why."""
+        if self.state is None:
+            raise StateUnavailable(switch, what, "no cluster state was given")
+        availability = self.state.availability()
+        if not availability.usable:
+            raise StateUnavailable(switch, what, availability.reason, availability.cause, availability.retry_when)
+        return self.state
+
+    @computed_once
+    def label(self) -> str:
+        """How a message names the object: "Job default/cuda-33", "Node gpu-1"."""
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
+    @computed_once
+    def pod_spec(self) -> tuple[dict[str, Any] | None, Path]:
+        """The pod spec of a Pod or workload and its path ((None, path) when absent)."""
+        return pod_spec(self.obj, self.kind)
+
+    @computed_once
+    def containers(self) -> list[ContainerRequest]:
+        spec, base = self.pod_spec
+        return container_requests(spec, base, self.names)
+
+    @computed_once
+    def asked(self) -> frozenset[str]:
+        """Every GPU resource some container names, in limits or requests (for family tests)."""
+        asked: set[str] = set()
+        for container in self.containers:
+            asked.update(container.limits)
+            asked.update(container.requests)
+        return frozenset(asked)
+
+    @computed_once
+    def exemption(self) -> Exemption | None:
+        """What the object's gpushare.io/exempt annotations ask for, and whether an admin allows
+        annotation exemptions in its namespace (the engine and GE001 both read it)."""
+        found = read_exemption(self.obj, self.kind, self.names)
+        if found is None:
+            return None
+        permission = annotation_permission(self.namespace, self._exemption_settings, self.namespaces)
+        return replace(found, allowed=permission.allowed, permission=permission.why)
+
+    @property
+    def _exemption_settings(self) -> ExemptionSettings:
+        return self.settings.exemptions if self.settings is not None else ExemptionSettings()
+
+    @computed_once
+    def pod_labels(self) -> dict[str, str]:
+        """The labels a grant's selector matches: the pod's own, or a workload's pod template's."""
+        path = (*annotations_path(self.kind)[:-1], "labels")
+        obj: Any = self.obj
+        for part in path:
+            obj = obj.get(part) if isinstance(obj, dict) else None
+        return {k: v for k, v in obj.items() if isinstance(v, str)} if isinstance(obj, dict) else {}
+
+    @computed_once
+    def grants(self) -> list[GrantOutcome]:
+        """Config grants covering this object (honoured or not: GE001 says why not)."""
+        exemptions = self._exemption_settings
+        if not exemptions.grants or not self.namespace:
+            return []
+        today = self.today or datetime.now(UTC).date()
+        return matching_grants(exemptions, self.namespace, self.metadata, self.pod_labels, self.known_ids,
+                               today)
+
+    @computed_once
+    def set_aside(self) -> frozenset[str]:
+        """Every rule and mutation id an honoured exemption (annotation or grant) sets aside."""
+        ids = self.exemption.set_aside if self.exemption is not None else frozenset()
+        for outcome in self.grants:
+            ids = ids | outcome.ids
+        return ids
+
+    def exempted_by(self, rule_ids: set[str]) -> list[tuple[str, str]]:
+        """(source, reason) of every honoured exemption covering one of ``rule_ids``: source is
+        "annotation" or "grant:NAME"."""
+        found = []
+        exemption = self.exemption
+        if exemption is not None and exemption.honoured and rule_ids & exemption.set_aside:
+            found.append(("annotation", exemption.reason))
+        for outcome in self.grants:
+            if rule_ids & outcome.ids:
+                found.append((f"grant:{outcome.grant.name}", outcome.grant.reason))
+        return found
+
+    def where(self, container: ContainerRequest) -> str:
+        noun = "init container" if container.group == "initContainers" else "container"
+        return f'{self.label} {noun} "{container.name}"'
