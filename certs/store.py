@@ -110,6 +110,18 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _text_values(data: dict[str, Any] | None) -> dict[str, str]:
+    """A Secret's data as the API returns it: base64 text per key (the client types it loosely)."""
+    return {key: value for key, value in (data or {}).items() if isinstance(value, str)}
+
+
+def _resource_version(obj: Any) -> str | None:
+    """An object's metadata.resourceVersion, or None when the API left it out."""
+    metadata = getattr(obj, "metadata", None)
+    version = getattr(metadata, "resource_version", None)
+    return version if isinstance(version, str) else None
+
+
 def _unb64(data: dict[str, str], key: str) -> bytes | None:
     value = data.get(key)
     return base64.b64decode(value) if value else None
@@ -142,8 +154,8 @@ class SecretStore:
                 self._versions[name] = None
                 return {}
             raise
-        self._versions[name] = secret.metadata.resource_version
-        return dict(secret.data or {})
+        self._versions[name] = _resource_version(secret)
+        return _text_values(secret.data)
 
     def load(self) -> CertSet:
         ca_data, tls_data = self._get(self.ca_secret), self._get(self.tls_secret)
@@ -167,7 +179,7 @@ class SecretStore:
             written = self._core.create_namespaced_secret(self.namespace, body)
         else:
             written = self._core.replace_namespaced_secret(name, self.namespace, body)
-        self._versions[name] = written.metadata.resource_version
+        self._versions[name] = _resource_version(written)
 
     def save_ca(self, ca: Issued, previous: x509.Certificate | None) -> None:
         data = {CA_CERT: ca.cert_pem(), CA_KEY: ca.key_pem()}
@@ -216,7 +228,7 @@ def read_secret_bundle(api_client: Any, namespace: str, tls_secret: str) -> tupl
 
     secret = client.CoreV1Api(api_client).read_namespaced_secret(tls_secret, namespace)
     source = f"secret {namespace}/{tls_secret}"
-    bundle = _unb64(dict(secret.data or {}), CA_CERT)
+    bundle = _unb64(_text_values(secret.data), CA_CERT)
     if not bundle:
         raise CertStoreError(f"{source}: has no ca.crt; run `gpushare certs rotate --secrets` first")
     return bundle, source

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.check import OneLineUsage
-from webhook.cli.common import UsageFailure, load_cli_settings
+from webhook.cli.common import OneLineUsage, UsageFailure, load_cli_settings
 from webhook.report import FORMATS
 
 REPORT_KINDS = ("auto", "openreports", "policyreport")

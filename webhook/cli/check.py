@@ -162,7 +162,9 @@ def _load_namespace_labels(path: Path) -> Any:
     labels: dict[str, dict[str, str]] = {}
     for item in items:
         if item.get("kind") == "Namespace":
-            meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
+            meta = item.get("metadata")
+            if not isinstance(meta, dict):
+                meta = {}
             found = meta.get("labels") or {}
             if isinstance(meta.get("name"), str) and isinstance(found, dict):
                 labels[meta["name"]] = {str(k): str(v) for k, v in found.items()}

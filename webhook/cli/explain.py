@@ -8,8 +8,7 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.check import OneLineUsage
-from webhook.cli.common import UsageFailure, load_cli_settings
+from webhook.cli.common import OneLineUsage, UsageFailure, load_cli_settings
 
 
 @click.command(cls=OneLineUsage)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.check import DEFAULT_CONFIG, OneLineUsage, load_config
+from webhook.cli.check import load_config
+from webhook.cli.common import DEFAULT_CONFIG, OneLineUsage
 
 
 @click.group()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.check import DEFAULT_CONFIG, OneLineUsage, load_config
+from webhook.cli.check import load_config
+from webhook.cli.common import DEFAULT_CONFIG, OneLineUsage
 
 
 @click.command(cls=OneLineUsage)
@@ -26,7 +27,7 @@ def rules(fmt: str, config: Path | None) -> None:
     notes: dict[str, int] = {}
     rows = [("ID", "SEVERITY", "SOURCE", "CHECKS")]
     for e in entries:
-        severity = "off" if not e.enabled else (e.severity or "mutates")
+        severity: str = "off" if not e.enabled else (e.severity or "mutates")
         if e.enabled and e.severity != e.default_severity:
             severity += f" (default {e.default_severity})"
         numbers = sorted(notes.setdefault(source, len(notes) + 1) for source in e.sources)

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from webhook.cli.check import InputFailure, OneLineUsage, load_config
+from webhook.cli.check import InputFailure, load_config
+from webhook.cli.common import OneLineUsage
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -19,7 +19,7 @@ from policies.cluster import ClusterState
 from policies.dryrun import DryRun
 from policies.engine import Engine
 from policies.scoring import Scorer
-from webhook.dashboard.view import PAGE_SIZE, build_page
+from webhook.dashboard.view import PAGE_SIZE, Page, build_page
 from webhook.routes.dry_run import DryRunInputError, dry_run_body
 from webhook.settings import Settings
 
@@ -70,7 +70,7 @@ def create_dashboard(settings: Settings, state: ClusterState, config: DashboardC
         if allowed_hosts and request.host not in allowed_hosts:
             abort(403)
 
-    def page_model():  # type: ignore[no-untyped-def]
+    def page_model() -> Page:
         result, at = audits.get(state)
         page = request.args.get("page", "1")
         number = int(page) if page.isdigit() else 1

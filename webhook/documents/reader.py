@@ -30,7 +30,9 @@ from webhook.settings import InputSettings
 from .strict_json import JsonBodyError, decode_json
 
 # The event pass needs only a parser; libyaml's when PyYAML was built with it.
-_EventSource: Any = yaml.cyaml.CParser if yaml.__with_libyaml__ else yaml.SafeLoader
+_EventSource: Any = yaml.SafeLoader
+if yaml.__with_libyaml__:
+    from yaml._yaml import CParser as _EventSource
 _CLoaderBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # libyaml refuses collections nested past its own limit (1,000 by default since its patch "Limit
 # depth of nesting by default", bundled with PyYAML 6.0.4) and may scan that far ahead before it
@@ -155,7 +157,7 @@ class _JsonableConstructor(SafeConstructor):
     """SafeConstructor for values that JSON can carry, as Kubernetes reads YAML: numbers finite
     and of sane length, timestamps kept as the text written, mapping keys as strings."""
 
-    def construct_yaml_int(self, node: yaml.Node) -> Any:
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
         try:
             return super().construct_yaml_int(node)
         except ValueError:  # more than sys.get_int_max_str_digits() digits
@@ -163,18 +165,18 @@ class _JsonableConstructor(SafeConstructor):
                                                f"{sys.get_int_max_str_digits()} digits are read",
                                    node.start_mark) from None
 
-    def construct_yaml_float(self, node: yaml.Node) -> Any:
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> Any:
         value = super().construct_yaml_float(node)
         if not math.isfinite(value):
             raise ConstructorError(None, None, f"{node.value!r} is not a finite number; JSON has no NaN or "
                                                f"Infinity", node.start_mark)
         return value
 
-    def construct_yaml_timestamp(self, node: yaml.Node) -> Any:
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
         # JSON has no time type: Kubernetes objects carry times as strings.
         return self.construct_scalar(node)
 
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         mapping = super().construct_mapping(node, deep=deep)
         if all(type(key) is str for key in mapping):
             return mapping

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.cluster import ClusterState
-from policies.engine import Engine
+from policies.engine import Engine, Verdict
 from policies.grants import NamespaceLabels
 from policies.resources import POD_SPEC_PATHS, ShapeError, pod_spec, render_path
 from policies.rules.base import Finding
@@ -251,7 +251,7 @@ def _worker_count(paths: list[tuple[str, str]]) -> int:
     return min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8)
 
 
-def _exemption_note(verdict: Any) -> str:
+def _exemption_note(verdict: Verdict) -> str:
     """The reason shown with an exempted finding, naming a config grant when one set it aside."""
     sources = [s for s in verdict.exempted_by if s != "annotation"]
     if len(verdict.exempted_by) == 1 and sources:

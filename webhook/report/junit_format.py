@@ -40,7 +40,7 @@ class _Suite:
     def outcome(self, case: ET.Element, tag: str, message: str, body: str = "", **attrs: str) -> None:
         counter = {"failure": "failures", "error": "errors", "skipped": "skipped"}[tag]
         self.counts[counter] += 1
-        child = ET.SubElement(case, tag, message=_clean(message), **attrs)
+        child = ET.SubElement(case, tag, {"message": _clean(message), **attrs})
         if body:
             child.text = _clean(body)
 

@@ -97,7 +97,7 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
         raise DryRunInputError(str(exc)) from None
     if not manifests:
         raise DryRunInputError("the body holds no Kubernetes object")
-    results = []
+    results: list[dict[str, Any]] = []
     for manifest in manifests:
         kind = manifest.kind
         if not kind:

@@ -76,7 +76,9 @@ class Extender:
         self.scorer = scorer
 
     def _rank(self, args: ExtenderArgs, state: ClusterState) -> list[NodeScore]:
-        meta = args.pod.get("metadata") if isinstance(args.pod.get("metadata"), dict) else {}
+        meta = args.pod.get("metadata")
+        if not isinstance(meta, dict):
+            meta = {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or meta.get('generateName') or ''}"
         try:
             spec, base = pod_spec(args.pod, "Pod")

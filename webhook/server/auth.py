@@ -118,7 +118,8 @@ def client_cert_guard(accepted_names: tuple[str, ...]) -> Guard:
 
     def guard() -> Response | None:
         sock = request.environ.get("gunicorn.socket")
-        cert = sock.getpeercert() if hasattr(sock, "getpeercert") else None
+        peer_cert = getattr(sock, "getpeercert", None)  # a TLS socket; a plain one has none
+        cert = peer_cert() if callable(peer_cert) else None
         if not cert:
             return error_response(401, "a client certificate signed by the configured CA is required "
                                        "(auth.client_ca_file); none was presented")

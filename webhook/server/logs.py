@@ -124,7 +124,7 @@ def configure_logging(settings: LogSettings) -> None:
     Log records skip what no line of ours shows (the calling frame, thread and process names),
     as the logging documentation's "Optimization" section describes: a record then costs about
     a third less, and the server writes one per review."""
-    logging._srcfile = None  # type: ignore[attr-defined]  # documented: skips sys._getframe() per record
+    logging._srcfile = None  # documented: skips sys._getframe() per record
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

@@ -8,12 +8,12 @@ large results sets in chunks").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 
-def list_pages(call: Callable[..., Any], decode: Callable[[bytes], dict[str, Any]], page_size: int,
-               request_timeout: Any = None, stop: Callable[[], bool] = lambda: False) -> Iterator[dict[str, Any]]:
+def list_pages(call: Callable[..., Any], decode: Callable[[bytes], Mapping[str, Any]], page_size: int,
+               request_timeout: Any = None, stop: Callable[[], bool] = lambda: False) -> Iterator[Mapping[str, Any]]:
     """Each page of the list ``call`` makes, decoded; the last page has no ``continue`` token.
 
     ``stop()`` is asked between pages: a reflector that is shutting down stops listing."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
@@ -76,7 +76,10 @@ def served(api: Any, group: str, version: str, plural: str) -> bool:
     return True
 
 
-def publish(api: Any, candidates: Sequence[ReportKinds], build: Callable[[ReportKinds], list[dict[str, Any]]],
+K = TypeVar("K", bound=ReportKinds)
+
+
+def publish(api: Any, candidates: Sequence[K], build: Callable[[K], list[dict[str, Any]]],
             *, clean_others: bool = False) -> WriteSummary:
     """Write ``build(chosen)`` in the first candidate API the cluster serves (an empty summary
     when it serves none of them)."""

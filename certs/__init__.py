@@ -1,0 +1,1 @@
+"""CA and serving certificates: issue, store, rotate, inject."""
