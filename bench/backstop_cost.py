@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from policies.backstop import SECTION, skipped_keys  # noqa: E402
+from policies.backstop import SECTION  # noqa: E402
+from policies.near_miss import skipped_keys  # noqa: E402
 from policies.near_miss_regex import domain_regex, name_part_regex  # noqa: E402
 from webhook.settings import Settings  # noqa: E402
 

@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cards import MAX_CARD_GIB
+from .cel import guarded as _guarded
+from .cel import quote as _q
 from .grants import glob_regex
-from .near_miss import meant_resource
+from .near_miss import skipped_keys
 from .near_miss_regex import domain_regex, name_part_regex
 from .resources import POD_SPEC_PATHS
 from .settings import ExemptionGrant, LabelSelector, PolicySettings
@@ -59,21 +61,10 @@ WHOLE_GIB = _one_to(MAX_CARD_GIB)
 _SEPARATOR = "[ \\t\\n\\r\\f\\v,;]"  # the annotation's id separators (ASCII whitespace, comma, semicolon)
 
 
-def _q(text: str) -> str:
-    """A CEL string literal (single-quoted, backslashes and quotes escaped)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _template_path(kind: str) -> str:
     """The CEL path of the pod template's object (its metadata and spec sit below it)."""
     parts = POD_SPEC_PATHS[kind][:-1]
     return ".".join(("object", *map(str, parts)))
-
-
-def _guarded(path: str) -> str:
-    """``has()`` for every optional level of a dotted path below ``object``."""
-    parts = path.split(".")
-    return " && ".join(f"has({'.'.join(parts[:i])})" for i in range(2, len(parts) + 1))
 
 
 def _by_kind(build: Callable[[str], str], default: str) -> str:
@@ -214,23 +205,6 @@ def _gs006_message(s: PolicySettings) -> str:
 # per match) is in docs/operations.md.
 
 SECTION = "^(?:limits|requests)\\."  # what precedes a key in the strings nearMisses matches
-# Kubernetes' own container resources without a prefix (hugepages-<size> aside, a family): the
-# commonest keys, skipped by list membership instead of the name-part regex when the engine
-# passes them (they save most of GS007's cost; bench/backstop_cost.py).
-STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
-
-
-def skipped_keys(s: PolicySettings) -> list[str]:
-    """Keys nearMisses never reads: the names the engine knows, the allow-list, and the standard
-    resources that are no near miss under these settings."""
-    r = s.names.resources
-    known = {r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive, r.gpu_count, *s.near_miss.allowed}
-    standard = {name for name in STANDARD_RESOURCES
-                if meant_resource(name, r.gpu_mem, r.gpu_core, s.near_miss.lookalike_domains, s.near_miss.allowed)
-                is None}
-    return sorted(known | standard)
-
-
 def _near_miss_variables(s: PolicySettings) -> list[dict[str, str]]:
     """``nearMisses``: per container (init containers first, as the engine reads them) a list of
     its label, then "limits.KEY" / "requests.KEY" for each key GS007 denies (limits first). The

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from .relevance import Relevance
 from .subject import Subject
 
 Op = dict[str, Any]
@@ -22,8 +23,13 @@ class Mutation:
     title: str
     doc: str
     seed: str
+    # The kinds it patches and what a pod must show for it to patch anything (the mutating
+    # webhooks' matchConditions are generated from these; policies/match_conditions.py).
+    kinds: frozenset[str]
+    relevance: Relevance
 
 
+_ASKS_GPU_MEMORY = Relevance(resources=("gpu_mem",))
 MUTATIONS: dict[str, Mutation] = {
     m.id: m
     for m in (
@@ -31,15 +37,17 @@ MUTATIONS: dict[str, Mutation] = {
                  "Pods requesting aliyun.com/gpu-mem get the configured schedulerName (names.scheduler_name: "
                  "ack-co-scheduler on registered clusters; none on ACK Pro, whose own kube-scheduler places "
                  "shared GPUs) when it is unset or default-scheduler; another scheduler the user chose is kept.",
-                 "001"),
+                 "001", frozenset({"Pod"}), _ASKS_GPU_MEMORY),
         Mutation("GM002", "GPU-sharing DaemonSets run at system-node-critical",
                  "The GPU-sharing DaemonSets (gpushare-device-plugin-ds by default) and their pods get "
-                 "priorityClassName system-node-critical so they are not preempted.", "001, 002"),
+                 "priorityClassName system-node-critical so they are not preempted.", "001, 002",
+                 frozenset({"DaemonSet", "Pod"}), Relevance(gpushare_daemonsets=True)),
         Mutation("GM003", "Apps see their GPU memory share",
                  "Containers requesting aliyun.com/gpu-mem get ALIYUN_COM_GPU_MEM_CONTAINER, their gpu-mem "
                  "count: the value the GPU-sharing device plugin sets too. ALIYUN_COM_GPU_MEM_DEV is never "
                  "written: it is the card's memory as the device plugin measures it on the node, which the "
-                 "webhook cannot know for sure, and a pod's own value would override the plugin's.", "004"),
+                 "webhook cannot know for sure, and a pod's own value would override the plugin's.", "004",
+                 frozenset({"Pod"}), _ASKS_GPU_MEMORY),
     )
 }
 

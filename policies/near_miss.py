@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from .resources import CONTAINER_GROUPS, Path
-from .settings import Names, NearMissSettings
+from .settings import Names, NearMissSettings, PolicySettings
 
 _NOT_ALNUM = re.compile(r"[^a-z0-9]")
 # The rule's parameters, read by the engine below and by the backstop's regexes
@@ -121,3 +121,21 @@ def near_misses(spec: dict[str, Any] | None, base: Path, names: Names, settings:
                         found.append(NearMiss(str(name) if name is not None else f"{group}[{index}]", group, key,
                                               meant, (*base, group, index, "resources", section, key)))
     return found
+
+
+# Kubernetes' own container resources without a prefix (hugepages-<size> aside, a family): the
+# commonest keys, skipped by list membership instead of the name-part regex when the engine
+# passes them (they save most of GS007's cost; bench/backstop_cost.py).
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def skipped_keys(s: PolicySettings) -> list[str]:
+    """Keys the generated near-miss regexes are never tried on (the backstop's and the webhooks'
+    matchConditions'): the names the engine knows, the allow-list, and the standard resources that
+    are no near miss under these settings."""
+    r = s.names.resources
+    known = {r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive, r.gpu_count, *s.near_miss.allowed}
+    standard = {name for name in STANDARD_RESOURCES
+                if meant_resource(name, r.gpu_mem, r.gpu_core, s.near_miss.lookalike_domains, s.near_miss.allowed)
+                is None}
+    return sorted(known | standard)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from policies.relevance import Relevance
 from policies.rules.base import REGISTRY, Found, rule
 from policies.subject import Subject
 from webhook.cli.commands import main
@@ -38,7 +39,7 @@ def probe() -> Iterator[str]:
                     f"known={node is not None} old-mode={old}")
 
     rule("GT900", severity="warn", seed="test", kinds=("Pod", "Job", "Node", "Binding"),
-         title="probe", doc="probe", stateful=True)(seen)
+         title="probe", doc="probe", stateful=True, relevance=Relevance(resources=("gpu_mem",)))(seen)
     try:
         yield "GT900"
     finally:

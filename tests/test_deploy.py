@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from .helpers import load_json
+from .helpers import gpushare_executable, load_json
 from .near_miss_cases import NEAR_MISSES, NOT_NEAR_MISSES, cronjob_with, deployment_with, pod_with
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,11 +161,22 @@ def test_the_extender_example_does_not_shadow_acks_scheduler():
     assert "ack-co-scheduler" not in names and "gpushare-scheduler" in names
 
 
-def test_helm_values_reach_the_objects():
+def generated_match_conditions(config: Obj, tmp_path: Path) -> Obj:
+    """What `gpushare policy export --webhooks helm --config FILE` prints for ``config``, as values."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run([gpushare_executable(), "policy", "export", "--webhooks", "helm", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def test_helm_values_reach_the_objects(tmp_path):
+    config = {"rules": {"GS001": {"severity": "warn"}}, "names": {"gpushare_daemonsets": ["a-ds", "b-ds"]}}
     objects = render_helm({"image": {"repository": "registry.example/gpushare", "tag": "1.2.3"}, "replicas": 3,
                            "webhooks": {"failurePolicy": {"pods": "Ignore"}, "timeoutSeconds": 3},
-                           "gpushare": {"daemonSets": ["a-ds", "b-ds"]}, "config": {"rules": {"GS001": {
-                               "severity": "warn"}}}}, namespace="gpu-webhook")
+                           "config": config, **generated_match_conditions(config, tmp_path)},
+                          namespace="gpu-webhook")
     assert ("Namespace", "", "gpu-webhook") not in by_key(objects)  # --create-namespace makes it
     deployment = one(objects, "Deployment", "gpushare-webhook")
     assert deployment["spec"]["replicas"] == 3
@@ -177,7 +188,8 @@ def test_helm_values_reach_the_objects():
     assert pods["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "gpu-webhook"]
     assert "['a-ds', 'b-ds']" in mutating["webhooks"][1]["matchConditions"][0]["expression"]
     config = yaml.safe_load(one(objects, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"])
-    assert config == {"rules": {"GS001": {"severity": "warn"}}, "names": {"scheduler_name": "ack-co-scheduler"}}
+    assert config == {"rules": {"GS001": {"severity": "warn"}},
+                      "names": {"gpushare_daemonsets": ["a-ds", "b-ds"], "scheduler_name": "ack-co-scheduler"}}
     for obj in objects:
         kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
 
@@ -405,7 +417,8 @@ BARE = {"name": "bare", "image": "busybox"}
 def test_pod_webhooks_see_exactly_the_pods_that_share_gpus(rendered, webhook):
     program = condition(rendered, webhook)
     assert matches(program, pod([GPU]))
-    assert matches(program, pod([CPU, CORE_REQUEST]))  # a request alone (GS002/GS004 cases)
+    # A compute share alone is judged (GS002) but has nothing to mutate (GM001 and GM003 need gpu-mem).
+    assert matches(program, pod([CPU, CORE_REQUEST])) is (webhook == "pods.validate.gpushare.io")
     assert matches(program, pod([BARE], init=[GPU]))
     assert matches(program, load_json("pod-realistic.json"))
     assert not matches(program, pod([CPU, BARE]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ..relevance import NOTHING, Relevance
 from ..resources import Path, render_path
 from ..settings import Severity
 from ..subject import Subject
@@ -61,6 +62,9 @@ class Rule:
     # The family the rule belongs to where others need to know it (e.g. "placement": the GB
     # rules, which /dry-run leaves to the ranking and the scoring engine reports per node).
     family: str = ""
+    # What an object must show for the check to find anything: the webhooks' matchConditions
+    # send exactly the objects some rule declares relevant (policies/match_conditions.py).
+    relevance: Relevance = NOTHING
 
 
 REGISTRY: dict[str, Rule] = {}
@@ -78,14 +82,19 @@ def rule(
     stateful: bool = False,
     applies: Callable[[Subject], bool] | None = None,
     family: str = "",
+    relevance: Relevance | None = None,
 ) -> Callable[[Check], Check]:
-    """Register a check function as a rule."""
+    """Register a check function as a rule. A rule that judges objects (``kinds``) says what makes an
+    object relevant to it: that is what the webhooks are sent."""
 
     def register(check: Check) -> Check:
         if id in REGISTRY:
             raise ValueError(f"rule {id} registered twice")
-        REGISTRY[id] = Rule(id, severity, title, doc, seed, frozenset(kinds), check,
-                            frozenset(operations), stateful, applies, family)
+        kinds_judged = frozenset(kinds)
+        if kinds_judged and relevance is None:
+            raise ValueError(f"rule {id} judges {sorted(kinds_judged)} but declares no relevance")
+        REGISTRY[id] = Rule(id, severity, title, doc, seed, kinds_judged, check, frozenset(operations), stateful,
+                            applies, family, relevance or NOTHING)
         return check
 
     return register

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ..capacity import CapacityVerdict, judge_capacity
 from ..placement import NodeProfile, PodDemand, demand_from_containers
+from ..relevance import Relevance
 from ..resources import POD_SPEC_PATHS
 from ..scoring import Scorer
 from ..selectors import NodeSelector, node_selector_from_spec
@@ -70,7 +71,7 @@ def _capacity_tools(names: Names) -> tuple[Scorer, VerdictCache]:
 
 
 @rule("GC001", severity="warn", seed="000, 003", kinds=POD_KINDS, operations=("CREATE",), stateful=True,
-      applies=asks_gpu_memory,
+      applies=asks_gpu_memory, relevance=Relevance(resources=("gpu_mem",)),
       title="Some node of the cluster can hold the pod",
       doc="A container's gpu-mem must fit on one card of a node that could take the pod (its mode, "
           "its card-model selectors); core+mem pods need a core_mem node. A pod no such card can ever "

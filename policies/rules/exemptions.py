@@ -6,9 +6,11 @@ from collections.abc import Iterator
 
 from ..exemptions import annotations_path
 from ..mutations import MUTATIONS
+from ..relevance import Relevance
 from ..resources import POD_SPEC_PATHS, render_path
 from ..subject import Subject
 from .base import REGISTRY, Found, rule
+from .pod_resources import names_a_near_miss
 
 EXEMPTABLE_KINDS = (*POD_SPEC_PATHS, "Node", "Binding")
 
@@ -17,7 +19,13 @@ def _known_ids() -> set[str]:
     return set(REGISTRY) | set(MUTATIONS)
 
 
-@rule("GE001", severity="warn", kinds=EXEMPTABLE_KINDS,
+# An object carrying the exemption annotation; for grants (which match whole namespaces), an
+# object some shared-GPU rule judges: a grant's news matters only where its rules do.
+CARRIES_OR_NEEDS_AN_EXEMPTION = Relevance(annotations=("exempt_annotation",), resources=("gpu_mem", "gpu_core"),
+                                          near_miss=True)
+
+
+@rule("GE001", severity="warn", kinds=EXEMPTABLE_KINDS, relevance=CARRIES_OR_NEEDS_AN_EXEMPTION,
       seed="project choice: an exemption that is not applied must not pass silently",
       title="Exemptions are allowed by an admin, carry a reason and name known rules",
       doc="gpushare.io/exempt lists rule ids to skip for this object and needs a non-empty "
@@ -54,7 +62,12 @@ def exemption_is_usable(subject: Subject) -> Iterator[Found]:
 
 
 def _grant_problems(subject: Subject) -> Iterator[Found]:
-    """Config grants covering the object that are not (fully) honoured, and why."""
+    """Config grants covering the object that are not (fully) honoured, and why: for an object a
+    shared-GPU rule judges (a grant covers a namespace; elsewhere its news is noise)."""
+    r = subject.names.resources
+    if not subject.grants or (subject.kind in POD_SPEC_PATHS and r.gpu_mem not in subject.asked
+                              and r.gpu_core not in subject.asked and not names_a_near_miss(subject)):
+        return
     for outcome in subject.grants:
         grant = outcome.grant
         listed = ",".join(grant.rules)

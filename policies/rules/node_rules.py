@@ -16,12 +16,15 @@ from ..cluster import NodeInfo, node_from_manifest
 from ..compatibility import node_mismatches
 from ..ecs import ecs_instance
 from ..placement import ALL_MODES, SHARED_MODES
+from ..relevance import Relevance
 from ..resources import Path
 from ..settings import NodePolicySettings
 from ..subject import Subject
 from .base import Found, rule
 
 NODE = ("Node",)
+# Every node rule judges a node that carries a GPU scheduling label, now or before the update.
+GPU_SCHEDULING_LABELS = Relevance(node_labels=("schedule", "placement"))
 PLACEMENTS = ("binpack", "spread")
 # cGPU isolation runs only on ECS instances (ACK "Manage the shared GPU scheduling component");
 # mps is built on cGPU too (policies/cards.py).
@@ -74,7 +77,7 @@ def region_of(node: NodeInfo, subject: Subject) -> str:
     return ecs.region if ecs is not None else ""
 
 
-@rule("GN001", severity="deny", seed="003", kinds=NODE,
+@rule("GN001", severity="deny", seed="003", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       title="GPU scheduling and placement labels carry known values",
       doc="ack.node.gpu.schedule is one of default, cgpu, core_mem, share, mps, topology; "
           "ack.node.gpu.placement is binpack or spread and only means something with a shared mode.")
@@ -114,7 +117,7 @@ def _cpu_policy(node: NodeInfo, subject: Subject) -> tuple[str, str]:
     return "", ""
 
 
-@rule("GN002", severity="deny", seed="001, 002", kinds=NODE,
+@rule("GN002", severity="deny", seed="001, 002", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       title="No shared GPU mode on a node with the static CPU manager policy",
       doc="Shared GPU scheduling does not support the kubelet's static CPU manager policy. The policy is "
           "read from the node's label or annotation, else (opt-in) from its kubelet's /configz.")
@@ -148,7 +151,7 @@ def no_shared_mode_with_static_cpu(subject: Subject) -> Iterator[Found]:
                     f"{names.labels.schedule}=default", path)
 
 
-@rule("GN003", severity="deny", seed="000, 002", kinds=NODE,
+@rule("GN003", severity="deny", seed="000, 002", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       title="The mode is available in the node's region",
       doc="cgpu and mps need a region with GPU memory isolation; core_mem a region with "
           "computing power allocation; share works in any region.")
@@ -173,7 +176,7 @@ def mode_available_in_region(subject: Subject) -> Iterator[Found]:
                     f"{mode} works in {listed}{hint}", path)
 
 
-@rule("GN004", severity="deny", seed="002", kinds=NODE,
+@rule("GN004", severity="deny", seed="002", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       title="cgpu, core_mem and mps only on ECS nodes",
       doc="cGPU memory isolation works only on ECS instances: a node whose spec.providerID is not an "
           "ECS id (REGION.INSTANCEID such as cn-hangzhou.i-bp16uimj7fl6ze8q5rf3, bare or behind "
@@ -202,7 +205,7 @@ def isolation_only_on_ecs(subject: Subject) -> Iterator[Found]:
                 f"spec.providerID is {shown}; use {subject.names.labels.schedule}=share on non-ECS nodes", path)
 
 
-@rule("GN005", severity="deny", seed="000, 002", kinds=NODE, operations=("UPDATE",),
+@rule("GN005", severity="deny", seed="000, 002", kinds=NODE, relevance=GPU_SCHEDULING_LABELS, operations=("UPDATE",),
       title="No GPU mode switched by relabelling an existing node",
       doc="Computing power allocation does not work when an existing node is labelled core_mem: "
           "denied, add the node to a core_mem node pool instead. Any other change of an existing node's "
@@ -236,7 +239,7 @@ def no_core_mem_by_relabel(subject: Subject) -> Iterator[Found]:
                 _label_path(subject.names.labels.schedule))
 
 
-@rule("GN006", severity="deny", kinds=NODE,
+@rule("GN006", severity="deny", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       seed="project choice: a mode change under running GPU pods breaks them; ACK only advises against it",
       operations=("UPDATE",), stateful=True,
       title="The mode does not change under running GPU pods",
@@ -270,7 +273,7 @@ def no_mode_change_under_pods(subject: Subject) -> Iterator[Found]:
                     f"until no GPU pods run there)", path)
 
 
-@rule("GN007", severity="deny", seed="002", kinds=NODE,
+@rule("GN007", severity="deny", seed="002", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       title="Node components fit the cGPU version matrix",
       doc="Enabling cgpu, core_mem or mps checks kubelet, container runtime, OS image, NVIDIA driver "
           "and GPU series against the cGPU version matrix: known-incompatible values are denied, "
@@ -302,7 +305,7 @@ def shows_mps_daemon(node: NodeInfo, keys: tuple[str, ...]) -> bool:
     return False
 
 
-@rule("GN008", severity="warn", seed="003", kinds=NODE,
+@rule("GN008", severity="warn", seed="003", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       title="mps nodes show the MPS control daemon",
       doc="The mps mode needs the MPS Control Daemon component; warn when the node does not show it.")
 def mps_needs_daemon(subject: Subject) -> Iterator[Found]:

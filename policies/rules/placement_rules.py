@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from ..cluster import PodInfo, pod_from_manifest
 from ..placement import PodDemand, demand_from_containers, placement_problems
+from ..relevance import Relevance
 from ..resources import Path
 from ..subject import StateUnavailable, Subject
 from .base import Check, Found, rule
@@ -18,6 +19,8 @@ from .base import Check, Found, rule
 PLACEMENT = "placement"
 
 PLACED_KINDS = ("Binding", "Pod")
+# A pod asking for any GPU resource, created with spec.nodeName (every binding is sent).
+PLACED_GPU_PODS = Relevance(placed_resources=("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive"))
 SWITCH = "placement"
 
 
@@ -160,7 +163,7 @@ def _demand_text(subject: Subject, demand: PodDemand) -> str:
 def placement_rule(rule_id: str, *, seed: str, title: str, doc: str) -> Callable[[Check], Check]:
     """Register a GB rule: denies, judges Binding and Pod CREATEs that place a pod, needs state."""
     return rule(rule_id, severity="deny", seed=seed, kinds=PLACED_KINDS, operations=("CREATE",), stateful=True,
-                applies=is_placement, title=title, doc=doc, family=PLACEMENT)
+                applies=is_placement, title=title, doc=doc, family=PLACEMENT, relevance=PLACED_GPU_PODS)
 
 
 def _report(subject: Subject, rule_id: str) -> Iterator[Found]:

@@ -9,10 +9,15 @@ from typing import cast
 from ..cards import MAX_CARD_GIB
 from ..near_miss import NearMiss, near_misses
 from ..quantity import multiplier_suffix
+from ..relevance import Relevance
 from ..resources import POD_SPEC_PATHS, ContainerRequest, ResourceValue
 from ..settings import NearMissSettings
 from ..subject import Subject
 from .base import Found, rule
+
+# What sends an object to the webhook for each family (policies/relevance.py).
+NAMES_GPU_CORE = Relevance(resources=("gpu_core",))
+NAMES_SHARED_GPU = Relevance(resources=("gpu_mem", "gpu_core"))
 
 POD_KINDS = tuple(POD_SPEC_PATHS)
 
@@ -75,7 +80,7 @@ def core_accepted(value: Decimal | None) -> bool:
             and value == value.to_integral_value() and int(value) % CORE_STEP == 0)
 
 
-@rule("GS001", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core,
+@rule("GS001", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core, relevance=NAMES_GPU_CORE,
       title="GPU core percentage is a multiple of 5 in 5..100",
       doc="aliyun.com/gpu-core.percentage must be an integer multiple of 5 from 5 to 100; "
           "any other value makes the job unschedulable.")
@@ -91,7 +96,7 @@ def core_percentage_step(subject: Subject) -> Iterator[Found]:
                         f"{core_suggestion(value.quantity)}", value.path)
 
 
-@rule("GS002", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core,
+@rule("GS002", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core, relevance=NAMES_GPU_CORE,
       title="GPU core percentage comes with GPU memory",
       doc="A container that requests aliyun.com/gpu-core.percentage must also request "
           "aliyun.com/gpu-mem: compute is allocated on the card its memory is placed on.")
@@ -123,6 +128,7 @@ def mem_suggestion(value: ResourceValue) -> str:
 
 
 @rule("GS003", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_memory,
+      relevance=Relevance(resources=("gpu_mem",)),
       title="GPU memory is a positive whole number of GiB",
       doc="aliyun.com/gpu-mem counts GiB as a whole number >= 1 and at most 1024 (no card is "
           "larger); a unit suffix such as 2Gi is refused because the unit is already GiB.")
@@ -149,6 +155,7 @@ def memory_whole_gib(subject: Subject) -> Iterator[Found]:
 
 
 @rule("GS004", severity="deny", seed=K8S_RESOURCES, kinds=POD_KINDS, applies=requests_gpu_resources,
+      relevance=Relevance(api_server_refuses_first=True),
       title="GPU requests equal limits",
       doc="Kubernetes' own rule for extended resources (Kubernetes documentation, \"Managing Resources "
           "for Containers\", extended resources): they cannot be overcommitted, so a request must equal "
@@ -178,7 +185,7 @@ def _names(containers: list[ContainerRequest]) -> str:
     return ", ".join(f'"{c.name}"' for c in containers)
 
 
-@rule("GS005", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core,
+@rule("GS005", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core, relevance=NAMES_GPU_CORE,
       title="No mem-only and core+mem containers in one pod",
       doc="cGPU cannot run jobs that request only GPU memory beside jobs that request memory "
           "and compute on one node, so one pod must not mix the two.")
@@ -192,7 +199,7 @@ def no_job_type_mixing(subject: Subject) -> Iterator[Found]:
                     mem_only[0].path)
 
 
-@rule("GS006", severity="deny", seed="003", kinds=POD_KINDS, applies=asks_whole_gpus,
+@rule("GS006", severity="deny", seed="003", kinds=POD_KINDS, applies=asks_whole_gpus, relevance=NAMES_SHARED_GPU,
       title="Exclusive and shared GPU resources are not mixed",
       doc="A node runs one GPU scheduling mode: a pod cannot ask for whole GPUs "
           "(nvidia.com/gpu, aliyun.com/gpu) and shared GPU resources together.")
@@ -229,7 +236,7 @@ def names_a_near_miss(subject: Subject) -> bool:
     return bool(_near_misses(subject))
 
 
-@rule("GS007", severity="deny", kinds=POD_KINDS,
+@rule("GS007", severity="deny", kinds=POD_KINDS, relevance=Relevance(near_miss=True),
       seed="project choice: a misspelt resource name leaves the pod Pending forever", applies=names_a_near_miss,
       title="No near miss of the shared-GPU resource names",
       doc="A resource such as aliyun.com/gpu-memory, aliyun.com/gpu_mem, alibaba.com/gpu-mem or "

@@ -4,30 +4,44 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from webhook.cli.check import load_config
+
+if TYPE_CHECKING:
+    from policies.rule_index import RuleEntry
 from webhook.cli.common import DEFAULT_CONFIG, OneLineUsage
 
 
 @click.command(cls=OneLineUsage)
-@click.option("-f", "--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
+@click.option("-f", "--format", "fmt", type=click.Choice(("text", "json", "markdown")), default="text",
+              show_default=True, help="markdown: the table the README and docs/design.md carry.")
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
               help=f"YAML config file (default {DEFAULT_CONFIG} when present): shows severities as configured.")
-def rules(fmt: str, config: Path | None) -> None:
+@click.option("--only", metavar="PREFIXES", default="",
+              help="Only ids starting with one of these comma-separated prefixes, e.g. GS,GC,GM.")
+def rules(fmt: str, config: Path | None, only: str) -> None:
     """List every rule with its severity, its source and what it checks."""
     from policies.rule_index import rule_entries
 
-    entries = rule_entries(load_config(config))
+    prefixes = tuple(p.strip().upper() for p in only.split(",") if p.strip())
+    entries = [e for e in rule_entries(load_config(config)) if not prefixes or e.id.startswith(prefixes)]
     if fmt == "json":
         click.echo(json.dumps([e.as_dict() for e in entries], indent=2))
+        return
+    if fmt == "markdown":
+        click.echo("| id | severity | checks | source |\n|---|---|---|---|")
+        for e in entries:
+            checks = e.title + (" (with cluster state)" if e.stateful else "")
+            click.echo(f"| {e.id} | {_severity(e)} | {checks} | {'; '.join(e.sources)} |")
         return
     # Sources are long titles: the table numbers them and lists them once below it.
     notes: dict[str, int] = {}
     rows = [("ID", "SEVERITY", "SOURCE", "CHECKS")]
     for e in entries:
-        severity: str = "off" if not e.enabled else (e.severity or "mutates")
+        severity = _severity(e)
         if e.enabled and e.severity != e.default_severity:
             severity += f" (default {e.default_severity})"
         numbers = sorted(notes.setdefault(source, len(notes) + 1) for source in e.sources)
@@ -39,3 +53,8 @@ def rules(fmt: str, config: Path | None) -> None:
     click.echo("\nSources:")
     for source, number in notes.items():
         click.echo(f"  [{number}] {source}")
+
+
+def _severity(entry: RuleEntry) -> str:
+    """How a table shows what a rule does: its severity, "off", or "mutates"."""
+    return "off" if not entry.enabled else (entry.severity or "mutates")

@@ -7,41 +7,24 @@ app.kubernetes.io/component: {{ . }}
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
 {{- end }}
 
-{{/* CEL: resource key k is a shared-GPU name, or (with .nearMiss) could be a near miss of one:
-under a look-alike domain and containing "gpu", but not a real whole-GPU resource (GS007). */}}
-{{- define "gpushare.sharedKey" -}}
-{{- $r := .root.Values.gpushare.resources -}}
-{{- if .nearMiss -}}
-k == '{{ $r.gpuMem }}' || k == '{{ $r.gpuCore }}' || (k.matches('{{ .root.Values.gpushare.nearMiss.pattern }}') && !(k in {{ include "gpushare.quotedList" .root.Values.gpushare.nearMiss.notSent }}))
-{{- else -}}
-k == '{{ $r.gpuMem }}' || k == '{{ $r.gpuCore }}'
+{{/* The matchConditions of webhook .name: generated from the rules (files/match-conditions.yaml, from
+`gpushare policy export --webhooks helm`), or the release's own when its config changes a name they
+test (resource and node-label names, the exemption annotation, the GPU-sharing DaemonSets, the
+near-miss settings): Helm cannot derive them. */}}
+{{- define "gpushare.matchConditions" -}}
+{{- $config := .root.Values.config | default dict -}}
+{{- $names := get $config "names" | default dict -}}
+{{- $custom := .root.Values.matchConditions -}}
+{{- $tested := or (get $names "resources") (get $names "labels") (get $names "exempt_annotation") (get $names "gpushare_daemonsets") (get $config "near_miss") -}}
+{{- if and (not $custom) $tested -}}
+{{- fail "config changes names the webhooks' matchConditions test (names.resources, names.labels, names.exempt_annotation, names.gpushare_daemonsets or near_miss), so they must be generated for it: run `gpushare policy export --webhooks helm --config <that config>` and pass its output with -f (see docs/install.md)" -}}
 {{- end -}}
-{{- end }}
-
-{{/* CEL: container c names such a resource in its limits or requests. */}}
-{{- define "gpushare.containerSharesGPU" -}}
-{{- $k := include "gpushare.sharedKey" . -}}
-has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, {{ $k }})) || (has(c.resources.requests) && c.resources.requests.exists(k, {{ $k }})))
-{{- end }}
-
-{{/* CEL: a pod spec at path .spec has a container or init container that shares a GPU. */}}
-{{- define "gpushare.specSharesGPU" -}}
-{{- $c := include "gpushare.containerSharesGPU" . -}}
-{{ .spec }}.containers.exists(c, {{ $c }}) || (has({{ .spec }}.initContainers) && {{ .spec }}.initContainers.exists(c, {{ $c }}))
-{{- end }}
-
-{{/* CEL list literal of strings. */}}
-{{- define "gpushare.quotedList" -}}
-{{- $names := list -}}
-{{- range . }}{{ $names = append $names (printf "'%s'" .) }}{{ end -}}
-[{{ join ", " $names }}]
-{{- end }}
-
-{{/* CEL list literal of the GPU-sharing DaemonSet names. */}}
-{{- define "gpushare.daemonSetList" -}}
-{{- $names := list -}}
-{{- range .Values.gpushare.daemonSets }}{{ $names = append $names (printf "'%s'" .) }}{{ end -}}
-[{{ join ", " $names }}]
+{{- $all := $custom | default (.root.Files.Get "files/match-conditions.yaml" | fromYaml).matchConditions -}}
+{{- $found := index $all .name -}}
+{{- if not $found -}}
+{{- fail (printf "matchConditions has no entry for the webhook %s; regenerate them with `gpushare policy export --webhooks helm`" .name) -}}
+{{- end -}}
+{{- toYaml $found -}}
 {{- end }}
 
 {{- define "gpushare.namespaceSelector" -}}

@@ -1,0 +1,204 @@
+"""The webhooks' matchConditions, generated from what each rule and mutation declares relevant.
+
+The API server evaluates a webhook's matchConditions before it calls the webhook; an object they
+turn down never reaches it (and never waits on it while it is down). Each enabled rule and
+mutation declares what makes an object relevant to it (policies/relevance.py); a webhook's
+condition is the union of those declarations over the kinds it is registered for, so a rule
+added with its declaration is carried to the API server by regenerating, never by editing CEL:
+
+    gpushare policy export --webhooks -o kustomize > deploy/kustomize/match-conditions.yaml
+    gpushare policy export --webhooks -o helm > deploy/helm/gpushare-webhook/match-conditions.yaml
+
+(tests/test_match_conditions.py fails while the checked-in files differ from what this gives).
+
+The CEL uses only what cel-go and cel-python share (``has``, ``in``, macros, ``matches`` with
+RE2), so the tests evaluate it exactly as written. Kubernetes: "Matching requests: matchConditions"
+(admission webhooks, GA in 1.30); the API server spends at most 2,500,000 cost units on one
+webhook's conditions per request (RuntimeCELCostBudgetMatchConditions, k8s.io/apiserver/pkg/apis/cel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import rules as _rules  # noqa: F401  (registers every rule module)
+from .cel import guarded, quote, string_list
+from .mutations import MUTATIONS
+from .near_miss import skipped_keys
+from .near_miss_regex import domain_regex, name_part_regex
+from .relevance import Relevance, Triggers, resolve
+from .resources import CONTAINER_GROUPS, POD_SPEC_PATHS
+from .rules.base import REGISTRY
+from .settings import PolicySettings
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookScope:
+    """One webhook of the deploy manifests: what it is registered for (its ``rules``)."""
+
+    name: str
+    condition: str  # the matchCondition's name
+    mutating: bool
+    kinds: tuple[str, ...]
+    operations: tuple[str, ...]
+    # The narrow webhook for the GPU-sharing DaemonSets (GM002) carries that trigger alone; the
+    # others never carry it (they exclude kube-system, where those DaemonSets run).
+    daemonsets: bool = False
+
+
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController")
+CREATE_UPDATE = ("CREATE", "UPDATE")
+# The webhooks with conditions, as deploy/kustomize/webhooks.yaml registers them. The bindings
+# webhook has none: a Binding does not say what its pod requests.
+SCOPES: tuple[WebhookScope, ...] = (
+    WebhookScope("pods.mutate.gpushare.io", "gpushare-relevant", True, ("Pod",), ("CREATE",)),
+    WebhookScope("gpushare-daemonsets.mutate.gpushare.io", "gpushare-daemonset-by-name", True,
+                 ("DaemonSet", "Pod"), CREATE_UPDATE, daemonsets=True),
+    WebhookScope("pods.validate.gpushare.io", "gpushare-relevant", False, ("Pod",), ("CREATE",)),
+    WebhookScope("workloads.validate.gpushare.io", "gpushare-relevant", False, WORKLOAD_KINDS, CREATE_UPDATE),
+    WebhookScope("cronjobs.validate.gpushare.io", "gpushare-relevant", False, ("CronJob",), CREATE_UPDATE),
+    WebhookScope("nodes.validate.gpushare.io", "gpu-scheduling-labels", False, ("Node",), CREATE_UPDATE),
+)
+
+
+def _enabled(rule_id: str, settings: PolicySettings) -> bool:
+    override = settings.rules.get(rule_id)
+    return override is None or override.enabled
+
+
+def declarations(scope: WebhookScope, settings: PolicySettings) -> list[Relevance]:
+    """What the enabled rules (or mutations) registered for the scope's kinds and operations declare."""
+    kinds = set(scope.kinds)
+    if scope.mutating:
+        return [m.relevance for m in MUTATIONS.values() if _enabled(m.id, settings) and kinds & m.kinds]
+    return [r.relevance for r in REGISTRY.values() if _enabled(r.id, settings) and kinds & r.kinds
+            and set(scope.operations) & r.operations]
+
+
+def triggers(scope: WebhookScope, settings: PolicySettings) -> Triggers:
+    """The scope's triggers under ``settings``: the union of its declarations, daemonsets kept apart."""
+    found = resolve(declarations(scope, settings), settings)
+    if scope.daemonsets:
+        return Triggers(gpushare_daemonsets=found.gpushare_daemonsets)
+    return Triggers(found.resources, found.near_miss, found.placed_resources, found.annotations, found.env,
+                    found.node_labels)
+
+
+# -- CEL -------------------------------------------------------------------------------------------
+
+def _any(terms: Iterable[str], separator: str = " || ") -> str:
+    kept = [t for t in terms if t]
+    return separator.join(f"({t})" if " || " in t else t for t in kept) if kept else "false"
+
+
+LINES = "\n|| "  # the top-level alternatives of a condition, one a line in the manifests
+
+
+def _key_test(keys: frozenset[str], settings: PolicySettings, near_miss: bool) -> str:
+    """CEL over a resource key ``k``: one of ``keys``, or (``near_miss``) a near miss of the shared-GPU
+    names exactly as GS007 defines it (the two regexes the backstop uses; policies/near_miss_regex.py)."""
+    terms = [f"k in {string_list(keys)}" if keys else ""]
+    if near_miss:
+        r = settings.names.resources
+        name = name_part_regex(r.gpu_mem, r.gpu_core)
+        domain = domain_regex(r.gpu_mem, tuple(settings.near_miss.lookalike_domains))
+        terms.append(f"!(k in {string_list(skipped_keys(settings))}) && k.matches({quote(name)}) && "
+                     f"k.matches({quote(domain)})")
+    return _any(terms)
+
+
+def _container_test(keys: frozenset[str], env: frozenset[str], settings: PolicySettings, near_miss: bool) -> str:
+    """CEL over a container ``c``: it names a key (limits or requests) or sets an env variable."""
+    terms = []
+    if keys or near_miss:
+        test = _key_test(keys, settings, near_miss)
+        sections = " || ".join(f"(has(c.resources.{s}) && c.resources.{s}.exists(k, {test}))"
+                               for s in ("limits", "requests"))
+        terms.append(f"has(c.resources) && ({sections})")
+    if env:
+        terms.append(f"has(c.env) && c.env.exists(e, e.name in {string_list(env)})")
+    return _any(terms)
+
+
+def _spec_test(spec: str, container: str) -> str:
+    """CEL: some container or init container of the pod spec at ``spec`` passes ``container`` (one
+    list, so the test is written once)."""
+    app, init = "containers", "initContainers"
+    assert set(CONTAINER_GROUPS) == {app, init}
+    return (f"((has({spec}.{app}) ? {spec}.{app} : []) + (has({spec}.{init}) ? {spec}.{init} : []))"
+            f".exists(c, {container})")
+
+
+def _annotation_test(meta: str, keys: frozenset[str]) -> str:
+    return " || ".join(f"({guarded(meta + '.annotations')} && {quote(k)} in {meta}.annotations)"
+                       for k in sorted(keys))
+
+
+def _pod_spec_condition(scope: WebhookScope, t: Triggers, settings: PolicySettings) -> str:
+    paths = {POD_SPEC_PATHS[kind] for kind in scope.kinds}
+    if len(paths) != 1:
+        raise ValueError(f"{scope.name}: its kinds keep their pod spec at different paths: {sorted(paths)}")
+    (path,) = paths
+    spec = ".".join(("object", *map(str, path)))
+    spec_guard = guarded(spec) if len(path) > 1 else ""
+    terms = []
+    container = _container_test(t.resources, t.env, settings, t.near_miss)
+    if container != "false":
+        test = _spec_test(spec, container)
+        terms.append(f"{spec_guard} && {test}" if spec_guard else test)
+    if t.placed_resources and "Pod" in scope.kinds:
+        placed = _spec_test(spec, _container_test(t.placed_resources, frozenset(), settings, False))
+        terms.append(f"has(object.spec.nodeName) && {placed}")
+    if t.annotations:
+        terms.append(_annotation_test("object.metadata", t.annotations))
+        if len(path) > 1:  # a workload's pod template carries its pods' annotations
+            terms.append(_annotation_test(".".join(("object", *map(str, path[:-1]), "metadata")), t.annotations))
+    return _any(terms, LINES)
+
+
+def _node_condition(t: Triggers) -> str:
+    def labelled(obj: str) -> str:
+        keys = " || ".join(f"{quote(k)} in {obj}.metadata.labels" for k in sorted(t.node_labels))
+        return f"has({obj}.metadata.labels) && ({keys})"
+
+    terms = [labelled("object") if t.node_labels else ""]
+    if t.annotations:
+        terms.append(_annotation_test("object.metadata", t.annotations))
+    if t.node_labels:
+        terms.append(f"request.operation == 'UPDATE' && {labelled('oldObject')}")
+    return _any(terms, LINES)
+
+
+def _daemonset_condition(t: Triggers) -> str:
+    names = string_list(t.gpushare_daemonsets)
+    return (f"request.resource.resource == 'daemonsets' ? object.metadata.name in {names} : "
+            f"(has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(o, "
+            f"o.kind == 'DaemonSet' && o.name in {names}))")
+
+
+def condition(scope: WebhookScope, settings: PolicySettings) -> str:
+    """The CEL expression of the scope's one matchCondition."""
+    t = triggers(scope, settings)
+    if scope.daemonsets:
+        return _daemonset_condition(t)
+    if scope.kinds == ("Node",):
+        return _node_condition(t)
+    return _pod_spec_condition(scope, t, settings)
+
+
+def match_conditions(settings: PolicySettings) -> dict[str, list[dict[str, str]]]:
+    """Every webhook's matchConditions, by webhook name."""
+    return {scope.name: [{"name": scope.condition, "expression": condition(scope, settings)}] for scope in SCOPES}
+
+
+def kustomize_patches(settings: PolicySettings) -> list[dict[str, Any]]:
+    """Strategic-merge patches for the kustomize base: webhooks are merged by name."""
+    conditions = match_conditions(settings)
+    patches = []
+    for kind, mutating in (("MutatingWebhookConfiguration", True), ("ValidatingWebhookConfiguration", False)):
+        webhooks = [{"name": s.name, "matchConditions": conditions[s.name]} for s in SCOPES if s.mutating is mutating]
+        patches.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                        "metadata": {"name": "gpushare-webhook"}, "webhooks": webhooks})
+    return patches

@@ -1,0 +1,165 @@
+"""What makes an object worth sending to the webhook.
+
+Each rule and mutation that judges objects declares what an object must show for it to have
+anything to say (``Relevance``); under one configuration the declarations resolve to concrete
+names (``Triggers``). The webhooks' matchConditions are generated from the union
+(policies/match_conditions.py), and ``Triggers.sends`` is the same test in Python, so a rule
+added with its declaration is carried to the API server without anyone editing a manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .near_miss import near_misses
+from .resources import CONTAINER_GROUPS, POD_SPEC_PATHS
+from .settings import LabelNames, Names, PolicySettings, ResourceNames
+
+_RESOURCE_FIELDS = frozenset(ResourceNames.model_fields)
+_LABEL_FIELDS = frozenset(LabelNames.model_fields)
+_NAME_FIELDS = frozenset(Names.model_fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Relevance:
+    """What an object must show for a rule or mutation to find anything (any one suffices).
+
+    Names are settings fields, resolved per configuration: ``resources`` of ``names.resources``,
+    ``annotations`` of ``names``, ``node_labels`` of ``names.labels``."""
+
+    # A container or init container names one of these in its limits or requests.
+    resources: tuple[str, ...] = ()
+    # A container names a near miss of the shared-GPU names (GS007's definition, exactly).
+    near_miss: bool = False
+    # These resources count only on a pod created with spec.nodeName (it skips the scheduler, so
+    # the placement rules judge it at creation).
+    placed_resources: tuple[str, ...] = ()
+    # The object, or its pod template, carries one of these annotation keys.
+    annotations: tuple[str, ...] = ()
+    # A container sets an env variable of one of these names (literal names).
+    env: tuple[str, ...] = ()
+    # A Node carries one of these labels, now or before the update.
+    node_labels: tuple[str, ...] = ()
+    # One of the GPU-sharing DaemonSets (names.gpushare_daemonsets), or a pod one of them owns.
+    gpushare_daemonsets: bool = False
+    # What the rule finds the API server refuses itself, before any webhook runs (GS004's extended
+    # resource requests): nothing to send.
+    api_server_refuses_first: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [*(set(self.resources) | set(self.placed_resources)) - _RESOURCE_FIELDS,
+                   *set(self.node_labels) - _LABEL_FIELDS, *set(self.annotations) - _NAME_FIELDS]
+        if unknown:
+            raise ValueError(f"relevance names unknown settings fields: {sorted(unknown)}")
+
+
+NOTHING = Relevance()  # the GA invariants: audit only, no admission request reaches them
+
+
+@dataclass(frozen=True, slots=True)
+class Triggers:
+    """The union of some declarations under one configuration, as concrete names."""
+
+    resources: frozenset[str] = frozenset()
+    near_miss: bool = False
+    placed_resources: frozenset[str] = frozenset()
+    annotations: frozenset[str] = frozenset()
+    env: frozenset[str] = frozenset()
+    node_labels: frozenset[str] = frozenset()
+    gpushare_daemonsets: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return any((self.resources, self.near_miss, self.placed_resources, self.annotations, self.env,
+                    self.node_labels, self.gpushare_daemonsets))
+
+    def sends(self, kind: str, obj: dict[str, Any], settings: PolicySettings, *, operation: str = "CREATE",
+              old: dict[str, Any] | None = None) -> bool:
+        """Whether an object of ``kind`` shows any trigger: what the generated matchConditions answer."""
+        if kind == "Node":
+            return _has_label(obj, self.node_labels) or _has_annotation(obj.get("metadata"), self.annotations) or (
+                operation == "UPDATE" and old is not None and _has_label(old, self.node_labels))
+        if kind == "DaemonSet" and _named(obj, self.gpushare_daemonsets):
+            return True
+        if kind == "Pod" and _owned_by(obj, self.gpushare_daemonsets):
+            return True
+        path = POD_SPEC_PATHS.get(kind)
+        if path is None:
+            return False
+        spec = _at(obj, path)
+        template_meta = _at(obj, (*path[:-1], "metadata"))
+        if self.annotations and (_has_annotation(obj.get("metadata"), self.annotations)
+                                 or _has_annotation(template_meta, self.annotations)):
+            return True
+        if not isinstance(spec, dict):
+            return False
+        containers = [c for group in CONTAINER_GROUPS if isinstance(spec.get(group), list)
+                      for c in spec[group] if isinstance(c, dict)]
+        if any(_names_resource(c, self.resources) or _sets_env(c, self.env) for c in containers):
+            return True
+        if self.placed_resources and kind == "Pod" and spec.get("nodeName") \
+                and any(_names_resource(c, self.placed_resources) for c in containers):
+            return True
+        return self.near_miss and bool(near_misses(spec, path, settings.names, settings.near_miss))
+
+
+def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Triggers:
+    """The union of ``declarations`` under ``settings``, as concrete names."""
+    names = settings.names
+    resources: set[str] = set()
+    placed: set[str] = set()
+    annotations: set[str] = set()
+    env: set[str] = set()
+    labels: set[str] = set()
+    near_miss = daemonsets = False
+    for relevance in declarations:
+        resources.update(getattr(names.resources, f) for f in relevance.resources)
+        placed.update(getattr(names.resources, f) for f in relevance.placed_resources)
+        annotations.update(getattr(names, f) for f in relevance.annotations)
+        env.update(relevance.env)
+        labels.update(getattr(names.labels, f) for f in relevance.node_labels)
+        near_miss |= relevance.near_miss
+        daemonsets |= relevance.gpushare_daemonsets
+    return Triggers(frozenset(resources), near_miss, frozenset(placed - resources), frozenset(annotations),
+                    frozenset(env), frozenset(labels),
+                    frozenset(names.gpushare_daemonsets) if daemonsets else frozenset())
+
+
+def _at(obj: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _names_resource(container: dict[str, Any], names: frozenset[str]) -> bool:
+    resources = container.get("resources")
+    if not names or not isinstance(resources, dict):
+        return False
+    return any(isinstance(resources.get(s), dict) and not names.isdisjoint(resources[s])
+               for s in ("limits", "requests"))
+
+
+def _sets_env(container: dict[str, Any], names: frozenset[str]) -> bool:
+    env = container.get("env")
+    return bool(names) and isinstance(env, list) and any(isinstance(e, dict) and e.get("name") in names for e in env)
+
+
+def _has_annotation(meta: Any, keys: frozenset[str]) -> bool:
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return bool(keys) and isinstance(annotations, dict) and not keys.isdisjoint(annotations)
+
+
+def _has_label(obj: dict[str, Any], keys: frozenset[str]) -> bool:
+    labels = _at(obj, ("metadata", "labels"))
+    return bool(keys) and isinstance(labels, dict) and not keys.isdisjoint(labels)
+
+
+def _named(obj: dict[str, Any], names: frozenset[str]) -> bool:
+    return bool(names) and _at(obj, ("metadata", "name")) in names
+
+
+def _owned_by(obj: dict[str, Any], daemonsets: frozenset[str]) -> bool:
+    owners = _at(obj, ("metadata", "ownerReferences"))
+    return bool(daemonsets) and isinstance(owners, list) and any(
+        isinstance(o, dict) and o.get("kind") == "DaemonSet" and o.get("name") in daemonsets for o in owners)
