@@ -44,9 +44,6 @@ class Relevance:
     node_labels: tuple[str, ...] = ()
     # One of the GPU-sharing DaemonSets (names.gpushare_daemonsets), or a pod one of them owns.
     gpushare_daemonsets: bool = False
-    # What the rule finds the API server refuses itself, before any webhook runs (GS004's extended
-    # resource requests): nothing to send.
-    api_server_refuses_first: bool = False
 
     def __post_init__(self) -> None:
         unknown = [*(set(self.resources) | set(self.placed_resources)) - _RESOURCE_FIELDS,
@@ -55,7 +52,9 @@ class Relevance:
             raise ValueError(f"relevance names unknown settings fields: {sorted(unknown)}")
 
 
-NOTHING = Relevance()  # the GA invariants: audit only, no admission request reaches them
+# Nothing sent: the GA invariants (audit only), and GS004, whose findings the API server refuses itself
+# before any webhook runs.
+NOTHING = Relevance()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from typing import cast
 from ..cards import MAX_CARD_GIB
 from ..near_miss import NearMiss, near_misses
 from ..quantity import multiplier_suffix
-from ..relevance import Relevance
+from ..relevance import NOTHING, Relevance
 from ..resources import POD_SPEC_PATHS, ContainerRequest, ResourceValue
 from ..settings import NearMissSettings
 from ..subject import Subject
@@ -155,7 +155,7 @@ def memory_whole_gib(subject: Subject) -> Iterator[Found]:
 
 
 @rule("GS004", severity="deny", seed=K8S_RESOURCES, kinds=POD_KINDS, applies=requests_gpu_resources,
-      relevance=Relevance(api_server_refuses_first=True),
+      relevance=NOTHING,  # the API server refuses what it finds before any webhook runs
       title="GPU requests equal limits",
       doc="Kubernetes' own rule for extended resources (Kubernetes documentation, \"Managing Resources "
           "for Containers\", extended resources): they cannot be overcommitted, so a request must equal "
