@@ -36,10 +36,6 @@ MAX_PODS_PER_CARD = 20
 # memory-isolation regions, the version matrix, 20 pods per card) applies to all three.
 CGPU_MODES = frozenset({"cgpu", "core_mem", "mps"})
 CARD_LIMITED_MODES = CGPU_MODES
-# No card holds more GiB than this (project choice: the largest GPUs sold hold under 300 GiB;
-# four times that leaves room for a few generations). A larger gpu-mem is a typo or an attack,
-# and fits nowhere: refused (GS003) and filtered out everywhere by the scheduler extender.
-MAX_CARD_GIB = 1024
 STRIDE = 4  # fields per card in ``CardOrder.hot``: free GiB, free compute, pods, card index
 
 

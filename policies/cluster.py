@@ -236,12 +236,12 @@ def pod_gpus(obj: dict[str, Any], names: Names,
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return (), 0
-    mem_name, core_name = names.resources.gpu_mem, names.resources.gpu_core
+    core_name = names.resources.gpu_core
     out = []
     topology = 0
     for request in container_requests(spec, ("spec",), names) if requests is None else requests:
         topology += int(request.amount(names.resources.gpu_topology) or 0)
-        mem = request.count(mem_name)
+        mem = request.memory(names)
         if mem is None:
             continue
         core = request.amount(core_name)

@@ -114,7 +114,7 @@ def _env_ops(subject: Subject) -> list[Op]:
         return []
     ops: list[Op] = []
     for request in subject.containers:  # parsed from spec, so its shape is already checked
-        gib = request.count(names.resources.gpu_mem)
+        gib = request.memory(names)
         if gib is None:
             continue
         container, path = spec[request.group][request.index], request.path

@@ -54,7 +54,7 @@ def demand_from_containers(key: str, containers: Sequence[ContainerRequest], nam
     whole = topology = 0
     refused = []
     for c in containers:
-        mem = c.count(r.gpu_mem)
+        mem = c.memory(names)
         if mem is None and c.has(r.gpu_mem):
             value = c.value(r.gpu_mem)
             refused.append(f'container "{c.name}": {r.gpu_mem}={value.raw if value is not None else "?"}')

@@ -62,14 +62,14 @@ class ResourceValue:
     path: Path
 
     @property
-    def has_unit(self) -> bool:
-        """Written with a suffix ("2Gi", "2500m"), which a GiB count must not carry."""
-        return isinstance(self.raw, str) and self.raw.strip()[-1:].isalpha()
-
-    @property
     def whole_count(self) -> int | None:
-        """The value as a plain positive whole number (how GiB and GPU counts are written), else None."""
-        return None if self.has_unit else whole_gib(self.quantity)
+        """The value as a positive whole number, however it is written, else None.
+
+        Judged by value, never by spelling: the API server decodes a Pod and encodes it again, so
+        a webhook receives canonical quantities ("2000m" arrives as "2", 1000 as "1k"); the
+        scheduler extender reads ``Quantity.Value()`` (AliyunContainerService/
+        gpushare-scheduler-extender, pkg/utils/pod.go, GetGPUMemoryFromPodResource)."""
+        return whole_gib(self.quantity)
 
 
 @dataclass(slots=True)
@@ -95,6 +95,12 @@ class ContainerRequest:
         """The effective value as a plain positive whole number, else None."""
         found = self.value(resource)
         return found.whole_count if found is not None else None
+
+    def memory(self, names: Names) -> int | None:
+        """The container's gpu-mem count when rule GS003 accepts it (a whole count from 1 to the
+        largest card), else None: a refused value never becomes a card demand or an env var."""
+        count = self.count(names.resources.gpu_mem)
+        return count if count is not None and count <= names.max_card_memory else None
 
     def has(self, resource: str) -> bool:
         return resource in self.limits or resource in self.requests
@@ -198,7 +204,7 @@ def container_requests(spec: dict[str, Any] | None, base: Path, names: Names) ->
 
 
 def whole_gib(value: Decimal | None) -> int | None:
-    """A positive whole number of GiB, or None when the value is not one."""
+    """A positive whole number (of GiB, of cards), or None when the value is not one."""
     if value is None or value <= 0 or value != value.to_integral_value():
         return None
     return int(value)

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cards import CORE_PER_CARD, MAX_CARD_GIB, STRIDE
+from .cards import CORE_PER_CARD, STRIDE
 from .cluster import ClusterState, NodeInfo
+from .gpu_memory import memory_problem
 from .placement import NodeProfile, PodDemand, demand_from_containers, judge, node_profile, quick_card
 from .resources import ContainerRequest, container_requests, pod_spec
 from .rules.base import unresolvable_rule_ids
@@ -60,13 +61,13 @@ def unusable_values(containers: Sequence[ContainerRequest], names: Names) -> lis
             for value in (c.limits.get(resource), c.requests.get(resource)):
                 if value is None:
                     continue
-                count = value.whole_count
-                if value.quantity is None:
+                memory = memory_problem(value, names) if resource == r.gpu_mem else None
+                if memory is not None:
+                    why = memory.why
+                elif value.quantity is None:
                     why = f"is not a quantity ({value.error})"
-                elif count is None and resource != r.gpu_core:
+                elif value.whole_count is None and resource != r.gpu_core:
                     why = "is not a whole number >= 1"
-                elif resource == r.gpu_mem and count is not None and count > MAX_CARD_GIB:
-                    why = f"is larger than any GPU card (at most {MAX_CARD_GIB} GiB)"
                 elif resource == r.gpu_core and not (0 < value.quantity <= CORE_PER_CARD):
                     why = f"is not a percentage of one card (1..{CORE_PER_CARD})"
                 else:

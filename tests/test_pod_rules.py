@@ -79,13 +79,13 @@ def test_gs002_core_without_memory(engine):
 @pytest.mark.parametrize(
     ("value", "hint"),
     [
-        ("2Gi", "carries a unit, but the resource already counts GiB; use 2"),
+        ("2Gi", "looks like bytes, but the resource counts GiB; use 2"),
         ("2048Mi", "use 2"),
         ("2G", "use 2"),
         (0, "use a whole number of GiB, 1 or more"),
         (-1, "use a whole number of GiB, 1 or more"),
-        ("2500m", "use 2 or 3"),
-        (1.5, "use 1 or 2"),
+        ("2500m", "use 3"),
+        (1.5, "use 2"),
         ("many", "use a whole number of GiB"),
     ],
 )
