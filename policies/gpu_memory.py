@@ -57,7 +57,8 @@ def memory_problem(value: ResourceValue, names: Names) -> MemoryProblem | None:
     if unit == "GiB" and quantity < BYTES_FROM:
         # 16276 is the open-source extender's own old sample, from its MiB days.
         wanted = ceil_whole(quantity / MIB_PER_GIB)
-        return MemoryProblem(f"is more than any card holds and looks like MiB ({wanted} GiB rounded up)",
+        return MemoryProblem(f"is more than any card holds (at most {most} GiB) and looks like MiB ({wanted} GiB "
+                             f"rounded up)",
                              f"use {wanted}, or set names.memory_unit: MiB if the device plugin counts MiB",
                              str(wanted))
     if quantity / BYTES_PER[unit] > most:  # no ceiling of 1e30 bytes: Decimal keeps 28 digits

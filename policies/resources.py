@@ -6,6 +6,7 @@ ignored, which keeps the admission hot path cheap.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -82,6 +83,14 @@ class ContainerRequest:
     path: Path
     limits: dict[str, ResourceValue] = field(default_factory=dict)
     requests: dict[str, ResourceValue] = field(default_factory=dict)
+    # An init container with restartPolicy: Always, a native sidecar: it keeps running beside the
+    # app containers (Kubernetes documentation, "Sidecar Containers").
+    sidecar: bool = False
+
+    @property
+    def is_app(self) -> bool:
+        """Listed in spec.containers: the containers the GPU-sharing scheduler places on cards."""
+        return self.group == "containers"
 
     def value(self, resource: str) -> ResourceValue | None:
         """The effective value: the limit, else the request (as the API server defaults it)."""
@@ -133,6 +142,14 @@ def pod_spec(obj: dict[str, Any], kind: str) -> tuple[dict[str, Any] | None, Pat
         if not isinstance(spec, dict):
             raise ShapeError(path[: depth + 1], f"must be an object, got {type(spec).__name__}")
     return spec, path
+
+
+def pod_labels(obj: dict[str, Any], kind: str) -> dict[str, str]:
+    """The labels of the pods an object makes: a Pod's own, a workload's pod template's."""
+    labels: Any = obj
+    for part in (*POD_SPEC_PATHS[kind][:-1], "metadata", "labels"):
+        labels = labels.get(part) if isinstance(labels, dict) else None
+    return {k: v for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, dict) else {}
 
 
 def _read_values(resources: dict[str, Any], section: str, base: Path,
@@ -199,8 +216,38 @@ def container_requests(spec: dict[str, Any] | None, base: Path, names: Names) ->
             if limits or requests:
                 name = container.get("name")
                 out.append(ContainerRequest(str(name) if name is not None else f"{group}[{index}]",
-                                            group, index, path, limits, requests))
+                                            group, index, path, limits, requests,
+                                            group == "initContainers" and container.get("restartPolicy") == "Always"))
     return out
+
+
+def effective_request(containers: Sequence[ContainerRequest], resource: str) -> int:
+    """The pod's effective request of a whole-number resource, as kube-scheduler counts it
+    (Kubernetes documentation, "Effective Pod requests and limits"): the larger of the highest
+    need during initialization (each init container plus the sidecars started before it) and the
+    need once running (the app containers plus every sidecar). Init containers run one at a time."""
+    sidecars = running = init_peak = 0
+    for c in containers:
+        amount = c.count(resource) or 0
+        if c.is_app:
+            running += amount
+        elif c.sidecar:
+            sidecars += amount
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + amount)
+    return max(init_peak, running + sidecars)
+
+
+def cards_per_container(labels: Mapping[str, str], names: Names) -> int | None:
+    """M of the pod label that spreads each container's gpu-mem over M cards (ACK "Use cGPU to
+    achieve GPU sharing based on multiple GPUs"); None without the label or when it is not a whole
+    number of 1 or more (rule GS009 says so; the pod then counts as on one card)."""
+    text = labels.get(names.labels.pod_gpu_count)
+    if text is None:
+        return None
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and int(text) >= 1 else None
 
 
 def whole_gib(value: Decimal | None) -> int | None:

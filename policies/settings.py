@@ -54,6 +54,9 @@ class LabelNames(_Section):
     # Where the kubelet's CPU manager policy is published (label or annotation; it wins over the
     # opt-in state.kubelet_configz source); see docs/state.md, "CPU manager policy".
     cpu_manager_policy: str = "gpushare.io/cpu-manager-policy"
+    # A pod label: spread each container's gpu-mem over this many cards of one node (ACK "Use cGPU
+    # to achieve GPU sharing based on multiple GPUs": gpu-mem N over M cards, N/M on each).
+    pod_gpu_count: str = "aliyun.com/gpu-count"
 
 
 class CardAnnotationNames(_Section):

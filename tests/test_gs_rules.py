@@ -118,7 +118,7 @@ BYTES = "looks like bytes, but the resource counts GiB"
 NOT_WHOLE = "is not a whole number of GiB"
 NOT_POSITIVE = "is not 1 or more GiB"
 TOO_LARGE = "is more than any card holds (at most 1024 GiB)"
-LIKE_MIB = "is more than any card holds and looks like MiB ({gib} GiB rounded up)"
+LIKE_MIB = "is more than any card holds (at most 1024 GiB) and looks like MiB ({gib} GiB rounded up)"
 MIB_FIX = "use {gib}, or set names.memory_unit: MiB if the device plugin counts MiB"
 
 
