@@ -246,7 +246,7 @@ def test_workload_dry_run_shows_the_pod_and_its_patch(server, session):
 def test_relabelling_an_existing_node_warns_and_unknown_cpu_policy_warns(server, session):
     old = node("gpu-1", mode="share")
     response = validate(server, session, with_mode(copy.deepcopy(old), "cgpu"), operation="UPDATE", old=old)
-    assert any(w.startswith("GN005") and "advises against changing the GPU scheduling label" in w
+    assert any(w.startswith("GN005") and "after adding a shared GPU scheduling label, do not change it" in w
                for w in response["warnings"])
     unlabelled = node("gpu-2", mode="cgpu")
     del unlabelled["metadata"]["labels"]["gpushare.io/cpu-manager-policy"]
