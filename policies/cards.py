@@ -101,7 +101,7 @@ class NoFit:
     container: str
     reasons: tuple[str, ...]
     cards: int = 1  # the cards the container needs (the multi-GPU pod label)
-    fitting: int = 0  # cards that could take it, when it needs more than one
+    fitting: int = 0  # cards that could take it, when it needs more than one (-1: the node has too few)
 
 
 def node_placement(node: NodeInfo, names: Names) -> Placement:
@@ -374,7 +374,7 @@ def _search_or_refuse(node_state: NodeCards, pod_key: str, gpus: Sequence[PodGPU
     reasons = no_fit_reasons(attempt, failed, pod_key, limit, node_state.unit)
     fitting = len(attempt) - len(reasons)
     if failed.cards > len(attempt):
-        reasons = [f"the node has {len(attempt)} card{'' if len(attempt) == 1 else 's'}"]
+        reasons, fitting = [f"the node has {len(attempt)} card{'' if len(attempt) == 1 else 's'}"], -1
     return Placed(None, NoFit(failed.container, tuple(reasons), failed.cards, fitting))
 
 

@@ -228,8 +228,8 @@ def _place_one(demand: PodDemand, profile: NodeProfile, result: PlacementResult)
 def _no_card(rule: str, node: str, no_fit: NoFit) -> tuple[str, str]:
     reasons = "; ".join(no_fit.reasons)
     if no_fit.cards > 1:
-        what = (f'container "{no_fit.container}" needs {no_fit.cards} cards and {no_fit.fitting} '
-                f"{'fits' if no_fit.fitting == 1 else 'fit'}")
+        what = f'container "{no_fit.container}" needs {no_fit.cards} cards' + (
+            f" and {no_fit.fitting} {'fits' if no_fit.fitting == 1 else 'fit'}" if no_fit.fitting >= 0 else "")
     else:
         what = f'container "{no_fit.container}" fits no card'
     if rule == "GB004":
