@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from policies.cards import node_cards
 from policies.cluster import pod_from_manifest
 from policies.placement import placement_problems
@@ -37,15 +39,20 @@ def schedule(state, scorer: Scorer, pod: dict, names, *, record: bool) -> tuple[
     return best.node, card
 
 
-def test_binpack_fills_gpu0_to_15_of_15_before_gpu1_takes_9(settings):
+# Seed 003: GPU0(Allocated/Total) 15/15, GPU1 9/15, GPU2 0/15, GPU3 0/15, GPU Memory 24/60. Pods bound without
+# a card record (bound around the scheduler): the extender counts them on no card, so each new pod is judged
+# against free cards, and they count only in the node's total.
+@pytest.mark.parametrize(("record", "chosen", "row"), [
+    (True, [0, 0, 0, 0, 1, 1], "15/15 9/15 0/15 0/15 24/60"),
+    (False, [0, 0, 0, 0, 0, 0], "0/15 0/15 0/15 0/15 24/60"),
+], ids=["recorded-by-scheduler", "recorded-on-no-card"])
+def test_binpack_fills_gpu0_to_15_of_15_before_gpu1_takes_9(settings, record, chosen, row):
     names = settings.names
     state = snapshot(gpu_node("cn-shanghai.192.0.2.109", "cgpu", 4, 15, placement="binpack"), names=names)
     scorer = Scorer(names)
-    chosen = [schedule(state, scorer, gpu_pod(f"job-{i}", mem=mem), names, record=True)[1]
-              for i, mem in enumerate([4, 4, 4, 3, 4, 5])]
-    assert chosen == [0, 0, 0, 0, 1, 1]
-    # Seed 003: GPU0(Allocated/Total) 15/15, GPU1 9/15, GPU2 0/15, GPU3 0/15, GPU Memory 24/60.
-    assert inspect_row(state, "cn-shanghai.192.0.2.109", names) == "15/15 9/15 0/15 0/15 24/60"
+    assert [schedule(state, scorer, gpu_pod(f"job-{i}", mem=mem), names, record=record)[1]
+            for i, mem in enumerate([4, 4, 4, 3, 4, 5])] == chosen
+    assert inspect_row(state, "cn-shanghai.192.0.2.109", names) == row
 
 
 def test_spread_gives_4_of_15_on_three_cards(settings):
@@ -55,18 +62,6 @@ def test_spread_gives_4_of_15_on_three_cards(settings):
     chosen = [schedule(state, scorer, gpu_pod(f"job-{i}", mem=4), names, record=True)[1] for i in range(3)]
     assert chosen == [0, 1, 2]
     assert inspect_row(state, "cn-shanghai.192.0.2.109", names) == "4/15 4/15 4/15 0/15 12/60"
-
-
-def test_pods_the_scheduler_recorded_on_no_card_count_on_the_node_and_on_no_card(settings):
-    # Bound without a card record (the scheduler has not written it yet, or bound around it): the
-    # scheduler extender counts such a pod on no card, so a new pod is judged against free cards.
-    names = settings.names
-    state = snapshot(gpu_node("cn-shanghai.192.0.2.109", "cgpu", 4, 15, placement="binpack"), names=names)
-    scorer = Scorer(names)
-    chosen = [schedule(state, scorer, gpu_pod(f"job-{i}", mem=mem), names, record=False)[1]
-              for i, mem in enumerate([4, 4, 4, 3, 4, 5])]
-    assert chosen == [0, 0, 0, 0, 0, 0]
-    assert inspect_row(state, "cn-shanghai.192.0.2.109", names) == "0/15 0/15 0/15 0/15 24/60"
 
 
 def test_binpack_scores_the_fuller_node_higher_and_spread_the_emptier(settings):
