@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .cards import CardOrder, NodeCards, NoFit, inferred_mode, no_fit_reasons, node_cards, place_pod
+from .cards import CardOrder, NodeCards, NoFit, no_fit_reasons, node_cards, place_pod
 from .cluster import NodeInfo, PodGPU, PodInfo, shared_gpus
 from .resources import ContainerRequest
 from .settings import Names
@@ -100,7 +100,7 @@ def node_profile(node: NodeInfo, pods_on_node: Sequence[PodInfo], names: Names) 
     live = sorted((p for p in pods_on_node if p.uses_shared_gpu and not p.terminated), key=lambda p: p.key)
     occupancy = node_cards(node, pods_on_node, names)
     mode = occupancy.mode
-    inferred = not node.labels.get(names.labels.schedule) and mode == inferred_mode(node, names) != ""
+    inferred = not node.labels.get(names.labels.schedule) and mode != ""  # node_mode read what it advertises
     static = cpu_manager_policy(node, names) == "static"
     mem_only = tuple(p.key for p in live if not p.is_core_mem)
     core_mem = tuple(p.key for p in live if p.is_core_mem)
@@ -185,22 +185,18 @@ def _place_shared(demand: PodDemand, profile: NodeProfile, result: PlacementResu
         _place_one(demand, profile, result)
         return
     name = profile.name
-    if profile.pod_limit is None:
-        unlimited = occupancy = profile.cards.copy()
-        placed = place_pod(occupancy, demand.key, demand.gpus)
-    else:
-        unlimited = profile.cards.copy()  # no cGPU pod limit: tells a card that is full apart from one that is crowded
-        placed = place_pod(unlimited, demand.key, demand.gpus)
-        if placed.fits:
-            occupancy = profile.cards.copy()
-            placed = place_pod(occupancy, demand.key, demand.gpus, profile.pod_limit)
-            if placed.no_fit is not None:
-                result.problems.append(_no_card("GB003", name, placed.no_fit))
-                return
+    occupancy = profile.cards.copy()
+    placed = place_pod(occupancy, demand.key, demand.gpus)  # no pod limit: full (GB004) apart from crowded (GB003)
+    if profile.pod_limit is not None and placed.fits:
+        occupancy = profile.cards.copy()
+        placed = place_pod(occupancy, demand.key, demand.gpus, profile.pod_limit)
+        if placed.no_fit is not None:
+            result.problems.append(_no_card("GB003", name, placed.no_fit))
+            return
     if placed.no_fit is not None:
         result.problems.append(_no_card("GB004", name, placed.no_fit))
         return
-    result.cards = [i for cards in placed.cards or () for i in cards] if placed.cards is not None else None
+    result.cards = None if placed.cards is None else [i for cards in placed.cards for i in cards]
     result.state = occupancy
 
 
