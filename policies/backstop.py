@@ -176,7 +176,8 @@ def _gs002(s: PolicySettings) -> str:
 def _gs002_message(s: PolicySettings) -> str:
     r = s.names.resources
     return (f"'GS002: ' + {SUBJECT} + ' container \"' + {_first(s, _gs002_bad(s))}.name + '\": {r.gpu_core} is "
-            f"requested without {r.gpu_mem}; add limits.{r.gpu_mem} with a whole number of GiB (1 or more)'")
+            f"requested without {r.gpu_mem}; add limits.{r.gpu_mem} with a whole number of {s.names.memory_unit} (1 or "
+            f"more)'")
 
 
 def _gs003(s: PolicySettings) -> str:

@@ -520,7 +520,7 @@ def _gs003(engine: Engine, value: str) -> list[str]:
             if f.rule == "GS003"]
 
 
-@settings(max_examples=examples(300), deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(written_quantities(), st.sampled_from(["GiB", "MiB"]))
 def test_gs003_judges_the_value_alike_as_written_as_sent_and_in_the_backstop(written, unit):
     """``check`` reads what people write, the webhook what the API server sends (its canonical form),

@@ -96,7 +96,7 @@ def core_needs_memory(subject: Subject) -> Iterator[Found]:
             value = container.value(core)
             assert value is not None
             yield Found(f"{subject.where(container)}: {core}={_raw(value)} is requested without {mem}; "
-                        f"add limits.{mem} with a whole number of GiB (1 or more)", value.path)
+                        f"add limits.{mem} with a whole number of {subject.names.memory_unit} (1 or more)", value.path)
 
 
 @rule("GS003", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_memory,
