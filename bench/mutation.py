@@ -48,6 +48,8 @@ _RULES = "rule_base pod_rules gs_rules exemptions node_messages node_rules place
 _FAST = {
     "policies/rules/base.py": _RULES + " exemption_grants",
     "policies/rules/pod_resources.py": "gs_rules pod_rules",
+    "policies/rules/sharing_rules.py": "scheduler_counting pod_rules",
+    "policies/gpu_memory.py": "gs_rules scoring_numbers",
     "policies/rules/exemptions.py": "exemptions exemption_grants",
     "policies/rules/node_rules.py": "node_messages node_rules",
     "policies/rules/placement_rules.py": "placement_messages placement_rules rule_base",
@@ -57,7 +59,7 @@ _FAST = {
     "policies/mutations.py": "mutations",
     "policies/exemptions.py": "exemptions exemption_grants",
     "policies/grants.py": "exemption_grants exemptions",
-    "policies/cards.py": "cards placement scoring_numbers scoring placement_rules gs_rules",
+    "policies/cards.py": "cards placement scoring_numbers scoring placement_rules gs_rules scheduler_counting",
     "policies/placement.py": "placement placement_rules scoring_numbers scoring node_messages",
     "policies/scoring.py": "scoring_numbers scoring selectors",
     "policies/selectors.py": "selectors scoring_numbers scoring",

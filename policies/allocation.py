@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cards import CORE_PER_CARD, node_cards
+from .cards import CORE_PER_CARD, PENDING, node_cards
 from .cluster import ClusterState
 from .settings import Names
 
@@ -28,11 +28,15 @@ class CardUsage:
 class PodUsage:
     namespace: str
     name: str
-    mem_by_card: dict[int, int]
+    mem_by_card: dict[int, int]  # card index -> GiB; ``PENDING`` for memory the scheduler recorded on no card
 
     @property
     def mem(self) -> int:
         return sum(self.mem_by_card.values())
+
+    @property
+    def pending_mem(self) -> int:
+        return self.mem_by_card.get(PENDING, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +47,14 @@ class NodeUsage:
     placement: str
     cards: tuple[CardUsage, ...]
     pods: tuple[PodUsage, ...]
+    # GPU memory of pods the scheduler recorded on no card: on the node, on no card (the open-source
+    # ``kubectl inspect gpushare`` shows it in a Pending column and counts it in the node's total).
+    pending_mem: int = 0
+    unit: str = "GiB"
 
     @property
     def used_mem(self) -> int:
-        return sum(c.used_mem for c in self.cards)
+        return sum(c.used_mem for c in self.cards) + self.pending_mem
 
     @property
     def total_mem(self) -> int:
@@ -79,6 +87,10 @@ class ClusterUsage:
     def max_cards(self) -> int:
         return max((len(n.cards) for n in self.nodes), default=0)
 
+    @property
+    def has_pending(self) -> bool:
+        return any(n.pending_mem for n in self.nodes)
+
 
 def node_usage(state: ClusterState, node_name: str, names: Names) -> NodeUsage | None:
     """Allocation on one node, or None when it has no shared GPU memory to report."""
@@ -97,7 +109,7 @@ def node_usage(state: ClusterState, node_name: str, names: Names) -> NodeUsage |
         return None
     cards = tuple(CardUsage(c.index, c.used_mem, c.total_mem, c.used_core) for c in occupancy.cards)
     return NodeUsage(node.name, node.internal_ip, occupancy.mode, occupancy.placement, cards,
-                     tuple(pods[k] for k in sorted(pods)))
+                     tuple(pods[k] for k in sorted(pods)), sum(occupancy.pending.values()), occupancy.unit)
 
 
 def cluster_usage(state: ClusterState, names: Names, only: tuple[str, ...] = ()) -> ClusterUsage:

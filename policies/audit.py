@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cards import CARD_LIMITED_MODES, CORE_PER_CARD, MAX_PODS_PER_CARD, NodeCards, node_cards, recorded_cards
-from .cluster import ClusterState, NodeInfo, PodInfo
+from .cluster import ClusterState, NodeInfo, PodGPU, PodInfo
 from .engine import Engine
 from .placement import UNRESOLVABLE_RULES, PodDemand, mode_problems, node_profile
 from .rules.base import REGISTRY, Finding
-from .settings import PolicySettings, Severity
+from .settings import Names, PolicySettings, Severity
 
 SHOWN = 3  # pods named in one message before "and N more"
 _PLACEHOLDER_NS, _PLACEHOLDER_NAME = "gpushare-audit-ns", "gpushare-audit-pod"
@@ -138,15 +138,13 @@ class Auditor:
                                     True, verdict.exemption_reason))
 
     def _pod_rules(self, pod: PodInfo, out: list[AuditFinding]) -> None:
-        if not pod.gpus or pod.terminated:
+        if not (pod.gpus or pod.init_gpus) or pod.terminated:
             return
         exempt = self.names.exempt_annotation, self.names.exempt_reason_annotation
-        shape = (pod.gpus, pod.annotations.get(exempt[0]), pod.annotations.get(exempt[1]))
+        shape = (pod.gpus, pod.init_gpus, pod.annotations.get(exempt[0]), pod.annotations.get(exempt[1]))
         judged = self._shapes.get(shape)
         if judged is None:
-            subject = self.engine.subject("Pod", pod_manifest(pod, self.names.resources.gpu_mem,
-                                                              self.names.resources.gpu_core, exempt),
-                                          namespace=_PLACEHOLDER_NS)
+            subject = self.engine.subject("Pod", pod_manifest(pod, self.names, exempt), namespace=_PLACEHOLDER_NS)
             verdict = self.engine.validate(subject)
             judged = self._shapes[shape] = (verdict.findings, verdict.exempted, verdict.exemption_reason)
         findings, exempted, reason = judged
@@ -204,8 +202,9 @@ class Auditor:
         for card in occupancy.cards:
             holders = on_card.get(card.index, [])
             if card.used_mem > card.total_mem:
-                self._add(out, "GA001", f"node {node.name} GPU{card.index}: {card.used_mem} GiB of gpu-mem "
-                                        f"assigned on a {card.total_mem} GiB card ({_shown(holders)})",
+                unit = occupancy.unit
+                self._add(out, "GA001", f"node {node.name} GPU{card.index}: {card.used_mem} {unit} of gpu-mem "
+                                        f"assigned on a {card.total_mem} {unit} card ({_shown(holders)})",
                           "Node", node.name, node=node.name)
             if occupancy.mode == "core_mem" and card.used_core > CORE_PER_CARD:
                 self._add(out, "GA001", f"node {node.name} GPU{card.index}: {card.used_core}% compute assigned "
@@ -265,20 +264,23 @@ def node_manifest(node: NodeInfo) -> dict[str, Any]:
             "spec": {"providerID": node.provider_id} if node.provider_id else {}, "status": status}
 
 
-def pod_manifest(pod: PodInfo, mem_name: str, core_name: str, exempt: Iterable[str]) -> dict[str, Any]:
-    """A placeholder-named Pod with the record's GPU requests (as limits) and exemption."""
-    containers: list[dict[str, Any]] = []
-    init: list[dict[str, Any]] = []
-    for gpu in pod.gpus:
-        limits = {mem_name: str(gpu.mem)}
+def pod_manifest(pod: PodInfo, names: Names, exempt: Iterable[str]) -> dict[str, Any]:
+    """A placeholder-named Pod with the record's GPU requests (as limits), its multi-GPU label and
+    its exemption."""
+    r = names.resources
+
+    def container(gpu: PodGPU) -> dict[str, Any]:
+        limits = {r.gpu_mem: str(gpu.mem)}
         if gpu.core:
-            limits[core_name] = str(gpu.core)
-        (containers if gpu.index is not None else init).append({"name": gpu.container,
-                                                                "resources": {"limits": limits}})
+            limits[r.gpu_core] = str(gpu.core)
+        return {"name": gpu.container, "resources": {"limits": limits}}
+
     annotations = {k: pod.annotations[k] for k in exempt if k in pod.annotations}
-    spec: dict[str, Any] = {"containers": containers or [{"name": "main"}]}
-    if init:
-        spec["initContainers"] = init
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": _PLACEHOLDER_NAME, "namespace": _PLACEHOLDER_NS, "annotations": annotations},
-            "spec": spec}
+    spec: dict[str, Any] = {"containers": [container(g) for g in pod.gpus] or [{"name": "main"}]}
+    if pod.init_gpus:
+        spec["initContainers"] = [container(g) for g in pod.init_gpus]
+    metadata: dict[str, Any] = {"name": _PLACEHOLDER_NAME, "namespace": _PLACEHOLDER_NS, "annotations": annotations}
+    spread = max((g.cards for g in pod.gpus), default=1)
+    if spread > 1:
+        metadata["labels"] = {names.labels.pod_gpu_count: str(spread)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

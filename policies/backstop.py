@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .cards import MAX_CARD_GIB
 from .cel import guarded as _guarded
 from .cel import quote as _q
 from .grants import glob_regex
@@ -56,8 +55,20 @@ def _one_to(n: int) -> str:
     return "^(" + "|".join([x for x in (shorter, *same) if x]) + ")$"
 
 
-# A canonical positive integer without a unit, at most the largest card (GS003's bound).
-WHOLE_GIB = _one_to(MAX_CARD_GIB)
+# The suffixes a canonical quantity carries on a whole number (k8s.io/apimachinery Quantity.String:
+# DecimalSI "1k", DecimalExponent "1e3", BinarySI "1Ki"; a BinarySI value under 1024 is printed as
+# DecimalSI), with what each multiplies by.
+_WHOLE_SUFFIXES = (("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12), ("e3", 10**3), ("e6", 10**6),
+                   ("e9", 10**9), ("e12", 10**12), ("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40))
+
+
+def canonical_whole(most: int) -> str:
+    """A regular expression of every canonical quantity whose value is a whole number from 1 to
+    ``most``, however the user wrote it: the API server sends a Pod's quantities in canonical form
+    (``2000m`` arrives as ``2``, ``1000`` as ``1k``), so GS003's value rule is a rule on these strings."""
+    forms = [_one_to(most)[2:-2]]
+    forms += [f"({_one_to(most // factor)[2:-2]}){suffix}" for suffix, factor in _WHOLE_SUFFIXES if most >= factor]
+    return "^(" + "|".join(forms) + ")$"
 _SEPARATOR = "[ \\t\\n\\r\\f\\v,;]"  # the annotation's id separators (ASCII whitespace, comma, semicolon)
 
 
@@ -97,14 +108,14 @@ class Res:
         return f"string({c}.resources.requests[{_q(self.name)}])"
 
     def bad_value(self, pattern: str, c: str = "c") -> str:
-        """The limit or the request is written and does not match ``pattern``."""
-        return (f"(({self.lim(c)} && !{self.limit(c)}.matches({_q(pattern)})) || "
+        """The judged value (the limit, else the request, as the engine's value rules judge it) does
+        not match ``pattern``."""
+        return (f"({self.lim(c)} ? !{self.limit(c)}.matches({_q(pattern)}) : "
                 f"({self.req(c)} && !{self.request(c)}.matches({_q(pattern)})))")
 
-    def shown(self, pattern: str, c: str) -> str:
-        """The offending value of container ``c`` (the limit when it is the bad one, else the request)."""
-        return (f"(({self.lim(c)} && !{self.limit(c)}.matches({_q(pattern)})) ? "
-                f"{self.limit(c)} : {self.request(c)})")
+    def shown(self, c: str) -> str:
+        """The judged value of container ``c``: the limit, else the request."""
+        return f"({self.lim(c)} ? {self.limit(c)} : {self.request(c)})"
 
 
 def _no_variables(settings: PolicySettings) -> list[dict[str, str]]:
@@ -140,7 +151,7 @@ def _gs001_message(s: PolicySettings) -> str:
     core = Res(s.names.resources.gpu_core)
     first = _first(s, core.bad_value(CORE_ACCEPTED))
     return (f"'GS001: ' + {SUBJECT} + ' container \"' + {first}.name + '\": {core.name}=' + "
-            f"{core.shown(CORE_ACCEPTED, first)} + ' is not a multiple of 5 in 5..100; use an integer multiple of "
+            f"{core.shown(first)} + ' is not a multiple of 5 in 5..100; use an integer multiple of "
             f"5 from 5 to 100, e.g. 30'")
 
 
@@ -156,19 +167,21 @@ def _gs002(s: PolicySettings) -> str:
 def _gs002_message(s: PolicySettings) -> str:
     r = s.names.resources
     return (f"'GS002: ' + {SUBJECT} + ' container \"' + {_first(s, _gs002_bad(s))}.name + '\": {r.gpu_core} is "
-            f"requested without {r.gpu_mem}; add limits.{r.gpu_mem} with a whole number of GiB (1 or more)'")
+            f"requested without {r.gpu_mem}; add limits.{r.gpu_mem} with a whole number of {s.names.memory_unit} (1 or "
+            f"more)'")
 
 
 def _gs003(s: PolicySettings) -> str:
-    return f"{CONTAINERS}.exists(c, {Res(s.names.resources.gpu_mem).bad_value(WHOLE_GIB)})"
+    whole = canonical_whole(s.names.max_card_memory)
+    return f"{CONTAINERS}.exists(c, {Res(s.names.resources.gpu_mem).bad_value(whole)})"
 
 
 def _gs003_message(s: PolicySettings) -> str:
-    mem = Res(s.names.resources.gpu_mem)
-    first = _first(s, mem.bad_value(WHOLE_GIB))
+    mem, names = Res(s.names.resources.gpu_mem), s.names
+    first = _first(s, mem.bad_value(canonical_whole(names.max_card_memory)))
     return (f"'GS003: ' + {SUBJECT} + ' container \"' + {first}.name + '\": {mem.name}=' + "
-            f"{mem.shown(WHOLE_GIB, first)} + ' is not a whole number of GiB from 1 to {MAX_CARD_GIB} "
-            f"written without a unit; use a plain number such as 2'")
+            f"{mem.shown(first)} + ' is not a whole number of {names.memory_unit} from 1 to "
+            f"{names.max_card_memory}; use a whole number of {names.memory_unit} such as 2'")
 
 
 def _gs005(s: PolicySettings) -> str:
@@ -248,7 +261,8 @@ def _gs007_message(s: PolicySettings) -> str:
 BACKSTOP_RULES: tuple[BackstopRule, ...] = (
     BackstopRule("GS001", _gs001, _gs001_message, "GS001: gpu-core.percentage must be a multiple of 5 in 5..100"),
     BackstopRule("GS002", _gs002, _gs002_message, "GS002: gpu-core.percentage needs gpu-mem in the same container"),
-    BackstopRule("GS003", _gs003, _gs003_message, "GS003: gpu-mem must be a whole number of GiB without a unit"),
+    BackstopRule("GS003", _gs003, _gs003_message, "GS003: gpu-mem must be a whole number of GiB from 1 to "
+                 "the largest card"),
     BackstopRule("GS005", _gs005, _gs005_message, "GS005: a pod must not mix mem-only and core+mem containers"),
     BackstopRule("GS006", _gs006, _gs006_message, "GS006: whole GPUs and shared GPU are not mixed in one pod"),
     BackstopRule("GS007", _gs007, _gs007_message, "GS007: a resource name that narrowly misses a shared-GPU name "

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .cards import CORE_PER_CARD
 from .placement import SHARED_MODES, NodeProfile, PodDemand, judge
 from .selectors import NodeSelector
 from .settings import Names
@@ -22,7 +23,6 @@ class CardAt:
     node: str
     index: int
     total_mem: int
-    free_mem: int = 0
 
     @property
     def where(self) -> str:
@@ -35,16 +35,12 @@ class CapacityVerdict:
 
     never: str = ""
     not_now: str = ""
+    # What would be accepted instead, for ``never``.
+    accepted: str = "a request that fits such a card, or add nodes with bigger cards first"
 
 
 def _modes_for(demand: PodDemand) -> frozenset[str]:
     return frozenset({"core_mem"}) if demand.is_core_mem else SHARED_MODES
-
-
-def _could_take(profile: NodeProfile, demand: PodDemand, selector: NodeSelector, names: Names) -> bool:
-    node = profile.node
-    return (node.labels.get(names.labels.schedule, "") in _modes_for(demand)
-            and selector.mismatch(node.labels, node.name) is None)
 
 
 def judge_capacity(demand: PodDemand, selector: NodeSelector, profiles: Sequence[NodeProfile],
@@ -52,35 +48,63 @@ def judge_capacity(demand: PodDemand, selector: NodeSelector, profiles: Sequence
     """What the cluster's nodes say about ``demand`` (only shared-GPU demands are judged).
 
     ``profiles`` are the nodes with what their pods hold, as the scoring engine keeps them up to
-    date (built once per node change, not once per review)."""
+    date (built once per node change, not once per review). A node's mode is its label, else what
+    it advertises (cards.node_mode), as the placement rules judge it."""
     if not demand.gpus:
         return CapacityVerdict()
-    need = max(demand.gpus, key=lambda g: g.mem)
-    if demand.is_core_mem and not any(p.node.labels.get(names.labels.schedule) == "core_mem" for p in profiles):
-        return CapacityVerdict(never=f"it asks for {names.resources.gpu_core} and the cluster has no core_mem node "
+    r, unit = names.resources, names.memory_unit
+    if demand.is_core_mem and not any(p.mode == "core_mem" for p in profiles):
+        return CapacityVerdict(never=f"it asks for {r.gpu_core} and the cluster has no core_mem node "
                                      f"(computing power allocation needs a core_mem node pool)")
-    candidates = [p for p in profiles if _could_take(p, demand, selector, names)]
+    matching = [p for p in profiles if selector.empty or selector.mismatch(p.node.labels, p.node.name) is None]
+    if not matching:
+        return CapacityVerdict(never="no node of the cluster matches its node selectors or affinity",
+                               accepted="a node selector or affinity that a node of the cluster matches")
+    candidates = [p for p in matching if p.mode in _modes_for(demand)]
     if not candidates:
         kind = "core_mem" if demand.is_core_mem else f"shared-mode ({', '.join(sorted(SHARED_MODES))})"
         constraint = "" if selector.empty else " that matches its node selectors or affinity"
-        return CapacityVerdict(never=f"the cluster has no {kind} node{constraint}")
+        return CapacityVerdict(never=f"the cluster has no {kind} node{constraint}",
+                               accepted=f"add a {kind} node{constraint} first")
     largest = max((CardAt(p.name, c.index, c.total_mem) for p in candidates for c in p.cards.cards),
                   key=lambda c: (c.total_mem, c.node), default=None)
     if largest is None:
         return CapacityVerdict(never="no node that could take it shows its GPU cards (gpu-mem and gpu-count)")
-    if need.mem > largest.total_mem:
-        return CapacityVerdict(never=f'container "{need.container}" asks for {names.resources.gpu_mem}={need.mem}, '
-                                     f"more than the largest card of any node that could take it: "
-                                     f"{largest.total_mem} GiB ({largest.where})")
-    closest: CardAt | None = None
+    need = max(demand.gpus, key=lambda g: g.mem_per_card)
+    if need.mem_per_card > largest.total_mem:
+        share = f"{need.mem_per_card} {unit} on each of {need.cards} cards" if need.cards > 1 else \
+            f"{r.gpu_mem}={need.mem}"
+        return CapacityVerdict(never=f'container "{need.container}" asks for {share}, more than the largest card of '
+                                     f"any node that could take it: {largest.total_mem} {unit} ({largest.where})")
+    spread = max(demand.gpus, key=lambda g: g.cards)
+    most = max(candidates, key=lambda p: (len(p.cards.cards), p.name))
+    if spread.cards > len(most.cards.cards):
+        return CapacityVerdict(never=f'container "{spread.container}" spreads over {spread.cards} cards (pod label '
+                                     f"{names.labels.pod_gpu_count}) and the most any node that could take it has is "
+                                     f"{len(most.cards.cards)} (node {most.name})",
+                               accepted=f"a {names.labels.pod_gpu_count} label of at most {len(most.cards.cards)}")
     for profile in candidates:
         if judge(demand, profile, names).fits:
             return CapacityVerdict()
-        for card in profile.cards.cards:
-            if card.total_mem >= need.mem and (closest is None or card.free_mem > closest.free_mem):
-                closest = CardAt(profile.name, card.index, card.total_mem, card.free_mem)
-    shown = (f"; the closest is {closest.where} with {closest.free_mem} of {closest.total_mem} GiB free"
-             if closest is not None else "")
-    return CapacityVerdict(not_now=f'container "{need.container}" ({names.resources.gpu_mem}={need.mem}) fits no '
-                                   f"card of the nodes that could take it right now{shown}; it stays Pending until "
-                                   f"GPU memory is freed")
+    return CapacityVerdict(not_now=_not_now(demand, candidates, names))
+
+
+def _not_now(demand: PodDemand, candidates: Sequence[NodeProfile], names: Names) -> str:
+    """Why no node holds the pod right now, naming what does not fit: memory, or compute when some
+    card has the memory (a core+mem pod's compute is as scarce as its memory)."""
+    unit = names.memory_unit
+    need = max(demand.gpus, key=lambda g: g.mem_per_card)
+    cards = [(p.name, c) for p in candidates for c in p.cards.cards]
+    roomy = [(node, c) for node, c in cards if c.free_mem >= need.mem_per_card]
+    core = max(demand.gpus, key=lambda g: g.core_per_card)
+    if roomy and core.core_per_card:
+        node, card = max(roomy, key=lambda nc: CORE_PER_CARD - nc[1].used_core)  # the first, on ties
+        return (f'container "{core.container}" ({names.resources.gpu_core}={core.core_per_card}) fits no card of the '
+                f"nodes that could take it right now: the most compute free is {CORE_PER_CARD - card.used_core}% "
+                f"on GPU{card.index} of node {node}; it stays Pending until compute is freed")
+    closest = max(((node, c) for node, c in cards if c.total_mem >= need.mem_per_card),
+                  key=lambda nc: nc[1].free_mem, default=None)  # the first, on ties
+    shown = (f"; the closest is GPU{closest[1].index} of node {closest[0]} with {closest[1].free_mem} of "
+             f"{closest[1].total_mem} {unit} free" if closest is not None else "")
+    return (f'container "{need.container}" ({names.resources.gpu_mem}={need.mem}) fits no card of the nodes that '
+            f"could take it right now{shown}; it stays Pending until GPU memory is freed")

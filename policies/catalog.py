@@ -43,6 +43,12 @@ class OsFamily(_Frozen):
     _check = field_validator("match")(_compiles)
 
 
+class OsElsewhere(OsFamily):
+    """Releases another ACK page supports for its nodes (``page``: its title)."""
+
+    page: str
+
+
 class OsNote(_Frozen):
     match: str
     message: str
@@ -63,6 +69,8 @@ class VersionMatrix(_Frozen):
     container_runtime: dict[str, str] = Field(default_factory=dict)
     driver: str | None = None
     os_images: tuple[OsFamily, ...] = ()
+    # Releases the matrix refuses but another ACK page supports: warned about, not denied.
+    os_images_elsewhere: tuple[OsElsewhere, ...] = ()
     os_notes: tuple[OsNote, ...] = ()
     gpu_series: GpuSeries | None = None
 

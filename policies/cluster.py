@@ -10,13 +10,13 @@ from __future__ import annotations
 import sys
 import threading
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .quantity import QuantityError, parse_quantity
-from .resources import ContainerRequest, ShapeError, container_requests
+from .resources import ContainerRequest, ShapeError, cards_per_container, container_requests, effective_request
 from .selectors import NodeSelector, node_selector_from_spec
 from .settings import Names
 
@@ -42,11 +42,24 @@ class PodGPU:
     """One container's shared-GPU request inside a pod record."""
 
     container: str
-    mem: int
+    mem: int  # the container's gpu-mem
     core: int
     # Position in spec.containers (None for init containers): the key of the scheduler's
     # per-container allocation annotation.
     index: int | None = None
+    # The cards ``mem`` is spread over, ``mem / cards`` on each (ACK "Use cGPU to achieve GPU
+    # sharing based on multiple GPUs": the pod label aliyun.com/gpu-count); 1 for most pods.
+    cards: int = 1
+
+    @property
+    def mem_per_card(self) -> int:
+        return self.mem // self.cards
+
+    @property
+    def core_per_card(self) -> int:
+        """Compute on each card. The multi-GPU page is silent on compute: divided like memory and
+        rounded down, so a spread container never counts as needing more than it asked for."""
+        return self.core // self.cards
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +69,9 @@ class PodInfo:
     uid: str
     node_name: str
     phase: str
+    # The app containers' shared-GPU requests: what the GPU-sharing scheduler places on cards. It
+    # counts spec.containers only (AliyunContainerService/gpushare-scheduler-extender,
+    # pkg/utils/pod.go, GetGPUMemoryFromPodResource; the device plugin's podutils.go likewise).
     gpus: tuple[PodGPU, ...]
     annotations: dict[str, str]
     topology_gpus: int = 0
@@ -64,6 +80,8 @@ class PodInfo:
     # The hard node constraints of a pod not bound yet (``explain`` ranks it); None once bound,
     # so 150,000 running pods carry nothing here.
     selector: NodeSelector | None = None
+    # gpu-mem on init containers: held on no card (the audit re-judges it, rule GS008).
+    init_gpus: tuple[PodGPU, ...] = ()
 
     @property
     def key(self) -> str:
@@ -88,7 +106,7 @@ class PodInfo:
     @property
     def uses_gpu(self) -> bool:
         """Worth keeping in the state: it holds shared, topology or exclusive GPUs."""
-        return bool(self.gpus) or self.topology_gpus > 0 or self.exclusive_gpus > 0
+        return bool(self.gpus) or self.topology_gpus > 0 or self.exclusive_gpus > 0 or bool(self.init_gpus)
 
     @property
     def terminated(self) -> bool:
@@ -220,25 +238,42 @@ def node_from_manifest(obj: dict[str, Any], names: Names) -> NodeInfo:
     )
 
 
-def pod_gpus(obj: dict[str, Any], names: Names,
-             requests: list[ContainerRequest] | None = None) -> tuple[tuple[PodGPU, ...], int]:
-    """The shared-GPU requests of a Pod object and its count of topology (whole) GPUs
-    (``requests``: the pod's container requests when the caller has parsed them already)."""
-    spec = obj.get("spec")
-    if not isinstance(spec, dict):
-        return (), 0
-    mem_name, core_name = names.resources.gpu_mem, names.resources.gpu_core
-    out = []
-    topology = 0
-    for request in container_requests(spec, ("spec",), names) if requests is None else requests:
-        topology += int(request.amount(names.resources.gpu_topology) or 0)
-        mem = request.count(mem_name)
+@dataclass(frozen=True, slots=True)
+class PodGPUs:
+    """What a pod asks of the GPUs: its app containers' shared GPU (on cards), its init containers'
+    gpu-mem (on no card), and its effective requests of whole GPUs."""
+
+    gpus: tuple[PodGPU, ...]
+    init_gpus: tuple[PodGPU, ...]
+    topology: int
+    exclusive: int
+
+
+def shared_gpus(requests: Sequence[ContainerRequest], names: Names, labels: Mapping[str, str]) -> PodGPUs:
+    """A pod's GPU requests from its parsed containers and its labels (the multi-GPU label).
+
+    Only spec.containers go on cards: init containers run to completion before the app containers
+    start, and the GPU-sharing scheduler and device plugin count spec.containers alone
+    (AliyunContainerService/gpushare-scheduler-extender pkg/utils/pod.go,
+    GetGPUMemoryFromPodResource; gpushare-device-plugin pkg/gpu/nvidia/podutils.go,
+    getGPUMemoryFromPodResource). Whole GPUs are kube-scheduler's to count: its effective request.
+    """
+    spread = cards_per_container(labels, names) or 1
+    core_name = names.resources.gpu_core
+    gpus: list[PodGPU] = []
+    init: list[PodGPU] = []
+    for request in requests:
+        mem = request.memory(names)
         if mem is None:
             continue
         core = request.amount(core_name)
-        index = request.index if request.group == "containers" else None
-        out.append(PodGPU(request.name, mem, int(core) if core is not None else 0, index))
-    return tuple(out), topology
+        if request.is_app:
+            gpus.append(PodGPU(request.name, mem, int(core) if core is not None else 0, request.index, spread))
+        else:
+            init.append(PodGPU(request.name, mem, int(core) if core is not None else 0))
+    r = names.resources
+    return PodGPUs(tuple(gpus), tuple(init), effective_request(requests, r.gpu_topology),
+                   effective_request(requests, r.gpu_exclusive))
 
 
 def pod_card_annotations(names: Names) -> tuple[str, ...]:
@@ -269,26 +304,24 @@ def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[Containe
     if not isinstance(annotations, dict):
         annotations = {}
     kept = {k: str(annotations[k]) for k in pod_card_annotations(names) if k in annotations}
-    if requests is None and isinstance(obj.get("spec"), dict):
-        requests = container_requests(obj["spec"], ("spec",), names)
-    gpus, topology = pod_gpus(obj, names, requests)
     spec = obj.get("spec")
-    # Whole exclusive GPUs matter only for pods without shared or topology GPUs (GB002 on
-    # topology nodes); skip the second pass over the containers for the others.
-    exclusive = sum(int(c.amount(names.resources.gpu_exclusive) or 0) for c in requests or ()) \
-        if isinstance(spec, dict) and not gpus and not topology else 0
+    if requests is None:
+        requests = container_requests(spec, ("spec",), names) if isinstance(spec, dict) else []
+    found = shared_gpus(requests, names, _str_map(meta.get("labels")))
     return PodInfo(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
         node_name=str(_mapping(obj.get("spec")).get("nodeName") or ""),
         phase=str(_mapping(obj.get("status")).get("phase") or ""),
-        gpus=gpus,
+        gpus=found.gpus,
         annotations=kept,
-        topology_gpus=topology,
-        exclusive_gpus=exclusive,
+        topology_gpus=found.topology,
+        # Whole exclusive GPUs matter only for pods without shared or topology GPUs (GB002 on topology nodes).
+        exclusive_gpus=found.exclusive if not found.gpus and not found.topology else 0,
         scheduler_name=sys.intern(str(_mapping(spec).get("schedulerName") or "")),
         selector=_pending_selector(spec),
+        init_gpus=found.init_gpus,
     )
 
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from .catalog import VersionMatrix
+from .catalog import OsElsewhere, VersionMatrix
 from .cluster import NodeInfo
 from .settings import Names
 
@@ -77,6 +77,16 @@ def _driver(node: NodeInfo, matrix: VersionMatrix, driver_labels: tuple[str, ...
     return _at_least("NVIDIA driver", shown, matrix.driver)
 
 
+def _supported_elsewhere(shown: str, matrix: VersionMatrix) -> OsElsewhere | None:
+    """The entry of another ACK page that supports this OS release, if one does."""
+    for family in matrix.os_images_elsewhere:
+        found = re.search(family.match, shown)
+        have = version_tuple(found.groupdict().get("version") or "") if found is not None else None
+        if have and any(have[:len(v)] == v for v in (version_tuple(s) or () for s in family.supported)):
+            return family
+    return None
+
+
 def _os_image(node: NodeInfo, matrix: VersionMatrix) -> list[Mismatch]:
     if not matrix.os_images:
         return []
@@ -97,6 +107,12 @@ def _os_image(node: NodeInfo, matrix: VersionMatrix) -> list[Mismatch]:
         if any(v[:len(have)] == have for v in accepted):
             return [Mismatch("OS image", "unknown", f"OS image {shown!r} does not show which {family.family} "
                                                     f"release it is (supported: {supported})")]
+        elsewhere = _supported_elsewhere(shown, matrix)
+        if elsewhere is not None:
+            return [Mismatch("OS image", "unknown", f"OS image {shown!r} is not in the cGPU version matrix of "
+                                                    f'"Manage the shared GPU scheduling component" ({supported}), '
+                                                    f'but "{elsewhere.page}" supports {elsewhere.family} '
+                                                    f"{', '.join(elsewhere.supported)} for its nodes")]
         return [Mismatch("OS image", "incompatible", f"OS image {shown!r} is not a supported {family.family} "
                                                      f"release (supported: {supported})")]
     return [Mismatch("OS image", "unknown", f"OS image {shown!r} is not in the matrix (supported: {wanted})")]

@@ -51,7 +51,7 @@ def _closeness(score: NodeScore, demand: PodDemand) -> tuple[int, int, int, str]
     profile = score.profile
     if profile is not None and demand.gpus and profile.cards.cards:
         best = max(c.free_mem for c in profile.cards.cards)
-        shortfall = max(0, max(g.mem for g in demand.gpus) - best)
+        shortfall = max(0, max(g.mem_per_card for g in demand.gpus) - best)
     return (int(score.unresolvable), len(score.problems), shortfall, score.node)
 
 
@@ -77,19 +77,26 @@ def _changes(score: NodeScore, demand: PodDemand, names: Names) -> list[str]:
             out.append(f"the {'mem-only' if demand.is_core_mem else 'core+mem'} pods on node {node} ({shown}) "
                        f"would have to finish or move")
         elif rule == "GB004" and demand.gpus and profile is not None and profile.cards.cards:
+            unit, cards = profile.cards.unit, profile.cards.cards
             for gpu in demand.gpus:
-                card = max(profile.cards.cards, key=lambda c: (c.free_mem, -c.index))
-                if gpu.mem > card.total_mem:
-                    out.append(f'container "{gpu.container}" asks for {gpu.mem} GiB, more than a whole card of '
-                               f"node {node} ({card.total_mem} GiB): ask for at most {card.total_mem}")
-                elif gpu.mem > card.free_mem:
+                card = max(cards, key=lambda c: (c.free_mem, -c.index))
+                mem, core = gpu.mem_per_card, gpu.core_per_card
+                each = " a card" if gpu.cards > 1 else ""
+                if gpu.cards > len(cards):
+                    out.append(f'container "{gpu.container}" spreads over {gpu.cards} cards; node {node} has '
+                               f"{len(cards)}: its {names.labels.pod_gpu_count} label would have to be at most "
+                               f"{len(cards)}")
+                elif mem > card.total_mem:
+                    out.append(f'container "{gpu.container}" asks for {mem} {unit}{each}, more than a whole card '
+                               f"of node {node} ({card.total_mem} {unit}): ask for at most {card.total_mem}{each}")
+                elif mem > card.free_mem:
                     holders = ", ".join(card.pods[:3]) + (f" and {len(card.pods) - 3} more"
                                                           if len(card.pods) > 3 else "")
-                    out.append(f"{gpu.mem - card.free_mem} GiB more would have to be free on node {node} "
-                               f"GPU{card.index} ({card.free_mem}/{card.total_mem} GiB free; held by {holders}), "
-                               f'or container "{gpu.container}" ask for at most {card.free_mem} GiB')
-                elif gpu.core and CORE_PER_CARD - card.used_core < gpu.core:
-                    out.append(f"{gpu.core - (CORE_PER_CARD - card.used_core)}% more compute would have to be "
+                    out.append(f"{mem - card.free_mem} {unit} more would have to be free on node {node} "
+                               f"GPU{card.index} ({card.free_mem}/{card.total_mem} {unit} free; held by {holders}), "
+                               f'or container "{gpu.container}" ask for at most {card.free_mem} {unit}{each}')
+                elif core and CORE_PER_CARD - card.used_core < core:
+                    out.append(f"{core - (CORE_PER_CARD - card.used_core)}% more compute would have to be "
                                f"free on node {node} GPU{card.index}")
         elif rule == "GB004" and demand.topology_gpus:
             out.append(f"more whole GPUs would have to be free on node {node}: {message.split(': ', 1)[-1]}")
@@ -116,8 +123,10 @@ def explain_pod(pod: PodInfo, state: ClusterState, scorer: Scorer) -> Explanatio
     entries = [ranking_entry(score, demand) for score in ranking]
     fitting = [s.node for s in ranking if s.fits]
     explanation = Explanation(pod.key, "", pod.phase or "Pending", "", entries, fitting)
-    asked = ", ".join(f'"{g.container}" {g.mem} GiB' + (f" {g.core}% compute" if g.core else "")
-                      for g in demand.gpus) or f"{demand.topology_gpus} whole GPUs"
+    unit = scorer.names.memory_unit
+    asked = ", ".join(f'"{g.container}" {g.mem} {unit}' + (f" {g.core}% compute" if g.core else "")
+                      + (f" over {g.cards} cards" if g.cards > 1 else "") for g in demand.gpus) \
+        or f"{demand.topology_gpus} whole GPUs"
     if fitting:
         explanation.summary = (f"Pod {pod.key} ({asked}) fits {len(fitting)} node(s) now, best {fitting[0]}; "
                                f"it is waiting for its scheduler, not for room")

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from .relevance import Relevance
+from .resources import cards_per_container
 from .subject import Subject
 
 Op = dict[str, Any]
@@ -43,8 +44,9 @@ MUTATIONS: dict[str, Mutation] = {
                  "priorityClassName system-node-critical so they are not preempted.", "001, 002",
                  frozenset({"DaemonSet", "Pod"}), Relevance(gpushare_daemonsets=True)),
         Mutation("GM003", "Apps see their GPU memory share",
-                 "Containers requesting aliyun.com/gpu-mem get ALIYUN_COM_GPU_MEM_CONTAINER, their gpu-mem "
-                 "count: the value the GPU-sharing device plugin sets too. ALIYUN_COM_GPU_MEM_DEV is never "
+                 "App containers requesting aliyun.com/gpu-mem get ALIYUN_COM_GPU_MEM_CONTAINER, their gpu-mem "
+                 "count (N/M for a pod spread over M cards by the aliyun.com/gpu-count label): the value the "
+                 "GPU-sharing device plugin sets too. ALIYUN_COM_GPU_MEM_DEV is never "
                  "written: it is the card's memory as the device plugin measures it on the node, which the "
                  "webhook cannot know for sure, and a pod's own value would override the plugin's.", "004",
                  frozenset({"Pod"}), _ASKS_GPU_MEMORY),
@@ -104,7 +106,12 @@ def _priority_ops(subject: Subject) -> list[Op]:
 
 
 def _env_ops(subject: Subject) -> list[Op]:
-    """ALIYUN_COM_GPU_MEM_CONTAINER only (docs/scoring.md, "Environment variables", says why).
+    """ALIYUN_COM_GPU_MEM_CONTAINER only (docs/scoring.md, "Environment variables", says why), on app
+    containers only: the scheduler places spec.containers on cards and the device plugin finds a
+    pod by their sum, so what an init container would get is not known here (rule GS008). A pod
+    spread over M cards gets N/M, its share of each card (ACK "Use cGPU to achieve GPU sharing based
+    on multiple GPUs": ALIYUN_COM_GPU_MEM_CONTAINER=2 for gpu-mem 8 over 4 GPUs); a pod whose N/M
+    is not whole (rule GS009) gets none.
 
     The open-source gpushare device plugin (AliyunContainerService/gpushare-device-plugin,
     pkg/gpu/nvidia/allocate.go) sets ALIYUN_COM_GPU_MEM_CONTAINER to len(DevicesIDs), the
@@ -121,12 +128,13 @@ def _env_ops(subject: Subject) -> list[Op]:
     if spec is None:
         return []
     ops: list[Op] = []
+    spread = cards_per_container(subject.pod_labels, names) or 1
     for request in subject.containers:  # parsed from spec, so its shape is already checked
-        gib = request.count(names.resources.gpu_mem)
-        if gib is None:
+        gib = request.memory(names)
+        if gib is None or not request.is_app or gib % spread:
             continue
         container, path = spec[request.group][request.index], request.path
-        wanted = [(names.env_mem_container, str(gib))]
+        wanted = [(names.env_mem_container, str(gib // spread))]
         env = container.get("env")
         present = {e.get("name") for e in env if isinstance(e, dict)} if isinstance(env, list) else set()
         missing = [{"name": n, "value": v} for n, v in wanted if n not in present]

@@ -9,11 +9,11 @@ once into a ``NodeProfile``; the scorer caches profiles until their node changes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .cards import CardOrder, NodeCards, no_fit_reasons, node_cards, place_pod
-from .cluster import NodeInfo, PodGPU, PodInfo
+from .cards import CardOrder, NodeCards, NoFit, no_fit_reasons, node_cards, place_pod
+from .cluster import NodeInfo, PodGPU, PodInfo, shared_gpus
 from .resources import ContainerRequest
 from .settings import Names
 from .topology import TopologyCards, choose_card_set, topology_cards
@@ -39,9 +39,12 @@ class PodDemand:
     refused: tuple[str, ...] = ()
     # Derived once: judging reads it for every node.
     is_core_mem: bool = field(init=False, compare=False)
+    # One container on one card: the case judging and ranking answer without copying a node.
+    single_card: bool = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_core_mem", any(g.core for g in self.gpus))
+        object.__setattr__(self, "single_card", len(self.gpus) == 1 and self.gpus[0].cards == 1)
 
     @property
     def uses_shared(self) -> bool:
@@ -52,23 +55,16 @@ class PodDemand:
         return "core+mem" if self.is_core_mem else "mem-only"
 
 
-def demand_from_containers(key: str, containers: Sequence[ContainerRequest], names: Names) -> PodDemand:
-    r = names.resources
-    gpus: list[PodGPU] = []
-    whole = topology = 0
-    refused = []
-    for c in containers:
-        mem = c.count(r.gpu_mem)
-        if mem is None and c.has(r.gpu_mem):
-            value = c.value(r.gpu_mem)
-            refused.append(f'container "{c.name}": {r.gpu_mem}={value.raw if value is not None else "?"}')
-        if mem is not None:
-            core = c.amount(r.gpu_core)
-            index = c.index if c.group == "containers" else None
-            gpus.append(PodGPU(c.name, mem, int(core) if core is not None else 0, index))
-        whole += int(c.amount(r.gpu_exclusive) or 0)
-        topology += int(c.amount(r.gpu_topology) or 0)
-    return PodDemand(key, tuple(gpus), whole, topology, tuple(refused))
+def demand_from_containers(key: str, containers: Sequence[ContainerRequest], names: Names,
+                           labels: Mapping[str, str] | None = None) -> PodDemand:
+    """What a pod (or a workload's pod) asks of a node, as the scheduler counts it (``shared_gpus``:
+    app containers on cards, spread over the cards the multi-GPU label asks; whole GPUs by the
+    effective request). ``labels``: the pod's labels."""
+    mem = names.resources.gpu_mem
+    found = shared_gpus(containers, names, labels or {})
+    refused = tuple(f'container "{c.name}": {mem}={value.raw}' for c in containers
+                    if c.is_app and (value := c.value(mem)) is not None and c.memory(names) is None)
+    return PodDemand(key, found.gpus, found.exclusive, found.topology, refused)
 
 
 def demand_from_pod(pod: PodInfo) -> PodDemand:
@@ -88,7 +84,8 @@ class NodeProfile:
 
     node: NodeInfo
     name: str
-    mode: str
+    mode: str  # the label, else what the node advertises (cards.node_mode)
+    mode_inferred: bool  # no mode label: judged by what the node advertises
     static_cpu: bool
     mem_only: tuple[str, ...]  # live mem-only shared-GPU pods, by key
     core_mem: tuple[str, ...]  # live core+mem shared-GPU pods, by key
@@ -107,6 +104,7 @@ def node_profile(node: NodeInfo, pods_on_node: Sequence[PodInfo], names: Names) 
     live = sorted((p for p in pods_on_node if p.uses_shared_gpu and not p.terminated), key=lambda p: p.key)
     occupancy = node_cards(node, pods_on_node, names)
     mode = occupancy.mode
+    inferred = not node.labels.get(names.labels.schedule) and mode != ""  # node_mode read what it advertises
     static = cpu_manager_policy(node, names) == "static"
     mem_only = tuple(p.key for p in live if not p.is_core_mem)
     core_mem = tuple(p.key for p in live if p.is_core_mem)
@@ -114,6 +112,7 @@ def node_profile(node: NodeInfo, pods_on_node: Sequence[PodInfo], names: Names) 
         node=node,
         name=node.name,
         mode=mode,
+        mode_inferred=inferred,
         static_cpu=static,
         mem_only=mem_only,
         core_mem=core_mem,
@@ -131,9 +130,12 @@ def node_profile(node: NodeInfo, pods_on_node: Sequence[PodInfo], names: Names) 
 @dataclass(slots=True)
 class PlacementResult:
     problems: list[tuple[str, str]]
-    # Per shared-GPU container the card it would get, or the whole-GPU card set on a topology node.
+    # The cards the pod would get: per shared-GPU container its cards, one after the other (a
+    # container spread over M cards has M), or the whole-GPU card set on a topology node.
     cards: list[int] | None = None
     state: NodeCards | None = None
+    # Warnings that do not refuse the placement, as (rule id, message).
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -182,27 +184,28 @@ def mode_problems(demand: PodDemand, profile: NodeProfile, names: Names) -> list
 
 
 def _place_shared(demand: PodDemand, profile: NodeProfile, result: PlacementResult, keep_state: bool) -> None:
-    """GB003/GB004: a card for every container, or why not."""
-    if len(demand.gpus) == 1 and not keep_state:
+    """GB003/GB004: cards for every container, or why not."""
+    if demand.single_card and not keep_state:
         _place_one(demand, profile, result)
         return
     name = profile.name
-    unlimited = profile.cards.copy()
-    unlimited.mode = ""  # no cGPU pod limit: tells a card that is full apart from one that is crowded
-    cards, no_fit = place_pod(unlimited, demand.key, demand.gpus)
-    if no_fit is not None:
-        result.problems.append(_no_card("GB004", name, no_fit.container, no_fit.reasons))
-        return
     occupancy = profile.cards.copy()
-    cards, no_fit = place_pod(occupancy, demand.key, demand.gpus)
-    if no_fit is not None:
-        result.problems.append(_no_card("GB003", name, no_fit.container, no_fit.reasons))
+    placed = place_pod(occupancy, demand.key, demand.gpus)  # no pod limit: full (GB004) apart from crowded (GB003)
+    if profile.pod_limit is not None and placed.fits:
+        occupancy = profile.cards.copy()
+        placed = place_pod(occupancy, demand.key, demand.gpus, profile.pod_limit)
+        if placed.no_fit is not None:
+            result.problems.append(_no_card("GB003", name, placed.no_fit))
+            return
+    if placed.no_fit is not None:
+        result.problems.append(_no_card("GB004", name, placed.no_fit))
         return
-    result.cards, result.state = cards, occupancy
+    result.cards = None if placed.cards is None else [i for cards in placed.cards for i in cards]
+    result.state = occupancy
 
 
 def _place_one(demand: PodDemand, profile: NodeProfile, result: PlacementResult) -> None:
-    """One container on the cached order, without copying: the choice place_pod makes."""
+    """One container on one card, on the cached order, without copying: the choice place_pod makes."""
     gpu, occupancy = demand.gpus[0], profile.cards
     limit = profile.pod_limit
     position = profile.order.first_fit_position(gpu.mem, gpu.core, demand.key, limit)
@@ -210,23 +213,28 @@ def _place_one(demand: PodDemand, profile: NodeProfile, result: PlacementResult)
         result.cards = [profile.order.cards[position].index]
         return
     if not occupancy.cards:
-        result.problems.append(_no_card("GB004", profile.name, gpu.container,
-                                        ("the node has no shared GPU cards",)))
+        result.problems.append(_no_card("GB004", profile.name, NoFit(gpu.container,
+                                                                     ("the node has no shared GPU cards",))))
         return
     # No card fits under the limit: GB004 when none fits even without it, else GB003.
-    unlimited = no_fit_reasons(occupancy.cards, gpu, demand.key, None)
+    unlimited = no_fit_reasons(occupancy.cards, gpu, demand.key, None, occupancy.unit)
     if len(unlimited) == len(occupancy.cards):
-        result.problems.append(_no_card("GB004", profile.name, gpu.container, unlimited))
+        result.problems.append(_no_card("GB004", profile.name, NoFit(gpu.container, tuple(unlimited))))
         return
-    limited = no_fit_reasons(occupancy.cards, gpu, demand.key, limit)
-    result.problems.append(_no_card("GB003", profile.name, gpu.container, limited))
+    limited = no_fit_reasons(occupancy.cards, gpu, demand.key, limit, occupancy.unit)
+    result.problems.append(_no_card("GB003", profile.name, NoFit(gpu.container, tuple(limited))))
 
 
-def _no_card(rule: str, node: str, container: str, reasons: Sequence[str]) -> tuple[str, str]:
+def _no_card(rule: str, node: str, no_fit: NoFit) -> tuple[str, str]:
+    reasons = "; ".join(no_fit.reasons)
+    if no_fit.cards > 1:
+        what = f'container "{no_fit.container}" needs {no_fit.cards} cards' + (
+            f" and {no_fit.fitting} {'fits' if no_fit.fitting == 1 else 'fit'}" if no_fit.fitting >= 0 else "")
+    else:
+        what = f'container "{no_fit.container}" fits no card'
     if rule == "GB004":
-        return rule, f'node {node}: container "{container}" fits no card: ' + "; ".join(reasons)
-    return rule, (f'node {node}: container "{container}" fits no card under the cGPU limit of pods per '
-                  f"card: " + "; ".join(reasons))
+        return rule, f"node {node}: {what}: {reasons}"
+    return rule, f"node {node}: {what} under the cGPU limit of pods per card: {reasons}"
 
 
 def _place_whole(demand: PodDemand, profile: NodeProfile, result: PlacementResult) -> None:
@@ -260,7 +268,7 @@ def quick_card(demand: PodDemand, profile: NodeProfile) -> int:
     ``judge``'s answer for the common case, without building a result or a message:
     ranking a pod against thousands of nodes mostly ends here.
     """
-    if len(demand.gpus) != 1 or not (profile.takes_core_mem if demand.is_core_mem else profile.takes_mem_only):
+    if not demand.single_card or not (profile.takes_core_mem if demand.is_core_mem else profile.takes_mem_only):
         return -1
     gpu = demand.gpus[0]
     return profile.order.first_fit_position(gpu.mem, gpu.core, demand.key, profile.pod_limit)
@@ -277,6 +285,10 @@ def judge(demand: PodDemand, profile: NodeProfile, names: Names, *, keep_state: 
     for rule, _ in problems:
         if rule == "GB002":  # the node does not take this kind of pod: its cards do not matter
             return result
+    if profile.mode_inferred and demand.uses_shared:
+        schedule = names.labels.schedule
+        result.notes.append(("GB002", f"node {profile.name} has no {schedule} label; judged as {profile.mode}, "
+                                      f"which its {names.resources.gpu_mem} capacity shows"))
     if demand.uses_shared:
         _place_shared(demand, profile, result, keep_state)
     elif demand.topology_gpus:

@@ -81,13 +81,3 @@ def _parse_text(value: str) -> Decimal:
         return number.scaleb(exponent, _EXACT)
     return _EXACT.multiply(number, _DECIMAL[suffix])
 
-
-def multiplier_suffix(value: object) -> str | None:
-    """The SI multiplier a quantity string is written with ("Gi" for "2Gi", "k" for "4k"); None for a
-    plain number, an int, milli ("2500m"), an exponent ("1e3") or a value that is not a quantity."""
-    if isinstance(value, str):
-        match = _QUANTITY.match(value.strip())
-        suffix = match["suffix"] if match else None
-        if suffix in _BINARY or (suffix in _DECIMAL and suffix != "m"):
-            return suffix
-    return None

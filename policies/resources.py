@@ -6,6 +6,7 @@ ignored, which keeps the admission hot path cheap.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -62,14 +63,14 @@ class ResourceValue:
     path: Path
 
     @property
-    def has_unit(self) -> bool:
-        """Written with a suffix ("2Gi", "2500m"), which a GiB count must not carry."""
-        return isinstance(self.raw, str) and self.raw.strip()[-1:].isalpha()
-
-    @property
     def whole_count(self) -> int | None:
-        """The value as a plain positive whole number (how GiB and GPU counts are written), else None."""
-        return None if self.has_unit else whole_gib(self.quantity)
+        """The value as a positive whole number, however it is written, else None.
+
+        Judged by value, never by spelling: the API server decodes a Pod and encodes it again, so
+        a webhook receives canonical quantities ("2000m" arrives as "2", 1000 as "1k"); the
+        scheduler extender reads ``Quantity.Value()`` (AliyunContainerService/
+        gpushare-scheduler-extender, pkg/utils/pod.go, GetGPUMemoryFromPodResource)."""
+        return whole_gib(self.quantity)
 
 
 @dataclass(slots=True)
@@ -82,6 +83,14 @@ class ContainerRequest:
     path: Path
     limits: dict[str, ResourceValue] = field(default_factory=dict)
     requests: dict[str, ResourceValue] = field(default_factory=dict)
+    # An init container with restartPolicy: Always, a native sidecar: it keeps running beside the
+    # app containers (Kubernetes documentation, "Sidecar Containers").
+    sidecar: bool = False
+
+    @property
+    def is_app(self) -> bool:
+        """Listed in spec.containers: the containers the GPU-sharing scheduler places on cards."""
+        return self.group == "containers"
 
     def value(self, resource: str) -> ResourceValue | None:
         """The effective value: the limit, else the request (as the API server defaults it)."""
@@ -95,6 +104,12 @@ class ContainerRequest:
         """The effective value as a plain positive whole number, else None."""
         found = self.value(resource)
         return found.whole_count if found is not None else None
+
+    def memory(self, names: Names) -> int | None:
+        """The container's gpu-mem count when rule GS003 accepts it (a whole count from 1 to the
+        largest card), else None: a refused value never becomes a card demand or an env var."""
+        count = self.count(names.resources.gpu_mem)
+        return count if count is not None and count <= names.max_card_memory else None
 
     def has(self, resource: str) -> bool:
         return resource in self.limits or resource in self.requests
@@ -123,6 +138,14 @@ def pod_spec(obj: dict[str, Any], kind: str) -> tuple[dict[str, Any] | None, Pat
         if not isinstance(spec, dict):
             raise ShapeError(path[: depth + 1], f"must be an object, got {type(spec).__name__}")
     return spec, path
+
+
+def pod_labels(obj: dict[str, Any], kind: str) -> dict[str, str]:
+    """The labels of the pods an object makes: a Pod's own, a workload's pod template's."""
+    labels: Any = obj
+    for part in (*POD_SPEC_PATHS[kind][:-1], "metadata", "labels"):
+        labels = labels.get(part) if isinstance(labels, dict) else None
+    return {k: v for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, dict) else {}
 
 
 def _read_values(resources: dict[str, Any], section: str, base: Path,
@@ -189,12 +212,42 @@ def container_requests(spec: dict[str, Any] | None, base: Path, names: Names) ->
             if limits or requests:
                 name = container.get("name")
                 out.append(ContainerRequest(str(name) if name is not None else f"{group}[{index}]",
-                                            group, index, path, limits, requests))
+                                            group, index, path, limits, requests,
+                                            group == "initContainers" and container.get("restartPolicy") == "Always"))
     return out
 
 
+def effective_request(containers: Sequence[ContainerRequest], resource: str) -> int:
+    """The pod's effective request of a whole-number resource, as kube-scheduler counts it
+    (Kubernetes documentation, "Effective Pod requests and limits"): the larger of the highest
+    need during initialization (each init container plus the sidecars started before it) and the
+    need once running (the app containers plus every sidecar). Init containers run one at a time."""
+    sidecars = running = init_peak = 0
+    for c in containers:
+        amount = c.count(resource) or 0
+        if c.is_app:
+            running += amount
+        elif c.sidecar:
+            sidecars += amount
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + amount)
+    return max(init_peak, running + sidecars)
+
+
+def cards_per_container(labels: Mapping[str, str], names: Names) -> int | None:
+    """M of the pod label that spreads each container's gpu-mem over M cards (ACK "Use cGPU to
+    achieve GPU sharing based on multiple GPUs"); None without the label or when it is not a whole
+    number of 1 or more (rule GS009 says so; the pod then counts as on one card)."""
+    text = labels.get(names.labels.pod_gpu_count)
+    if text is None:
+        return None
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and int(text) >= 1 else None
+
+
 def whole_gib(value: Decimal | None) -> int | None:
-    """A positive whole number of GiB, or None when the value is not one."""
+    """A positive whole number (of GiB, of cards), or None when the value is not one."""
     if value is None or value <= 0 or value != value.to_integral_value():
         return None
     return int(value)

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cards import CORE_PER_CARD, MAX_CARD_GIB, STRIDE
+from .cards import CORE_PER_CARD, STRIDE
 from .cluster import ClusterState, NodeInfo
+from .gpu_memory import memory_problem
 from .placement import (
     UNRESOLVABLE_RULES,
     NodeProfile,
@@ -34,7 +35,7 @@ from .placement import (
     node_profile,
     quick_card,
 )
-from .resources import ContainerRequest, container_requests, pod_spec
+from .resources import ContainerRequest, container_requests, pod_labels, pod_spec
 from .selectors import NodeSelector, node_selector_from_spec
 from .settings import Names
 from .topology import set_min_link
@@ -67,13 +68,13 @@ def unusable_values(containers: Sequence[ContainerRequest], names: Names) -> lis
             for value in (c.limits.get(resource), c.requests.get(resource)):
                 if value is None:
                     continue
-                count = value.whole_count
-                if value.quantity is None:
+                memory = memory_problem(value, names) if resource == r.gpu_mem else None
+                if memory is not None:
+                    why = memory.why
+                elif value.quantity is None:
                     why = f"is not a quantity ({value.error})"
-                elif count is None and resource != r.gpu_core:
+                elif value.whole_count is None and resource != r.gpu_core:
                     why = "is not a whole number >= 1"
-                elif resource == r.gpu_mem and count is not None and count > MAX_CARD_GIB:
-                    why = f"is larger than any GPU card (at most {MAX_CARD_GIB} GiB)"
                 elif resource == r.gpu_core and not (0 < value.quantity <= CORE_PER_CARD):
                     why = f"is not a percentage of one card (1..{CORE_PER_CARD})"
                 else:
@@ -90,8 +91,8 @@ def pod_request(kind: str, obj: dict[str, Any], names: Names, *, key: str,
     if containers is None:
         containers = container_requests(spec, base, names)
     node_name = (spec or {}).get("nodeName")
-    return PodRequest(demand_from_containers(key, containers, names), node_selector_from_spec(spec, base),
-                      node_name if isinstance(node_name, str) else "")
+    return PodRequest(demand_from_containers(key, containers, names, pod_labels(obj, kind)),
+                      node_selector_from_spec(spec, base), node_name if isinstance(node_name, str) else "")
 
 
 @dataclass(slots=True)
@@ -118,8 +119,9 @@ def _unresolvable(problems: Sequence[tuple[str, str]], demand: PodDemand, profil
         if rule in unresolvable:
             return True
         if rule == "GB004" and demand.gpus and any(
-                g.mem > profile.card_size or g.core > CORE_PER_CARD for g in demand.gpus):
-            return True  # larger than a whole card
+                g.mem_per_card > profile.card_size or g.core_per_card > CORE_PER_CARD
+                or g.cards > len(profile.cards.cards) for g in demand.gpus):
+            return True  # larger than a whole card, or more cards than the node has
         whole = profile.topology
         if rule == "GB004" and demand.topology_gpus and whole is not None and demand.topology_gpus > whole.count:
             return True
@@ -143,10 +145,10 @@ def shared_score(demand: PodDemand, profile: NodeProfile, cards: Sequence[int]) 
     """
     all_cards = profile.cards.cards
     chosen = {index: all_cards[index] for index in cards}
-    mem_used = sum(c.used_mem for c in chosen.values()) + sum(g.mem for g in demand.gpus)
+    mem_used = sum(c.used_mem for c in chosen.values()) + sum(g.mem_per_card * g.cards for g in demand.gpus)
     fill = mem_used / sum(c.total_mem for c in chosen.values())
     if demand.is_core_mem:
-        core_used = sum(c.used_core for c in chosen.values()) + sum(g.core for g in demand.gpus)
+        core_used = sum(c.used_core for c in chosen.values()) + sum(g.core_per_card * g.cards for g in demand.gpus)
         fill = (fill + core_used / (CORE_PER_CARD * len(chosen))) / 2
     return round(100 * (fill if profile.cards.placement == "binpack" else 1 - fill))
 
@@ -271,7 +273,7 @@ class Scorer:
     def _score_all(self, request: PodRequest, profiles: Iterable[NodeProfile], out: list[NodeScore]) -> None:
         names = self.names
         demand = request.demand
-        if len(demand.gpus) != 1 or not request.selector.empty:
+        if not demand.single_card or not request.selector.empty:
             out.extend(score_node(request, profile, names) for profile in profiles)
             return
         # The common case, one container and no node constraints: judge's first step and the
@@ -307,13 +309,16 @@ def card_details(score: NodeScore, demand: PodDemand) -> list[dict[str, Any]]:
     if demand.gpus:
         out: list[dict[str, Any]] = []
         used: dict[int, int] = {}
-        for gpu, index in zip(demand.gpus, score.cards, strict=True):
-            card = profile.cards.cards[index]
-            before = used.get(index, card.used_mem)
-            used[index] = before + gpu.mem
-            entry: dict[str, Any] = {"container": gpu.container, "gpus": [index], "mem": gpu.mem,
-                                     "gpu_mem_before": f"{before}/{card.total_mem}",
-                                     "gpu_mem_after": f"{before + gpu.mem}/{card.total_mem}"}
+        cards = iter(score.cards)
+        for gpu in demand.gpus:
+            indices = [next(cards) for _ in range(gpu.cards)]
+            before = {i: used.get(i, profile.cards.cards[i].used_mem) for i in indices}
+            used.update({i: before[i] + gpu.mem_per_card for i in indices})
+            totals = [profile.cards.cards[i].total_mem for i in indices]
+            entry: dict[str, Any] = {
+                "container": gpu.container, "gpus": indices, "mem": gpu.mem,
+                "gpu_mem_before": ", ".join(f"{before[i]}/{t}" for i, t in zip(indices, totals, strict=True)),
+                "gpu_mem_after": ", ".join(f"{used[i]}/{t}" for i, t in zip(indices, totals, strict=True))}
             if gpu.core:
                 entry["core"] = gpu.core
             out.append(entry)
@@ -337,8 +342,9 @@ def explain(score: NodeScore, demand: PodDemand) -> list[str]:
         return ["no GPU requested; kube-scheduler ranks this pod"]
     if demand.gpus:
         placement = profile.cards.placement
-        return [f'{placement}: container "{d["container"]}" on GPU{d["gpus"][0]}: '
-                f'{d["gpu_mem_before"]} -> {d["gpu_mem_after"]} GiB' for d in card_details(score, demand)]
+        unit = profile.cards.unit
+        return [f'{placement}: container "{d["container"]}" on GPU{",".join(map(str, d["gpus"]))}: '
+                f'{d["gpu_mem_before"]} -> {d["gpu_mem_after"]} {unit}' for d in card_details(score, demand)]
     whole = profile.topology
     assert whole is not None
     cards = ",".join(str(c) for c in score.cards)

@@ -13,8 +13,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Severity = Literal["deny", "warn"]
+MemoryUnit = Literal["GiB", "MiB"]
 # names.scheduler_name value that turns GM001 off (ACK Pro clusters).
 NO_SCHEDULER = "none"
+# No card holds more GiB than this (project choice: the largest GPUs sold hold under 300 GiB;
+# four times that leaves room for a few generations). A larger gpu-mem is a typo or an attack,
+# and fits nowhere: refused (GS003) and filtered out everywhere by the scheduler extender.
+MAX_CARD_GIB = 1024
+MIB_PER_GIB = 1024
 
 
 class _Section(BaseModel):
@@ -48,6 +54,9 @@ class LabelNames(_Section):
     # Where the kubelet's CPU manager policy is published (label or annotation; it wins over the
     # opt-in state.kubelet_configz source); see docs/state.md, "CPU manager policy".
     cpu_manager_policy: str = "gpushare.io/cpu-manager-policy"
+    # A pod label: spread each container's gpu-mem over this many cards of one node (ACK "Use cGPU
+    # to achieve GPU sharing based on multiple GPUs": gpu-mem N over M cards, N/M on each).
+    pod_gpu_count: str = "aliyun.com/gpu-count"
 
 
 class CardAnnotationNames(_Section):
@@ -91,6 +100,11 @@ class Names(_Section):
     priority_class: str = "system-node-critical"
     gpushare_daemonsets: tuple[str, ...] = ("gpushare-device-plugin-ds",)
     env_mem_container: str = "ALIYUN_COM_GPU_MEM_CONTAINER"
+    # The unit aliyun.com/gpu-mem counts in, on nodes and in pods alike. ACK counts GiB ("Allocate
+    # computing power by scheduling shared GPU": gpu-mem 2 is 2 GiB); the open-source device plugin
+    # can be started with --memory-unit=MiB (AliyunContainerService/gpushare-device-plugin,
+    # cmd/nvidia/main.go), and then every count is MiB.
+    memory_unit: MemoryUnit = "GiB"
     # ECS nodes' spec.providerID: REGION.INSTANCEID, bare or behind alicloud:// (policies/ecs.py
     # cites the cloud provider). Named groups "region" and "instance" are required.
     ecs_provider_id_pattern: str = r"(?:alicloud://)?(?P<region>[a-z]+(?:-[a-z0-9]+)+)\.(?P<instance>i-[a-z0-9]+)"
@@ -100,6 +114,11 @@ class Names(_Section):
     exempt_annotation: str = "gpushare.io/exempt"
     exempt_reason_annotation: str = "gpushare.io/exempt-reason"
     assignment: AssignmentAnnotationNames = AssignmentAnnotationNames()
+
+    @property
+    def max_card_memory(self) -> int:
+        """The most gpu-mem one card can hold, in ``memory_unit`` (GS003's upper bound)."""
+        return MAX_CARD_GIB * (MIB_PER_GIB if self.memory_unit == "MiB" else 1)
 
     @property
     def injected_scheduler(self) -> str | None:

@@ -15,6 +15,7 @@ ACK_PAGES: dict[str, str] = {
     "002": "Manage the shared GPU scheduling component",
     "003": "GPU node scheduling labels (ACK managed cluster Pro)",
     "004": "Configure GPU sharing without GPU memory isolation",
+    "005": "Use cGPU to achieve GPU sharing based on multiple GPUs",
 }
 PROJECT_CHOICE = "project choice"
 

@@ -17,7 +17,7 @@ from .cluster_objects import gpu_pod, node
 
 CORE_NODE = "cn-beijing.10.0.0.1"  # core_mem, 2 x 15 GiB: over-committed GPU0, mixed job types
 CGPU_NODE = "cn-beijing.10.0.0.2"  # cgpu, 1 x 31 GiB: 21 pods on its card
-PLAIN_NODE = "cn-beijing.10.0.0.3"  # no GPU-sharing mode: a shared pod runs there anyway
+PLAIN_NODE = "cn-beijing.10.0.0.3"  # exclusive mode (default): a shared pod runs there anyway
 EDGE_NODE = "cn-beijing.10.0.0.4"  # cgpu, 2 x 15 GiB: a card index past the cards, stale and foreign pods
 PENDING = ("research", "needs-20")
 OLD_NS = str(10**18)  # 2001-09-09 in Unix nanoseconds: long ago
@@ -45,7 +45,7 @@ def objects() -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = [
         node(CORE_NODE, mode="core_mem", cards=2, card_gib=15),
         node(CGPU_NODE, mode="cgpu", cards=1, card_gib=31),
-        node(PLAIN_NODE, mode=None, cards=1, card_gib=15),
+        node(PLAIN_NODE, mode="default", cards=1, card_gib=15),
         node(EDGE_NODE, mode="cgpu", cards=2, card_gib=15),
         # GA001 + GA003 on the core_mem node: 10 + 8 GiB recorded on GPU0 (15 GiB), and a mem-only pod.
         _annotated(gpu_pod("big-a", mem=10, core=30, node_name=CORE_NODE),
@@ -55,7 +55,7 @@ def objects() -> list[dict[str, Any]]:
         gpu_pod("mem-only", mem=2, node_name=CORE_NODE, namespace="team-b"),
         # GS001 (a rule, judged on the record): 33 % compute.
         gpu_pod("core-33", mem=1, core=33, node_name=CORE_NODE),
-        # GA004: a shared-GPU pod on a node without a GPU-sharing mode.
+        # GA004: a shared-GPU pod on an exclusive node.
         gpu_pod("stray", mem=2, node_name=PLAIN_NODE),
         # GA005: recorded on GPU5 of a two-card node.
         _annotated(gpu_pod("index-past", mem=2, node_name=EDGE_NODE), ALIYUN_COM_GPU_MEM_IDX="5"),
@@ -73,8 +73,9 @@ def objects() -> list[dict[str, Any]]:
         gpu_pod(PENDING[1], mem=20, namespace=PENDING[0]),
     ]
     items[-2]["spec"]["schedulerName"] = "default-scheduler"
-    # GA002: 21 pods of 1 GiB on the cgpu node's one card.
-    items += [gpu_pod(f"small-{i:02d}", mem=1, node_name=CGPU_NODE, namespace="batch") for i in range(21)]
+    # GA002: 21 pods of 1 GiB recorded on the cgpu node's one card.
+    items += [_annotated(gpu_pod(f"small-{i:02d}", mem=1, node_name=CGPU_NODE, namespace="batch"),
+                         **{"scheduler.framework.gpushare.allocation": '{"0": {"0": 1}}'}) for i in range(21)]
     return items
 
 

@@ -85,8 +85,9 @@ def with_mode(obj: dict[str, Any], mode: str | None) -> dict[str, Any]:
 
 def gpu_pod(name: str, *, mem: int | None = 2, core: int | None = None, node_name: str | None = None,
             namespace: str = "default", phase: str = "Running", resource_version: str = "1",
-            extra_limits: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A pod as the API server stores it, asking for shared GPU (mem-only, or core+mem with ``core``)."""
+            extra_limits: dict[str, Any] | None = None, card: int | None = None) -> dict[str, Any]:
+    """A pod as the API server stores it, asking for shared GPU (mem-only, or core+mem with ``core``);
+    ``card``: the card the GPU-sharing scheduler recorded it on (a bound pod without one holds no card)."""
     limits: dict[str, Any] = {"cpu": "2", "memory": "4Gi"}
     if mem is not None:
         limits[MEM] = str(mem)
@@ -104,9 +105,11 @@ def gpu_pod(name: str, *, mem: int | None = 2, core: int | None = None, node_nam
     }
     if node_name:
         spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "uid": f"pod-uid-{next(_uids)}",
-                         "resourceVersion": resource_version, "labels": {"app": name}},
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"pod-uid-{next(_uids)}",
+                                "resourceVersion": resource_version, "labels": {"app": name}}
+    if card is not None:
+        metadata["annotations"] = {"scheduler.framework.gpushare.allocation": f'{{"0": {{"{card}": {mem}}}}}'}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
             "spec": spec, "status": {"phase": phase if node_name else "Pending", "qosClass": "Guaranteed"}}
 
 

@@ -25,13 +25,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.backstop import BACKSTOP_RULES, SCHEDULER_RULE, SECTION
+from policies.backstop import BACKSTOP_RULES, SCHEDULER_RULE, SECTION, backstop_policy
 from policies.engine import Engine
 from policies.grants import StaticNamespaces
 from policies.near_miss import meant_resource
 from policies.near_miss_regex import name_part_regex
 from webhook.settings import Settings
 
+from .canonical_quantity import canonical
 from .check_helpers import run_gpushare
 from .near_miss_cases import pod_with
 from .profiles import examples
@@ -43,7 +44,8 @@ WHOLE, TOPOLOGY = "nvidia.com/gpu", "aliyun.com/gpu"
 # Canonical quantity strings (Quantity.String() after the API server parsed what was written).
 CANONICAL = {
     CORE: ["5", "10", "30", "35", "95", "100", "33", "0", "105", "-5", "30500m", "1k", "2500m", "1Ki"],
-    MEM: ["1", "2", "15", "999", "1500", "0", "1k", "2k", "2Gi", "1Mi", "500m", "-1", "1500m"],
+    MEM: ["1", "2", "15", "999", "1500", "0", "1k", "2k", "2Gi", "1Mi", "500m", "-1", "1500m", "1Ki", "1e3",
+          "1024", "1025", "16k", "5500m"],
     WHOLE: ["1", "2"], TOPOLOGY: ["1", "4"],
 }
 GRANTS = [
@@ -443,3 +445,42 @@ def test_a_resource_name_with_white_space_is_refused_in_the_config(tmp_path):
     assert done.returncode == 2
     assert done.stderr == (f"gpushare: error: {config}: names.resources.gpu_mem: \"aliyun .com/gpu-mem\": value error, "
                            "a resource name is not empty and has no white space\n")
+
+
+# -- GS003's value rule on every form ------------------------------------------------------------
+
+UNIT_ENGINES = {unit: Engine(Settings(names={"memory_unit": unit})) for unit in ("GiB", "MiB")}
+UNIT_BACKSTOPS = {unit: Backstop(backstop_policy(engine.settings, frozenset({"GS003"}))[0])
+                  for unit, engine in UNIT_ENGINES.items()}
+SUFFIXES = ["", "", "m", "k", "M", "G", "Ki", "Mi", "Gi", "Ti", "e0", "e1", "e3", "e6", "E2", "e-3"]
+
+
+@st.composite
+def written_quantities(draw: st.DrawFn) -> str:
+    """gpu-mem as people write it: whole or decimal numbers, signs, every suffix family."""
+    whole = draw(st.one_of(st.integers(0, 2100), st.integers(0, 2**21), st.sampled_from([1000, 1024, 16000, 16276])))
+    fraction = draw(st.sampled_from(["", "", ".0", ".5", ".25", ".002", "."]))
+    sign = draw(st.sampled_from(["", "", "+", "-"]))
+    return f"{sign}{whole}{fraction}{draw(st.sampled_from(SUFFIXES))}"
+
+
+def _gs003(engine: Engine, value: str) -> list[str]:
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "resources": {"limits": {MEM: value}}}]}}
+    return [f.message for f in engine.validate(engine.subject("Pod", obj, namespace="default")).violations
+            if f.rule == "GS003"]
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(written_quantities(), st.sampled_from(["GiB", "MiB"]))
+def test_gs003_judges_the_value_alike_as_written_as_sent_and_in_the_backstop(written, unit):
+    """``check`` reads what people write, the webhook what the API server sends (its canonical form),
+    the backstop the same canonical string: all three refuse exactly the same values."""
+    sent = canonical(written)
+    engine = UNIT_ENGINES[unit]
+    as_written, as_sent = _gs003(engine, written), _gs003(engine, sent)
+    assert bool(as_written) == bool(as_sent), (written, sent, as_written, as_sent)
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "resources": {"limits": {MEM: sent}}}]}}
+    backstop = [m for m in UNIT_BACKSTOPS[unit].failures(obj, "default", {}) if m.startswith("GS003")]
+    assert bool(backstop) == bool(as_sent), (written, sent, backstop, as_sent)

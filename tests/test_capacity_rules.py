@@ -103,12 +103,24 @@ def test_no_node_of_a_shared_mode(engine, settings):
     state = cluster(settings, gpu_node("t", "topology", 8), gpu_node("x", "default", 8))
     assert gc001(engine, pod(mem=2), state) == [
         ("warn", "GC001: Pod default/p cannot run on any node the cluster has: the cluster has no shared-mode "
-                 "(cgpu, core_mem, mps, share) node" + ACCEPTED, "spec")]
+                 "(cgpu, core_mem, mps, share) node; accepted: add a shared-mode (cgpu, core_mem, mps, share) node "
+                 "first", "spec")]
+    two = cluster(settings, gpu_node("b", "core_mem", 1, 15, labels={MODEL: "A10"}),
+                  gpu_node("s", "share", 1, 15, labels={MODEL: "T4"}))
+    selected = {**pod(mem=2, core=30), "spec": {**pod(mem=2, core=30)["spec"], "nodeSelector": {MODEL: "T4"}}}
+    assert gc001(engine, selected, two)[0][1] == (
+        "GC001: Pod default/p cannot run on any node the cluster has: the cluster has no core_mem node that matches "
+        "its node selectors or affinity; accepted: add a core_mem node that matches its node selectors or affinity "
+        "first")
+
+
+def test_a_node_selector_that_matches_no_node_says_so(engine, settings):
+    # Not "add nodes with bigger cards": no node of any mode matches what the pod selects.
     core_mem = cluster(settings, gpu_node("b", "core_mem", 1, 15, labels={MODEL: "A10"}))
     selected = {**pod(mem=2, core=30), "spec": {**pod(mem=2, core=30)["spec"], "nodeSelector": {MODEL: "T4"}}}
     assert gc001(engine, selected, core_mem)[0][1] == (
-        "GC001: Pod default/p cannot run on any node the cluster has: the cluster has no core_mem node that matches "
-        "its node selectors or affinity" + ACCEPTED)
+        "GC001: Pod default/p cannot run on any node the cluster has: no node of the cluster matches its node "
+        "selectors or affinity; accepted: a node selector or affinity that a node of the cluster matches")
 
 
 def test_card_model_selectors_narrow_the_nodes(engine, settings):

@@ -1,5 +1,5 @@
-"""Card occupancy (policies/cards.py): what the scheduler recorded, what is packed, where a new
-container goes and why not; the annotation shapes are those of ACK GPU sharing (docs/scoring.md)."""
+"""Card occupancy (policies/cards.py): what the scheduler recorded, what is pending on no card, where a
+new container goes and why not; the annotation shapes are those of ACK GPU sharing (docs/scoring.md)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import json
 import pytest
 
 from policies.cards import (
+    PENDING,
     Card,
     CardOrder,
     NodeCards,
+    Placed,
     card_count,
-    choose_card,
+    choose_cards,
+    no_fit_reasons,
     node_cards,
     node_mode,
     node_placement,
@@ -56,6 +59,12 @@ def used(cards: NodeCards) -> list[tuple[int, int, tuple[str, ...]]]:
     return [(c.used_mem, c.used_core, c.pods) for c in cards.cards]
 
 
+def choose_card(cards: list[Card], gpu_: PodGPU, key: str, placement: str, limit: int | None):
+    """The card one container gets, and when none, why not card by card."""
+    chosen = choose_cards(cards, gpu_, key, placement, limit)  # type: ignore[arg-type]
+    return (chosen[0], []) if chosen else (None, no_fit_reasons(cards, gpu_, key, limit))
+
+
 # ---- the node's cards -----------------------------------------------------------------------------
 
 def test_cards_split_the_node_memory_evenly():
@@ -94,6 +103,23 @@ def test_mode_is_the_schedule_label():
     assert node_mode(NodeInfo("n", {}, {}, "", "", {}, {}), NAMES) == ""
 
 
+def test_a_node_without_the_label_is_judged_by_what_it_advertises():
+    # The open-source plugin's nodes (gpushare=true) and nodes whose label was removed ("GPU node
+    # scheduling labels": removing a label does not restore exclusive scheduling).
+    shared = {MEM: 60, COUNT: 4}
+    assert node_mode(NodeInfo("n", {"gpushare": "true"}, {}, "", "", shared, shared), NAMES) == "share"
+    core = {**shared, "aliyun.com/gpu-core.percentage": 400}
+    assert node_mode(NodeInfo("n", {}, {}, "", "", {}, core), NAMES) == "core_mem"
+    assert node_mode(NodeInfo("n", {}, {}, "", "", {"nvidia.com/gpu": 4}, {"nvidia.com/gpu": 4}), NAMES) == ""
+    assert node_mode(node(mode="default"), NAMES) == "default"  # the label wins
+
+
+def test_capacity_sizes_the_cards_as_the_scheduler_extender_reads_it():
+    # allocatable drops when the device plugin reports a card unhealthy; the healthy cards keep their size
+    cards = node_cards(node(allocatable={MEM: 45, COUNT: 4}, capacity={MEM: 60, COUNT: 4}), [], NAMES)
+    assert [c.total_mem for c in cards.cards] == [15, 15, 15, 15]
+
+
 @pytest.mark.parametrize(("mode", "limit"), [("cgpu", 20), ("core_mem", 20), ("share", None), ("", None)])
 def test_twenty_pods_per_card_on_cgpu_modes_only(mode, limit):
     assert node_cards(node(mode=mode), [], NAMES).pod_limit() == limit
@@ -103,8 +129,8 @@ def test_a_copy_is_independent():
     cards = node_cards(node(cards=1), [pod("a", gpu(2))], NAMES)
     copy = cards.copy()
     place_pod(copy, "default/b", [gpu(3)])
-    assert used(cards) == [(2, 0, ("default/a",))]
-    assert used(copy) == [(5, 0, ("default/a", "default/b"))]
+    assert used(cards) == [(0, 0, ())] and cards.pending == {"default/a": 2}
+    assert used(copy) == [(3, 0, ("default/b",))]
 
 
 # ---- what the scheduler recorded -----------------------------------------------------------------
@@ -129,8 +155,9 @@ def test_records_without_positions_take_the_annotation_keys_in_order():
     p = pod("p", gpu(3, index=None), gpu(5, index=None), gpu(1, index=None),
             annotations=allocation({7: {1: 3}, 2: {3: 5}}))
     # key 2 is the first container's (5 GiB on card 3), key 7 the second's (3 GiB on card 1); the third
-    # has none and is packed by binpack onto the fullest card, card 3
-    assert [c.used_mem for c in node_cards(node(), [p], NAMES).cards] == [0, 3, 0, 6]
+    # has none: pending, on no card
+    cards = node_cards(node(), [p], NAMES)
+    assert [c.used_mem for c in cards.cards] == [0, 3, 0, 5] and cards.pending == {"default/p": 1}
 
 
 def test_amounts_may_be_written_as_digit_strings():
@@ -143,11 +170,12 @@ def test_amounts_may_be_written_as_digit_strings():
     json.dumps({"0": {"1": True}}), json.dumps({"0": {"x": 3}}), json.dumps({"0": {"1": 2.5}}),
     json.dumps({"0": {"9": 3}}), json.dumps({"0": [1]}), json.dumps({"x": {"1": 3}}),
 ])
-def test_an_unusable_allocation_is_packed_instead(text):
+def test_an_unusable_allocation_leaves_the_pod_pending(text):
     p = pod("p", gpu(3), annotations={ALLOCATION: text})
     fuller = pod("q", gpu(3), annotations=allocation({0: {2: 10}}))
-    # packed by binpack: the fullest card that fits, card 2 (10/15 used)
-    assert [c.used_mem for c in node_cards(node(), [p, fuller], NAMES).cards] == [0, 0, 13, 0]
+    cards = node_cards(node(), [p, fuller], NAMES)
+    assert [c.used_mem for c in cards.cards] == [0, 0, 10, 0]
+    assert cards.pending == {"default/p": 3} and cards.used_mem == 13
 
 
 @pytest.mark.parametrize(("legacy", "card"), [("2", 2), ("3,1", 3), (" 1 ", 1)])
@@ -160,9 +188,10 @@ def test_the_v1_card_index_annotation_holds_the_whole_pod(legacy, card):
 
 
 @pytest.mark.parametrize("legacy", ["", "x", "-1", "9"])
-def test_an_unusable_v1_annotation_is_packed_instead(legacy):
+def test_an_unusable_v1_annotation_leaves_the_pod_pending(legacy):
     p = pod("p", gpu(2), annotations={LEGACY: legacy})
-    assert [c.used_mem for c in node_cards(node(), [p], NAMES).cards] == [2, 0, 0, 0]
+    cards = node_cards(node(), [p], NAMES)
+    assert [c.used_mem for c in cards.cards] == [0, 0, 0, 0] and cards.pending == {"default/p": 2}
 
 
 def test_the_v2_annotation_wins_over_the_v1_one():
@@ -193,39 +222,35 @@ def test_a_core_record_naming_a_missing_card_is_replaced_by_the_memory_rule():
 
 
 def test_compute_may_fill_a_card_to_exactly_100_percent():
-    cards = node_cards(node(cards=1, mode="core_mem"), [pod("a", gpu(2, 70))], NAMES)
-    assert place_pod(cards.copy(), "default/b", [gpu(2, 30)]) == ([0], None)
-    chosen, why = place_pod(cards.copy(), "default/b", [gpu(2, 35, container="infer")])
-    assert chosen is None
-    assert (why.container, why.reasons) == ("infer", ("GPU0 has 30% compute free, needs 35%",))
+    cards = node_cards(node(cards=1, mode="core_mem"), [pod("a", gpu(2, 70), annotations=allocation({0: {0: 2}}))],
+                       NAMES)
+    assert place_pod(cards.copy(), "default/b", [gpu(2, 30)]) == Placed([(0,)])
+    placed = place_pod(cards.copy(), "default/b", [gpu(2, 35, container="infer")])
+    assert placed.cards is None
+    assert (placed.no_fit.container, placed.no_fit.reasons) == ("infer", ("GPU0 has 30% compute free, needs 35%",))
 
 
-# ---- packing pods without a record -----------------------------------------------------------------
+# ---- pods without a record: pending, on no card -------------------------------------------------
 
-def test_unrecorded_pods_are_packed_in_namespace_and_name_order():
+def test_unrecorded_pods_hold_no_card_and_count_on_the_node():
+    # As the scheduler extender's device cache and `kubectl inspect gpushare`'s Pending column count them.
     pods = [pod("b", gpu(10)), pod("a", gpu(10)), pod("c", gpu(3), namespace="aa")]
     cards = node_cards(node(cards=2), pods, NAMES)
-    # aa/c first on card 0; default/a binpacks onto card 0 (3 used, 12 free); default/b onto card 1
-    assert used(cards) == [(13, 0, ("aa/c", "default/a")), (10, 0, ("default/b",))]
+    assert used(cards) == [(0, 0, ()), (0, 0, ())]
+    assert cards.pending == {"aa/c": 3, "default/a": 10, "default/b": 10}
+    assert (cards.used_mem, cards.total_mem) == (23, 30)
 
 
-def test_recorded_pods_are_charged_before_unrecorded_ones_are_packed():
+def test_recorded_pods_are_charged_and_unrecorded_ones_pending():
     pods = [pod("a", gpu(10)), pod("z", gpu(10), annotations=allocation({0: {0: 10}}))]
-    assert [c.used_mem for c in node_cards(node(cards=2), pods, NAMES).cards] == [10, 10]
+    cards = node_cards(node(cards=2), pods, NAMES)
+    assert [c.used_mem for c in cards.cards] == [10, 0] and cards.pending == {"default/a": 10}
 
 
 def test_finished_pods_and_pods_without_shared_gpu_hold_nothing():
     pods = [pod("done", gpu(5), phase="Succeeded"), pod("failed", gpu(5), phase="Failed"), pod("cpu")]
-    assert used(node_cards(node(cards=1), pods, NAMES)) == [(0, 0, ())]
-
-
-def test_a_pod_that_fits_nowhere_is_charged_to_the_emptiest_card():
-    pods = [pod("a", gpu(10), annotations=allocation({0: {0: 10}})), pod("big", gpu(20))]
-    assert [c.used_mem for c in node_cards(node(cards=2), pods, NAMES).cards] == [10, 20]
-    pods = [pod("a", gpu(5), annotations=allocation({0: {0: 5}})),
-            pod("b", gpu(12), annotations=allocation({0: {1: 12}})), pod("big", gpu(20))]
-    cards = node_cards(node(cards=3, gib=16), pods, NAMES).cards
-    assert [(c.used_mem, c.free_mem) for c in cards] == [(5, 11), (12, 4), (20, -4)]
+    cards = node_cards(node(cards=1), pods, NAMES)
+    assert used(cards) == [(0, 0, ())] and cards.pending == {}
 
 
 def test_cards_of_a_node_that_counts_cards_but_not_their_memory():
@@ -239,7 +264,7 @@ def test_every_charge_is_heard():
     heard = []
     pods = [pod("a", gpu(4), annotations=allocation({0: {1: 3, 2: 1}})), pod("b", gpu(2))]
     node_cards(node(), pods, NAMES, on_charge=lambda *charge: heard.append(charge))
-    assert heard == [(1, "default/a", 3), (2, "default/a", 1), (1, "default/b", 2)]
+    assert heard == [(1, "default/a", 3), (2, "default/a", 1), (PENDING, "default/b", 2)]
 
 
 # ---- where a new container goes ----------------------------------------------------------------
@@ -287,22 +312,55 @@ def test_memory_may_fill_a_card_exactly():
 
 def test_place_pod_takes_cards_container_by_container():
     cards = node_cards(node(cards=2, gib=10, mode="cgpu"), [], NAMES)
-    chosen, why = place_pod(cards, "ns/p", [gpu(6, container="a"), gpu(6, container="b"), gpu(4, container="c")])
-    assert (chosen, why) == ([0, 1, 0], None)
+    placed = place_pod(cards, "ns/p", [gpu(6, container="a"), gpu(6, container="b"), gpu(4, container="c")])
+    assert placed == Placed([(0,), (1,), (0,)])
     assert used(cards) == [(10, 0, ("ns/p",)), (6, 0, ("ns/p",))]
 
 
 def test_place_pod_names_the_container_that_does_not_fit():
     cards = node_cards(node(cards=1, gib=10), [], NAMES)
-    chosen, why = place_pod(cards, "ns/p", [gpu(6, container="a"), gpu(6, container="b")])
-    assert chosen is None
-    assert (why.container, why.reasons) == ("b", ("GPU0 has 4/10 GiB free, needs 6",))
+    placed = place_pod(cards, "ns/p", [gpu(6, container="a"), gpu(6, container="b")])
+    assert placed.cards is None
+    assert (placed.no_fit.container, placed.no_fit.reasons) == ("b", ("GPU0 has 4/10 GiB free, needs 6",))
+    assert used(cards) == [(0, 0, ())]  # a pod that does not fit leaves the cards as they were
 
 
 def test_place_pod_on_a_node_without_cards():
-    chosen, why = place_pod(NodeCards("n", "share", "binpack", []), "ns/p", [gpu(1, container="a")])
-    assert chosen is None
-    assert (why.container, why.reasons) == ("a", ("the node has no shared GPU cards",))
+    placed = place_pod(NodeCards("n", "share", "binpack", []), "ns/p", [gpu(1, container="a")])
+    assert placed.cards is None
+    assert (placed.no_fit.container, placed.no_fit.reasons) == ("a", ("the node has no shared GPU cards",))
+
+
+def test_when_the_policy_choice_leaves_no_room_every_assignment_is_tried():
+    # GPU0 has 4 GiB free, GPU1 6. binpack puts "a" (3) on the fuller GPU0 and "b" (4) on GPU1, and
+    # then "c" (3) fits neither (1 and 2 free). a->GPU1, b->GPU0, c->GPU1 holds all three: a scheduler
+    # choosing that way places the pod, so it is not refused.
+    state = NodeCards("n", "share", "binpack", [Card(0, 10, 6), Card(1, 10, 4)])
+    placed = place_pod(state, "ns/p", [gpu(3, container="a"), gpu(4, container="b"), gpu(3, container="c")])
+    assert placed == Placed([(1,), (0,), (1,)])
+    assert [c.used_mem for c in state.cards] == [10, 10]
+
+
+def test_a_pod_no_assignment_holds_is_refused_with_the_policy_choice_s_reasons():
+    state = NodeCards("n", "share", "binpack", [Card(0, 10, 6), Card(1, 10, 4)])
+    placed = place_pod(state, "ns/p", [gpu(3, container="a"), gpu(4, container="b"), gpu(4, container="c")])
+    assert placed.cards is None
+    assert placed.no_fit.container == "c"
+    assert placed.no_fit.reasons == ("GPU0 has 1/10 GiB free, needs 4", "GPU1 has 2/10 GiB free, needs 4")
+
+
+def test_a_container_spread_over_several_cards_takes_its_share_of_each():
+    # ACK "Use cGPU to achieve GPU sharing based on multiple GPUs": N GiB over M cards, N/M on each.
+    state = NodeCards("n", "cgpu", "binpack", [Card(0, 31), Card(1, 31), Card(2, 31, 20)])
+    placed = place_pod(state, "ns/p", [PodGPU("c", 40, 0, 0, 2)])
+    assert placed == Placed([(0, 1)])
+    assert [c.used_mem for c in state.cards] == [20, 20, 20]
+    refused = place_pod(NodeCards("n", "cgpu", "binpack", [Card(0, 31), Card(1, 31, 20)]), "ns/q",
+                        [PodGPU("c", 40, 0, 0, 2)])
+    assert (refused.no_fit.cards, refused.no_fit.fitting, refused.no_fit.reasons) == (
+        2, 1, ("GPU1 has 11/31 GiB free, needs 20",))
+    fewer = place_pod(NodeCards("n", "cgpu", "binpack", [Card(0, 31)]), "ns/q", [PodGPU("c", 40, 0, 0, 2)])
+    assert fewer.no_fit.reasons == ("the node has 1 card",)
 
 
 # ---- what `inspect -d` lists per pod ---------------------------------------------------------------
@@ -314,18 +372,20 @@ def test_inspect_details_list_each_pod_per_card():
     from .cluster_builders import gpu_node, gpu_pod, snapshot
 
     split = gpu_pod("split", "n1", mem=6, annotations={ALLOCATION: json.dumps({"0": {"0": 2, "1": 4}})})
-    two = gpu_pod("two", "n1", mem=3, namespace="ml")
+    two = gpu_pod("two", "n1", mem=3, namespace="ml", annotations={ALLOCATION: json.dumps({"0": {"0": 3},
+                                                                                            "1": {"0": 2}})})
     two["spec"]["containers"].append({"name": "second", "resources": {"limits": {MEM: 2}}})
-    packed = gpu_pod("packed", "n1", mem=5)
-    state = snapshot(gpu_node("n1", "cgpu", 2, 10), split, two, packed, names=NAMES)
+    pending = gpu_pod("pending", "n1", mem=5)
+    state = snapshot(gpu_node("n1", "cgpu", 2, 10), split, two, pending, names=NAMES)
     [usage] = cluster_usage(state, NAMES).nodes
-    # split is charged as recorded; then, by key, packed binpacks onto GPU1 (the fuller) and both containers
-    # of ml/two onto GPU0, their GiB summed
+    # split and ml/two as recorded (both containers of ml/two on GPU0, their GiB summed); pending on no card
     assert [(p.namespace, p.name, p.mem_by_card) for p in usage.pods] == [
-        ("default", "packed", {1: 5}), ("default", "split", {0: 2, 1: 4}), ("ml", "two", {0: 5})]
+        ("default", "pending", {PENDING: 5}), ("default", "split", {0: 2, 1: 4}), ("ml", "two", {0: 5})]
     rows = {line.split()[0]: line.split()[1:] for line in detail_table(cluster_usage(state, NAMES)).splitlines()
-            if line.split() and line.split()[0] in ("split", "two", "packed")}
-    assert rows == {"packed": ["default", "0", "5"], "split": ["default", "2", "4"], "two": ["ml", "5", "0"]}
+            if line.split() and line.split()[0] in ("split", "two", "pending", "NAME")}
+    assert rows == {"NAME": ["NAMESPACE", "GPU0(Allocated)", "GPU1(Allocated)", "Pending(Allocated)"],
+                    "pending": ["default", "0", "0", "5"], "split": ["default", "2", "4", "0"],
+                    "two": ["ml", "5", "0", "0"]}
 
 
 def test_a_pod_already_on_a_crowded_card_later_in_the_order_may_add_a_container():
@@ -374,15 +434,17 @@ def test_a_card_with_exactly_the_memory_asked_is_reported_for_what_it_lacks():
         None, ["GPU0 already runs 20 pods, the cGPU limit is 20"])
 
 
-def test_records_without_positions_beyond_the_annotations_entries_are_packed():
+def test_records_without_positions_beyond_the_annotations_entries_are_pending():
     p = pod("p", gpu(3, index=None), gpu(1, index=None), gpu(2, index=None), annotations=allocation({4: {1: 3}}))
-    # the first container is recorded on card 1; the other two are packed onto the fullest card, card 1
-    assert [c.used_mem for c in node_cards(node(), [p], NAMES).cards] == [0, 6, 0, 0]
+    # the first container is recorded on card 1; the other two are pending
+    cards = node_cards(node(), [p], NAMES)
+    assert [c.used_mem for c in cards.cards] == [0, 3, 0, 0] and cards.pending == {"default/p": 3}
 
 
-def test_a_record_naming_the_card_just_past_the_last_is_packed_instead():
+def test_a_record_naming_the_card_just_past_the_last_leaves_it_pending():
     p = pod("p", gpu(3), annotations=allocation({0: {4: 3}}))
-    assert [c.used_mem for c in node_cards(node(), [p], NAMES).cards] == [3, 0, 0, 0]
+    cards = node_cards(node(), [p], NAMES)
+    assert [c.used_mem for c in cards.cards] == [0, 0, 0, 0] and cards.pending == {"default/p": 3}
     core = pod("c", gpu(4, 30), annotations={**allocation({0: {1: 4}}), **allocation({0: {4: 30}}, CORE_ALLOCATION)})
     assert [c.used_core for c in node_cards(node(mode="core_mem"), [core], NAMES).cards] == [0, 30, 0, 0]
 

@@ -186,7 +186,7 @@ def test_deny_by_configuration_and_fits_no_card_now_from_check(tmp_path):
     # A share node whose only 15 GiB card holds 12 GiB: a 4 GiB pod fits no card now.
     full = yaml.safe_load((DATA / "inspect-seed001.yaml").read_text())
     full["items"][1]["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "12"
-    full["items"][1]["metadata"]["annotations"] = {}
+    full["items"][1]["metadata"]["annotations"] = {"scheduler.framework.gpushare.allocation": '{"0":{"0":12}}'}
     snapshot = tmp_path / "full.yaml"
     snapshot.write_text(yaml.safe_dump(full))
     manifest.write_text(yaml.safe_dump(gpu_pod(4)))
@@ -246,7 +246,7 @@ def test_workload_dry_run_shows_the_pod_and_its_patch(server, session):
 def test_relabelling_an_existing_node_warns_and_unknown_cpu_policy_warns(server, session):
     old = node("gpu-1", mode="share")
     response = validate(server, session, with_mode(copy.deepcopy(old), "cgpu"), operation="UPDATE", old=old)
-    assert any(w.startswith("GN005") and "advises against changing the GPU scheduling label" in w
+    assert any(w.startswith("GN005") and "after adding a shared GPU scheduling label, do not change it" in w
                for w in response["warnings"])
     unlabelled = node("gpu-2", mode="cgpu")
     del unlabelled["metadata"]["labels"]["gpushare.io/cpu-manager-policy"]

@@ -19,7 +19,7 @@ BAD_SELECTOR = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad-sel
 FINE = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fine"},
         "spec": {"containers": [container("c", {MEM: 2})]}}
 THOUSANDTHS = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "thousandths"},
-               "spec": {"containers": [container("c", {MEM: "4000m"})]}}
+               "spec": {"containers": [container("c", {MEM: "4500m"})]}}  # 4.5 GiB; 4000m would be 4
 SELECTOR_PROBLEM = ("Pod: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
                     ".nodeSelectorTerms[0].matchExpressions[0].values: Gt needs exactly one whole number")
 
@@ -51,18 +51,18 @@ def test_a_bad_selector_is_the_same_finding_in_check_score_and_dry_run(tmp_path,
     assert fine["allowed"] is True and thousandths["allowed"] is False
 
 
-def test_a_refused_value_is_named_in_the_ranking_and_4000m_is_use_4(tmp_path, server, session):
+def test_a_refused_value_is_named_in_the_ranking_and_4500m_is_use_5(tmp_path, server, session):
     path = _manifests(tmp_path, THOUSANDTHS)
     done = run_gpushare("score", path)
     assert done.returncode == 1
-    assert "aliyun.com/gpu-mem=4000m carries a unit, but the resource already counts GiB; use 4\n" in done.stdout
+    assert "aliyun.com/gpu-mem=4500m is not a whole number of GiB; use 5\n" in done.stdout
     assert "no GPU requested" not in done.stdout
-    assert 'not ranked on GPUs: container "c": aliyun.com/gpu-mem=4000m refused by GS003' in " ".join(
+    assert 'not ranked on GPUs: container "c": aliyun.com/gpu-mem=4500m refused by GS003' in " ".join(
         done.stdout.split())
     reply = session.post(server.url + "/dry-run", data=path.read_text(),
                          headers={"Content-Type": "application/yaml"}, timeout=30).json()
     reasons = {r for node in reply["results"][0]["ranking"] for r in node["reasons"]}
-    assert reasons == {'not ranked on GPUs: container "c": aliyun.com/gpu-mem=4000m refused by GS003; '
+    assert reasons == {'not ranked on GPUs: container "c": aliyun.com/gpu-mem=4500m refused by GS003; '
                        "fix it to see where the pod fits"}
 
 

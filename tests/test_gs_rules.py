@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from policies.engine import Engine
+from webhook.settings import Settings
 
 from .manifests import ALL_KINDS, CORE, MEM, container, pod_spec, received, workload
 from .near_miss_cases import deployment_with, pod_with
@@ -60,14 +61,22 @@ def test_gs001_accepts_whole_multiples_of_5_from_5_to_100(engine, value):
     assert found(engine, pod(container(limits={MEM: 2, CORE: value}))) == []
 
 
-def test_gs001_checks_the_request_when_it_differs_from_the_limit(engine):
+def test_gs001_leaves_a_request_beside_a_limit_to_gs004(engine):
+    # One fix per value: GS004 names the request's only accepted value (the limit), so GS001 does
+    # not offer "30 or 35" for the same request.
     obj = pod(container("cuda", limits={MEM: 2, CORE: 30}, requests={MEM: 2, CORE: 33}))
     assert found(engine, obj) == [
-        ("GS001", f'GS001: Pod default/p container "cuda": {CORE}=33 is not a multiple of 5 in 5..100; '
-                  "use 30 or 35", f'{REQUESTS.format(i=0)}["{CORE}"]'),
         ("GS004", f'GS004: Pod default/p container "cuda": requests.{CORE}=33 differs from limits.{CORE}=30; '
                   "set the request to 30 or leave it out", f'{REQUESTS.format(i=0)}["{CORE}"]'),
     ]
+
+
+def test_gs004_names_the_value_gs001_accepts_when_the_limit_is_refused(engine):
+    obj = pod(container("cuda", limits={MEM: 2, CORE: 33}, requests={MEM: 2, CORE: 50}))
+    assert [message for _, message, _ in found(engine, obj)] == [
+        f'GS001: Pod default/p container "cuda": {CORE}=33 is not a multiple of 5 in 5..100; use 30 or 35',
+        f'GS004: Pod default/p container "cuda": requests.{CORE}=50 differs from limits.{CORE}=33; '
+        "set the request to 30 or 35 or leave it out"]
 
 
 def test_gs001_reports_limit_and_request_once_each(engine):
@@ -105,35 +114,43 @@ def test_gs002_names_a_request_only_core(engine):
 
 # ---- GS003: memory in whole GiB ----------------------------------------------------------------
 
-UNIT = "carries a unit, but the resource already counts GiB"
-NOT_WHOLE = "is not a whole number of GiB >= 1"
+BYTES = "looks like bytes, but the resource counts GiB"
+NOT_WHOLE = "is not a whole number of GiB"
+NOT_POSITIVE = "is not 1 or more GiB"
+TOO_LARGE = "is more than any card holds (at most 1024 GiB)"
+LIKE_MIB = "is more than any card holds (at most 1024 GiB) and looks like MiB ({gib} GiB rounded up)"
+MIB_FIX = "use {gib}, or set names.memory_unit: MiB if the device plugin counts MiB"
 
 
 @pytest.mark.parametrize(
     ("value", "why", "hint"),
     [
-        ("2Gi", UNIT, "use 2"),
-        (" 2Gi", UNIT, "use 2"),
-        ("2048Mi", UNIT, "use 2"),
-        ("1536Mi", UNIT, "use 2"),  # 1.5 GiB rounds half up
-        ("1Mi", UNIT, "use 1"),  # never less than 1
-        ("1Ti", UNIT, "use 1024"),
-        ("10G", UNIT, "use 9"),  # 10 GB is 9.3 GiB
-        ("16G", UNIT, "use 15"),
-        ("1E", UNIT, "use a whole number of GiB up to 1024"),  # 931322575 GiB: larger than any card
-        ("1025Gi", UNIT, "use a whole number of GiB up to 1024"),
-        ("4000m", UNIT, "use 4"),  # milli is not a size unit: 4000m is 4
-        ("2500m", UNIT, "use 2 or 3"),
-        ("500m", UNIT, "use a whole number of GiB, 1 or more"),
+        ("2Gi", BYTES, "use 2"),
+        (" 2Gi", BYTES, "use 2"),
+        ("2048Mi", BYTES, "use 2"),
+        ("1536Mi", BYTES, "use 2"),  # 1.5 GiB: never rounded down
+        ("1Mi", BYTES, "use 1"),  # 2**20 bytes: the smallest count taken for bytes
+        ("1Ti", BYTES, "use 1024"),
+        ("10G", BYTES, "use 10"),  # 10 GB is 9.3 GiB: 10, not 9
+        ("16G", BYTES, "use 15"),
+        ("1E", TOO_LARGE, "use a whole number of GiB up to 1024"),  # 931322575 GiB
+        ("1025Gi", TOO_LARGE, "use a whole number of GiB up to 1024"),
+        ("2500m", NOT_WHOLE, "use 3"),
+        ("500m", NOT_WHOLE, "use 1"),
         ("many", "is not a quantity ('many' is not a quantity)", "use a whole number of GiB, 1 or more"),
         ("2GB", "is not a quantity ('2GB' is not a quantity)", "use a whole number of GiB, 1 or more"),
-        (0, NOT_WHOLE, "use a whole number of GiB, 1 or more"),
-        (-1, NOT_WHOLE, "use a whole number of GiB, 1 or more"),
-        ("-2Gi", UNIT, "use a whole number of GiB, 1 or more"),
-        (1.5, NOT_WHOLE, "use 1 or 2"),
-        ("2.5", NOT_WHOLE, "use 2 or 3"),
-        ("1023.5", NOT_WHOLE, "use 1023 or 1024"),
-        ("1024.5", NOT_WHOLE, "use a whole number of GiB up to 1024"),  # 1025 would be larger than any card
+        (0, NOT_POSITIVE, "use a whole number of GiB, 1 or more"),
+        (-1, NOT_POSITIVE, "use a whole number of GiB, 1 or more"),
+        ("-2Gi", NOT_POSITIVE, "use a whole number of GiB, 1 or more"),
+        (1.5, NOT_WHOLE, "use 2"),
+        ("2.5", NOT_WHOLE, "use 3"),
+        ("5.5", NOT_WHOLE, "use 6"),  # a real Deployment's value (tests/data/corpus, file 37)
+        ("1023.5", NOT_WHOLE, "use 1024"),
+        # GiB counts that look like MiB: the open-source extender's own old sample, a canonical 16000, 2000.
+        (16276, LIKE_MIB.format(gib=16), MIB_FIX.format(gib=16)),
+        ("16k", LIKE_MIB.format(gib=16), MIB_FIX.format(gib=16)),
+        ("2k", LIKE_MIB.format(gib=2), MIB_FIX.format(gib=2)),
+        ("1024.5", LIKE_MIB.format(gib=2), MIB_FIX.format(gib=2)),
     ],
 )
 def test_gs003_message_and_hint(engine, value, why, hint):
@@ -142,22 +159,55 @@ def test_gs003_message_and_hint(engine, value, why, hint):
          f'{LIMITS.format(i=0)}["{MEM}"]')]
 
 
-@pytest.mark.parametrize("value", [1, "1", 60, "60", 2.0, "2.0", "1e3"])
+# Whole values from 1 to 1024 however they are written: what people write and what the API server
+# sends after canonicalising it (2000m arrives as "2", 1000 as "1k", 1024 written 1Ki stays "1Ki").
+@pytest.mark.parametrize("value", [1, "1", 60, "60", 2.0, "2.0", "1e3", "2000m", "4000m", "1k", "1Ki", 1024,
+                                   "+2", "0.002k"])
 def test_gs003_accepts_whole_gib(engine, value):
     assert found(engine, pod(container(limits={MEM: value}))) == []
+
+
+def test_gs003_in_mib_clusters_counts_mib():
+    settings = Settings(names={"memory_unit": "MiB"})
+    mib = Engine(settings)
+    assert found(mib, pod(container(limits={MEM: "3500"}))) == []  # a --memory-unit=MiB cluster's pod
+    assert found(mib, pod(container(limits={MEM: "1Gi"}))) == [
+        ("GS003", f'GS003: Pod default/p container "main": {MEM}=1Gi looks like bytes, but the resource counts '
+                  "MiB; use 1024", f'{LIMITS.format(i=0)}["{MEM}"]')]
+    assert found(mib, pod(container(limits={MEM: "1048577"}))) == [
+        ("GS003", f'GS003: Pod default/p container "main": {MEM}=1048577 looks like bytes, but the resource counts '
+                  "MiB; use 2", f'{LIMITS.format(i=0)}["{MEM}"]')]
 
 
 def test_gs003_checks_a_gpu_container_after_a_sidecar(engine):
     obj = pod(container("proxy", limits={"memory": "1Gi"}), container("app", limits={MEM: "2Gi"}))
     assert found(engine, obj) == [
-        ("GS003", f'GS003: Pod default/p container "app": {MEM}=2Gi {UNIT}; use 2', f'{LIMITS.format(i=1)}["{MEM}"]')]
+        ("GS003", f'GS003: Pod default/p container "app": {MEM}=2Gi {BYTES}; use 2', f'{LIMITS.format(i=1)}["{MEM}"]')]
 
 
 def test_gs003_checks_init_containers_by_their_own_path(engine):
     obj = pod(container("app", limits={MEM: 2}), init=[container("warm", limits={MEM: "1Gi"})])
-    assert found(engine, obj) == [
-        ("GS003", f'GS003: Pod default/p init container "warm": {MEM}=1Gi {UNIT}; use 1',
+    assert [f for f in found(engine, obj) if f[0] == "GS003"] == [
+        ("GS003", f'GS003: Pod default/p init container "warm": {MEM}=1Gi {BYTES}; use 1',
          f'spec.initContainers[0].resources.limits["{MEM}"]')]
+
+
+def test_gs003_and_gs004_suggest_one_value(engine):
+    # A real manifest (tests/data/corpus, file 44): limit 2Gi, request 1Gi. GS003 judges the limit;
+    # GS004 names the value GS003 accepts for it, never "2Gi" (refused) or "1" (the request's own fix).
+    obj = pod(container("cgpu", limits={MEM: "2Gi"}, requests={MEM: "1Gi"}))
+    assert [message for _, message, _ in found(engine, obj)] == [
+        f'GS003: Pod default/p container "cgpu": {MEM}=2Gi {BYTES}; use 2',
+        f'GS004: Pod default/p container "cgpu": requests.{MEM}=1Gi differs from limits.{MEM}=2Gi; '
+        "set the request to 2 or leave it out"]
+
+
+def test_gs004_without_a_limit_suggests_the_limit_gs003_accepts(engine):
+    obj = pod(container("c", requests={MEM: "5.5"}))
+    assert [message for _, message, _ in found(engine, obj)] == [
+        f'GS003: Pod default/p container "c": {MEM}=5.5 {NOT_WHOLE}; use 6',
+        f'GS004: Pod default/p container "c": requests.{MEM}=5.5 has no limit; set limits.{MEM}: 6 '
+        "(extended resources need a limit)"]
 
 
 # ---- GS004: requests equal limits --------------------------------------------------------------

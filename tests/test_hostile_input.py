@@ -243,7 +243,7 @@ def test_gpu_mem_larger_than_any_card_is_denied(server, session, value):
     reply = server.post_json("/validate", admission_review(_pod(mem=value)), session)
     response = reply.json()["response"]
     assert response["allowed"] is False
-    assert "GS003" in response["status"]["message"] and "larger than any GPU card" in response["status"]["message"]
+    assert "GS003" in response["status"]["message"] and "more than any card holds" in response["status"]["message"]
     assert "at most 1024 GiB" in response["status"]["message"]
 
 

@@ -80,11 +80,25 @@ def test_gm003_appends_to_existing_env_and_keeps_user_values(engine):
     assert all(op["path"] != "/spec/containers/0/env" for op in verdict.patch)
 
 
-def test_gm003_covers_init_containers(engine):
+def test_gm003_sets_app_containers_only(engine):
+    # The device plugin finds a pod by its app containers' sum; what an init container gets is not known
+    # at admission (rule GS008 warns), so nothing is written there.
     obj = pod(pod_spec(container("main", limits={MEM: 2}), init=[container("warm", limits={MEM: 1})]))
     _, patched = mutate(engine, obj)
-    assert env_of(patched["spec"]["initContainers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "1"}
+    assert env_of(patched["spec"]["initContainers"][0]) == {}
     assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "2"}
+
+
+def test_gm003_gives_a_pod_spread_over_several_cards_its_share_of_each(engine):
+    # ACK "Use cGPU to achieve GPU sharing based on multiple GPUs": gpu-mem 8 over 4 GPUs sets
+    # ALIYUN_COM_GPU_MEM_CONTAINER=2.
+    spread = pod(pod_spec(container("main", limits={MEM: 8})))
+    spread["metadata"]["labels"] = {"aliyun.com/gpu-count": "4"}
+    _, patched = mutate(engine, spread)
+    assert env_of(patched["spec"]["containers"][0]) == {"ALIYUN_COM_GPU_MEM_CONTAINER": "2"}
+    spread["metadata"]["labels"] = {"aliyun.com/gpu-count": "3"}  # 8/3 is not whole: GS009 refuses it
+    _, patched = mutate(engine, spread)
+    assert "env" not in patched["spec"]["containers"][0]
 
 
 def test_gm003_skips_invalid_memory_values(engine):

@@ -215,17 +215,22 @@ def test_gn008_on_update_only_when_it_changes(engine):
     assert len(findings(engine, old, old=with_mode(old, "share"), rule="GN008")) == 1
 
 
-@pytest.mark.parametrize(("before", "after", "shown_after", "advice"), [
-    ("share", "cgpu", "cgpu", "cgpu"), ("cgpu", None, "unset", "default"),
+def test_gn005_a_shared_label_changed_to_another_shared_mode_is_warned_about_in_the_page_s_words(engine):
+    old = node(mode="share")
+    assert findings(engine, with_mode(old, "cgpu"), old=old, user=UserInfo("alice"), rule="GN005") == [(
+        "GN005", "warn", f"GN005: Node {NAME}: {SCHEDULE} share -> cgpu: after adding a shared GPU scheduling label, "
+                         'do not change it with kubectl label ("Manage the shared GPU scheduling component"); use a '
+                         "node pool labelled cgpu", f'metadata.labels["{SCHEDULE}"]')]
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ("cgpu", "default"), ("topology", "default"), ("mps", "default"),  # "GPU node scheduling labels" says to
+    (None, "share"), ("default", "cgpu"), ("topology", "share"),  # no shared label was added before
+    ("cgpu", None),  # removing it: GN006 says default must be set explicitly
 ])
-def test_gn005_other_relabels_are_warned_about(engine, before, after, shown_after, advice):
-    """Pinned as the ACK-fidelity change wrote it: any other mode change by relabelling is a warning."""
+def test_gn005_never_advises_against_what_the_pages_tell_users_to_do(engine, before, after):
     old = node(mode=before)
-    assert findings(engine, with_mode(old, after), old=old, user=UserInfo("alice"), rule="GN005") == [(
-        "GN005", "warn", f"GN005: Node {NAME}: {SCHEDULE} {before} -> {shown_after} relabels an existing node; ACK "
-                         "advises against changing the GPU scheduling label with kubectl label (Manage the shared GPU "
-                         f"scheduling component): move the node to a node pool labelled {advice} instead",
-        f'metadata.labels["{SCHEDULE}"]')]
+    assert findings(engine, with_mode(old, after), old=old, user=UserInfo("alice"), rule="GN005") == []
 
 
 def test_gn006_six_running_pods_are_five_and_one_more(engine, settings):

@@ -225,6 +225,12 @@ def test_gn006_without_state_fails_closed_with_a_reason(engine, settings):
     ({"card_name": "GeForce-RTX-4090"}, "GPU", "warn", "has no series the matrix knows"),
     ({"os_image": "Ubuntu 22.04.4 LTS"}, None, None, None),
     ({"os_image": "Ubuntu 20.04.6 LTS"}, "OS image", "deny", "is not a supported Ubuntu release (supported: 22.04)"),
+    # One page's node is not denied by the other page's table: warned, naming both pages.
+    ({"os_image": "Ubuntu 18.04.6 LTS"}, "OS image", "warn",
+     "OS image 'Ubuntu 18.04.6 LTS' is not in the cGPU version matrix of \"Manage the shared GPU scheduling "
+     "component\" (22.04), but \"Shared GPU scheduling in registered clusters\" supports Ubuntu 16.04, 18.04 for its "
+     "nodes"),
+    ({"os_image": "Ubuntu 16.04.7 LTS"}, "OS image", "warn", "supports Ubuntu 16.04, 18.04 for its nodes"),
     ({"os_image": "CentOS Linux 7 (Core)"}, "OS image", "warn", "does not show which CentOS release"),
     ({"os_image": "CentOS Linux release 7.8.2003"}, "OS image", "deny", "not a supported CentOS release"),
     ({"os_image": "Alibaba Cloud Linux (Aliyun Linux) 2.1903 LTS (Hunting Beagle)"}, None, None, None),

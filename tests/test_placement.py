@@ -59,7 +59,8 @@ def test_demand_counts_each_resource_and_keeps_container_positions():
                            {"name": "w", "resources": {"limits": {EXCL: 2, TOPO: "1"}}},
                            {"name": "bad", "resources": {"limits": {MEM: "2Gi"}}}]}
     demand = demand_from_containers("ns/p", container_requests(spec, ("spec",), NAMES), NAMES)
-    assert demand == PodDemand("ns/p", (PodGPU("warm", 1, 0, None), PodGPU("app", 4, 30, 1)), 2, 1,
+    # The init container's GiB is on no card: the scheduler counts spec.containers only.
+    assert demand == PodDemand("ns/p", (PodGPU("app", 4, 30, 1),), 2, 1,
                                refused=('container "bad": aliyun.com/gpu-mem=2Gi',))
     assert (demand.is_core_mem, demand.job_type, demand.uses_shared) == (True, "core+mem", True)
     assert PodDemand("x", (PodGPU("a", 1, 0),)).job_type == "mem-only"
@@ -88,8 +89,33 @@ def test_gb005_static_cpu_manager():
 @pytest.mark.parametrize(("mode", "shown"), [(None, "unset (exclusive)"), ("", "unset (exclusive)"),
                                              ("default", "default"), ("topology", "topology")])
 def test_gb002_shared_pods_need_a_shared_mode(mode, shown):
-    assert problems(shared(("a", 2, 0)), node(mode)) == [
+    exclusive = {EXCL: 2}  # a node that offers no shared GPU
+    labels = {SCHEDULE: mode} if mode is not None else {}
+    bare = NodeInfo("n1", labels, {}, "", "", exclusive, exclusive)
+    assert problems(shared(("a", 2, 0)), bare if mode in (None, "") else node(mode)) == [
         ("GB002", f"node n1 has {SCHEDULE}={shown}; shared-GPU pods need one of cgpu, core_mem, mps, share")]
+
+
+@pytest.mark.parametrize(("resources", "mode"), [({MEM: 20, COUNT: 2}, "share"),
+                                                 ({MEM: 20, COUNT: 2, CORE: 200}, "core_mem")])
+def test_a_node_offering_shared_gpu_without_the_label_takes_shared_pods_with_a_note(resources, mode):
+    # What the node advertises is what the scheduler places against ("GPU node scheduling labels":
+    # removing a label does not restore exclusive scheduling; the open-source plugin labels gpushare=true).
+    bare = NodeInfo("n1", {"gpushare": "true"}, {}, "", "", resources, resources)
+    demand = shared(("a", 2, 30 if mode == "core_mem" else 0))
+    result = judge(demand, node_profile(bare, [], NAMES), NAMES)
+    assert (result.problems, result.cards) == ([], [0])
+    assert result.notes == [("GB002", f"node n1 has no {SCHEDULE} label; judged as {mode}, which its {MEM} "
+                                      f"capacity shows")]
+
+
+def test_an_unlabelled_share_node_has_no_pods_per_card_limit():
+    one_card = {MEM: 40, COUNT: 1}
+    bare = NodeInfo("n1", {}, {}, "", "", one_card, one_card)
+    crowd = [pod(f"p{i}", 1, annotations={ALLOCATION: json.dumps({"0": {"0": 1}})}) for i in range(20)]
+    assert problems(shared(("a", 1, 0)), bare, crowd) == []
+    cgpu = NodeInfo("n1", {SCHEDULE: "cgpu"}, {}, "", "", one_card, one_card)
+    assert [rule for rule, _ in problems(shared(("a", 1, 0)), cgpu, crowd)] == ["GB003"]
 
 
 @pytest.mark.parametrize("mode", ["share", "cgpu", "mps"])
@@ -132,8 +158,8 @@ def test_gb005_and_gb001_are_both_reported():
 
 @pytest.mark.parametrize(("mode", "expected"), [
     ("share", [("GB002", f"node n1 has {SCHEDULE}=share; pods asking for {TOPO} need {SCHEDULE}=topology")]),
-    (None, [("GB002", f"node n1 has {SCHEDULE}=unset (exclusive); pods asking for {TOPO} need "
-                      f"{SCHEDULE}=topology")]),
+    # No label, but it offers shared GPU (node() gives it gpu-mem): judged as share.
+    (None, [("GB002", f"node n1 has {SCHEDULE}=share; pods asking for {TOPO} need {SCHEDULE}=topology")]),
     ("topology", []),
 ])
 def test_gb002_topology_pods_need_a_topology_node(mode, expected):
@@ -371,7 +397,8 @@ def test_the_cards_are_judged_beside_gb005_and_gb001():
                   "pick a node with policy none"),
         ("GB004", 'node n1: container "a" fits no card: GPU0 has 10/10 GiB free, needs 11; '
                   "GPU1 has 10/10 GiB free, needs 11")]
-    assert problems(shared(("a", 11, 0)), node("core_mem"), [pod("c", 1, 10)]) == [
+    recorded = {ALLOCATION: json.dumps({"0": {"0": 1}})}
+    assert problems(shared(("a", 11, 0)), node("core_mem"), [pod("c", 1, 10, annotations=recorded)]) == [
         ("GB001", "node n1 already runs core+mem pods (default/c); a mem-only pod cannot share the node with them"),
         ("GB004", 'node n1: container "a" fits no card: GPU0 has 9/10 GiB free, needs 11; '
                   "GPU1 has 10/10 GiB free, needs 11")]

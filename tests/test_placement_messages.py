@@ -75,7 +75,7 @@ def test_gb002_word_for_word(engine, settings):
 
 
 def test_gb003_word_for_word(engine, settings):
-    pods = [gpu_pod(f"small-{i:02}", mem=1, node_name=NODE) for i in range(20)]
+    pods = [gpu_pod(f"small-{i:02}", mem=1, node_name=NODE, card=0) for i in range(20)]
     state = state_of(settings, [node(mode="cgpu", cards=1, card_gib=80)], [*pods, gpu_pod("one-more", mem=1)])
     assert judged(engine, "Binding", binding("one-more", NODE), state) == [(
         "GB003", 'GB003: Binding default/one-more (container "cuda" aliyun.com/gpu-mem=1): node '

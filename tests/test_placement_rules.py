@@ -48,15 +48,15 @@ def test_gb002_core_mem_pod_needs_a_core_mem_node(engine, settings):
 
 def test_gb002_shared_pod_on_exclusive_node_and_exclusive_pod_on_topology_node(engine, settings):
     whole = gpu_pod("whole", mem=None, extra_limits={"nvidia.com/gpu": "1"})
-    state = state_of(settings, [node(mode=None), node("topo-1", mode="topology")], [gpu_pod("mem-a"), whole])
+    state = state_of(settings, [node(mode="default"), node("topo-1", mode="topology")], [gpu_pod("mem-a"), whole])
     message = bind(engine, state, "mem-a").violations[0].message
-    assert "shared-GPU pods need one of cgpu, core_mem, mps, share" in message
+    assert "has ack.node.gpu.schedule=default; shared-GPU pods need one of cgpu, core_mem, mps, share" in message
     verdict = bind(engine, state, "whole", "topo-1")
     assert rules(verdict) == ["GB002"] and "takes only topology workloads" in verdict.violations[0].message
 
 
 def test_gb003_twenty_pods_per_card_on_cgpu(engine, settings):
-    pods = [gpu_pod(f"small-{i}", mem=1, node_name=NODE) for i in range(20)]
+    pods = [gpu_pod(f"small-{i}", mem=1, node_name=NODE, card=0) for i in range(20)]
     state = state_of(settings, [node(mode="cgpu", cards=1, card_gib=80)], [*pods, gpu_pod("one-more", mem=1)])
     verdict = bind(engine, state, "one-more")
     assert rules(verdict) == ["GB003"]
@@ -227,7 +227,7 @@ def test_gc001_verdicts_follow_the_cluster_and_are_shared_by_pods_asking_alike(e
                                               provider_id="cn-beijing.i-2ze0demo2"), settings.names))
     assert _gc001(engine, state, gpu_pod("big-3", mem=20)) == []
     # The 31 GiB card fills up: the same demand now fits no card right now.
-    state.record_pod(pod_from_manifest(gpu_pod("holder", mem=20, node_name="cn-beijing.192.168.1.11"),
+    state.record_pod(pod_from_manifest(gpu_pod("holder", mem=20, node_name="cn-beijing.192.168.1.11", card=0),
                                        settings.names))
     (not_now,) = _gc001(engine, state, gpu_pod("big-4", mem=20))
     assert "fits no card of the nodes that could take it right now" in not_now

@@ -79,13 +79,13 @@ def test_gs002_core_without_memory(engine):
 @pytest.mark.parametrize(
     ("value", "hint"),
     [
-        ("2Gi", "carries a unit, but the resource already counts GiB; use 2"),
+        ("2Gi", "looks like bytes, but the resource counts GiB; use 2"),
         ("2048Mi", "use 2"),
         ("2G", "use 2"),
         (0, "use a whole number of GiB, 1 or more"),
         (-1, "use a whole number of GiB, 1 or more"),
-        ("2500m", "use 2 or 3"),
-        (1.5, "use 1 or 2"),
+        ("2500m", "use 3"),
+        (1.5, "use 2"),
         ("many", "use a whole number of GiB"),
     ],
 )
@@ -140,13 +140,13 @@ def test_gs005_counts_init_containers(engine):
     spec = pod_spec(container("main", limits={MEM: 2, CORE: 30}),
                     init=[container("warmup", limits={MEM: 1})])
     verdict = findings(engine, workload("Job", spec))
-    assert rule_ids(verdict) == ["GS005"]
+    assert rule_ids(verdict) == ["GS005", "GS008"]  # GS008: an init container's gpu-mem holds no card
 
 
 def test_init_container_values_are_checked(engine):
     spec = pod_spec(container("main"), init=[container("setup", limits={MEM: 1, CORE: 7})])
     verdict = findings(engine, workload("DaemonSet", spec))
-    assert rule_ids(verdict) == ["GS001"]
+    assert rule_ids(verdict) == ["GS001", "GS008"]
     assert 'DaemonSet default/w init container "setup"' in verdict.violations[0].message
 
 

@@ -2,7 +2,7 @@ from decimal import Decimal
 
 import pytest
 
-from policies.quantity import QuantityError, multiplier_suffix, parse_quantity
+from policies.quantity import QuantityError, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -31,15 +31,6 @@ def test_parses_kubernetes_quantities(raw, expected):
 def test_refuses_what_is_not_a_quantity(raw):
     with pytest.raises(QuantityError):
         parse_quantity(raw)
-
-
-@pytest.mark.parametrize(
-    ("raw", "suffix"),
-    [("2Gi", "Gi"), (" 2Gi ", "Gi"), ("2G", "G"), ("4k", "k"), ("1Ei", "Ei"), ("1E", "E"),
-     ("2", None), (2, None), ("2500m", None), ("1e3", None), ("1E3", None), ("2 Gi", None), ("GiB", None)],
-)
-def test_multiplier_suffix_names_the_si_multiplier_only(raw, suffix):
-    assert multiplier_suffix(raw) == suffix
 
 
 def test_parsed_strings_are_remembered_within_a_bound():

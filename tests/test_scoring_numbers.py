@@ -224,12 +224,14 @@ def _unusable(names, limits, requests=None):
 @pytest.mark.parametrize(("limits", "expected"), [
     ({"aliyun.com/gpu-mem": "abc"},
      [("GS003", "aliyun.com/gpu-mem='abc' is not a quantity ('abc' is not a quantity)")]),
-    ({"aliyun.com/gpu-mem": "2Gi"}, [("GS003", "aliyun.com/gpu-mem='2Gi' is not a whole number >= 1")]),
-    ({"aliyun.com/gpu-mem": "0"}, [("GS003", "aliyun.com/gpu-mem='0' is not a whole number >= 1")]),
+    ({"aliyun.com/gpu-mem": "2Gi"}, [("GS003", "aliyun.com/gpu-mem='2Gi' looks like bytes, but the resource counts "
+                                               "GiB")]),
+    ({"aliyun.com/gpu-mem": "0"}, [("GS003", "aliyun.com/gpu-mem='0' is not 1 or more GiB")]),
     ({"aliyun.com/gpu-mem": "1"}, []),
     ({"aliyun.com/gpu-mem": "1024"}, []),
     ({"aliyun.com/gpu-mem": "1025"},
-     [("GS003", "aliyun.com/gpu-mem='1025' is larger than any GPU card (at most 1024 GiB)")]),
+     [("GS003", "aliyun.com/gpu-mem='1025' is more than any card holds (at most 1024 GiB) and looks like MiB "
+                "(2 GiB rounded up)")]),
     ({"aliyun.com/gpu-core.percentage": "0"},
      [("GS001", "aliyun.com/gpu-core.percentage='0' is not a percentage of one card (1..100)")]),
     ({"aliyun.com/gpu-core.percentage": "-1"},
@@ -250,8 +252,9 @@ def test_unusable_values_in_resource_order_limits_before_requests(settings):
     limits = {"aliyun.com/gpu": "x", "aliyun.com/gpu-mem": "2Gi"}
     requests = {"aliyun.com/gpu-mem": "3000", "nvidia.com/gpu": "0"}
     assert _unusable(settings.names, limits, requests) == [
-        ("GS003", "container \"c\": aliyun.com/gpu-mem='2Gi' is not a whole number >= 1"),
-        ("GS003", "container \"c\": aliyun.com/gpu-mem='3000' is larger than any GPU card (at most 1024 GiB)"),
+        ("GS003", "container \"c\": aliyun.com/gpu-mem='2Gi' looks like bytes, but the resource counts GiB"),
+        ("GS003", "container \"c\": aliyun.com/gpu-mem='3000' is more than any card holds (at most 1024 GiB) and "
+                  "looks like MiB (3 GiB rounded up)"),
         ("NodeResourcesFit", "container \"c\": nvidia.com/gpu='0' is not a whole number >= 1"),
         ("NodeResourcesFit", "container \"c\": aliyun.com/gpu='x' is not a quantity ('x' is not a quantity)")]
 
@@ -296,7 +299,7 @@ def test_a_state_without_a_change_log_gets_fresh_profiles_every_call(settings):
     scorer, state = Scorer(names), Plain()
     request = pod_request("Pod", gpu_pod("new", mem=6), names, key="default/new")
     assert [(s.node, s.fits) for s in scorer.rank(request, state)] == [("n1", True), ("n2", True)]
-    inner.upsert_pod(pod_from_manifest(gpu_pod("old", "n1", mem=5), names))
+    inner.upsert_pod(pod_from_manifest(gpu_pod("old", "n1", mem=5, annotations=allocation(0, 5)), names))
     assert [(s.node, s.fits) for s in scorer.rank(request, state)] == [("n2", True), ("n1", False)]
 
 
@@ -345,6 +348,6 @@ def test_topology_links_all_zero_weigh_as_unknown(settings):
 
 def test_unusable_values_check_requests_after_usable_limits(settings):
     assert _unusable(settings.names, {"aliyun.com/gpu-mem": 2}, {"aliyun.com/gpu-mem": "2Gi"}) == [
-        ("GS003", "container \"c\": aliyun.com/gpu-mem='2Gi' is not a whole number >= 1")]
+        ("GS003", "container \"c\": aliyun.com/gpu-mem='2Gi' looks like bytes, but the resource counts GiB")]
     assert _unusable(settings.names, {"aliyun.com/gpu": "1.5"}) == [
         ("NodeResourcesFit", "container \"c\": aliyun.com/gpu='1.5' is not a whole number >= 1")]

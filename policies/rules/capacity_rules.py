@@ -82,7 +82,7 @@ def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     if placement_of(subject) is not None:
         return  # a pod pinned by spec.nodeName skips the scheduler: GB004 judges its node
     spec, base = subject.pod_spec
-    demand = demand_from_containers(subject.label, subject.containers, subject.names)
+    demand = demand_from_containers(subject.label, subject.containers, subject.names, subject.pod_labels)
     if not demand.gpus:
         return
     state = subject.usable_state(SWITCH, f"{subject.label}: whether any node can hold it")
@@ -93,7 +93,7 @@ def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     verdict = verdicts.verdict(demand, node_selector_from_spec(spec, base), profiles, subject.names)
     path = base
     if verdict.never:
-        yield Found(f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: a request "
-                    f"that fits such a card, or add nodes with bigger cards first", path)
+        yield Found(f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: "
+                    f"{verdict.accepted}", path)
     elif verdict.not_now:
         yield Found(f"{subject.label} cannot be scheduled now: {verdict.not_now}", path, advisory=True)

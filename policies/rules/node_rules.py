@@ -205,12 +205,16 @@ def isolation_only_on_ecs(subject: Subject) -> Iterator[Found]:
                 f"spec.providerID is {shown}; use {subject.names.labels.schedule}=share on non-ECS nodes", path)
 
 
-@rule("GN005", severity="deny", seed="000, 002", kinds=NODE, relevance=GPU_SCHEDULING_LABELS, operations=("UPDATE",),
+@rule("GN005", severity="deny", seed="000, 002, 003", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
+      operations=("UPDATE",),
       title="No GPU mode switched by relabelling an existing node",
       doc="Computing power allocation does not work when an existing node is labelled core_mem: "
-          "denied, add the node to a core_mem node pool instead. Any other change of an existing node's "
-          "GPU scheduling label warns: ACK advises against changing it with kubectl label. Nodes "
-          "created with the label, and the configured node-pool identities, may.")
+          "denied, add the node to a core_mem node pool instead. Changing a shared GPU scheduling label "
+          "(cgpu, core_mem, share, mps) to another shared mode warns, in the words of \"Manage the shared "
+          "GPU scheduling component\" (after adding it, do not change it with kubectl label nodes). Setting "
+          "default, which \"GPU node scheduling labels\" tells users to do with kubectl label --overwrite, "
+          "and labelling a node that had no shared mode pass. Nodes created with the label, and the "
+          "configured node-pool identities, may.")
 def no_core_mem_by_relabel(subject: Subject) -> Iterator[Found]:
     old = _old_node(subject)
     node = _node(subject)
@@ -223,11 +227,14 @@ def no_core_mem_by_relabel(subject: Subject) -> Iterator[Found]:
         return
     schedule = subject.names.labels.schedule
     if after != "core_mem":
-        if before:
-            yield Found(f"Node {node.name}: {schedule} {before} -> {after or 'unset'} relabels an existing node; ACK "
-                        f"advises against changing the GPU scheduling label with kubectl label (Manage the shared GPU "
-                        f"scheduling component): move the node to a node pool labelled {after or 'default'} instead",
-                        _label_path(schedule), advisory=True)
+        # "Manage the shared GPU scheduling component": "After adding the shared GPU scheduling label, do
+        # not use the kubectl label nodes command to change the GPU scheduling label". "GPU node
+        # scheduling labels" tells users to set default with kubectl label --overwrite (leaving a shared
+        # mode or topology), so that, and a node that had no shared label, pass; removing one is GN006's.
+        if before in SHARED_MODES and after in SHARED_MODES:
+            yield Found(f"Node {node.name}: {schedule} {before} -> {after}: after adding a shared GPU scheduling "
+                        f"label, do not change it with kubectl label (\"Manage the shared GPU scheduling "
+                        f"component\"); use a node pool labelled {after}", _label_path(schedule), advisory=True)
         return
     before = _mode(old, subject) or "unset"
     who = subject.user.username or "an unnamed user"

@@ -73,7 +73,7 @@ def is_placement(subject: Subject) -> bool:
 def _demand(subject: Subject, where: Placement, pod: PodInfo | None) -> PodDemand:
     if pod is not None:
         return PodDemand(pod.key, pod.gpus, pod.exclusive_gpus, pod.topology_gpus)
-    return demand_from_containers(where.pod_key, subject.containers, subject.names)
+    return demand_from_containers(where.pod_key, subject.containers, subject.names, subject.pod_labels)
 
 
 def _needs_check(demand: PodDemand) -> bool:
@@ -99,6 +99,7 @@ class Checked:
     where: Placement
     demand: PodDemand
     problems: list[tuple[str, str]]
+    notes: list[tuple[str, str]]  # warnings that do not refuse the placement
 
 
 def _problems(subject: Subject) -> Checked | None:
@@ -135,7 +136,7 @@ def _check(subject: Subject, where: Placement) -> Checked | None:
     if node is None:
         raise StateUnavailable(SWITCH, what, f"node {where.node} is not in the cluster state")
     result = placement_problems(demand, node, state.pods_on_node(where.node), subject.names)
-    return Checked(where, demand, result.problems)
+    return Checked(where, demand, result.problems, result.notes)
 
 
 def _accepted(rule_id: str, demand_text: str) -> str:
@@ -152,7 +153,7 @@ def _accepted(rule_id: str, demand_text: str) -> str:
 def _demand_text(subject: Subject, demand: PodDemand) -> str:
     r = subject.names.resources
     parts = [f'container "{g.container}" {r.gpu_mem}={g.mem}' + (f" {r.gpu_core}={g.core}" if g.core else "")
-             for g in demand.gpus]
+             + (f" over {g.cards} cards" if g.cards > 1 else "") for g in demand.gpus]
     if demand.topology_gpus:
         parts.append(f"{r.gpu_topology}={demand.topology_gpus}")
     if demand.whole_gpus:
@@ -177,6 +178,10 @@ def _report(subject: Subject, rule_id: str) -> Iterator[Found]:
             # The message names the node already.
             yield Found(f"{subject.kind} {where.pod_key} ({demand}): {message}; {_accepted(rule_id, demand)}",
                         where.path)
+    for found_rule, message in found.notes:
+        if found_rule == rule_id:
+            yield Found(f"{subject.kind} {where.pod_key}: {message}; label the node to say so", where.path,
+                        advisory=True)
 
 
 @placement_rule("GB001", seed="000",

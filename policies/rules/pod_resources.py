@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import cast
 
-from ..cards import MAX_CARD_GIB
+from ..gpu_memory import memory_problem
 from ..near_miss import NearMiss, near_misses
-from ..quantity import multiplier_suffix
 from ..relevance import NOTHING, Relevance
 from ..resources import POD_SPEC_PATHS, ContainerRequest, ResourceValue
-from ..settings import NearMissSettings
+from ..settings import Names, NearMissSettings
 from ..subject import Subject
 from .base import Found, rule
 
@@ -22,7 +21,6 @@ NAMES_SHARED_GPU = Relevance(resources=("gpu_mem", "gpu_core"))
 POD_KINDS = tuple(POD_SPEC_PATHS)
 
 CORE_STEP, CORE_MIN, CORE_MAX = 5, 5, 100
-GIB = 2**30  # bytes
 
 # Extended resources: "request and limit must be equal if both are present" (Kubernetes docs).
 K8S_RESOURCES = 'Kubernetes documentation: "Resource Management for Pods and Containers"'
@@ -32,13 +30,10 @@ def _raw(value: ResourceValue) -> str:
     return str(value.raw)
 
 
-def _written_values(container: ContainerRequest, resource: str) -> Iterator[ResourceValue]:
-    """The limit and, when it says something else, the request."""
-    limit, request = container.limits.get(resource), container.requests.get(resource)
-    if limit is not None:
-        yield limit
-    if request is not None and (limit is None or request.raw != limit.raw):
-        yield request
+def _judged_value(container: ContainerRequest, resource: str) -> ResourceValue | None:
+    """The value a value rule judges: the limit, else the request. A request beside a limit is
+    GS004's (it must equal the limit), so a rule never suggests a request GS004 then contradicts."""
+    return container.limits.get(resource) or container.requests.get(resource)
 
 
 # Family tests: a rule whose test fails would find nothing, so the engine skips it. Most pods
@@ -87,13 +82,13 @@ def core_accepted(value: Decimal | None) -> bool:
 def core_percentage_step(subject: Subject) -> Iterator[Found]:
     core = subject.names.resources.gpu_core
     for container in subject.containers:
-        for value in _written_values(container, core):
-            if core_accepted(value.quantity):
-                continue
-            why = (f"is not a quantity ({value.error})" if value.quantity is None
-                   else f"is not a multiple of {CORE_STEP} in {CORE_MIN}..{CORE_MAX}")
-            yield Found(f"{subject.where(container)}: {core}={_raw(value)} {why}; "
-                        f"{core_suggestion(value.quantity)}", value.path)
+        value = _judged_value(container, core)
+        if value is None or core_accepted(value.quantity):
+            continue
+        why = (f"is not a quantity ({value.error})" if value.quantity is None
+               else f"is not a multiple of {CORE_STEP} in {CORE_MIN}..{CORE_MAX}")
+        yield Found(f"{subject.where(container)}: {core}={_raw(value)} {why}; "
+                    f"{core_suggestion(value.quantity)}", value.path)
 
 
 @rule("GS002", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_core, relevance=NAMES_GPU_CORE,
@@ -107,51 +102,36 @@ def core_needs_memory(subject: Subject) -> Iterator[Found]:
             value = container.value(core)
             assert value is not None
             yield Found(f"{subject.where(container)}: {core}={_raw(value)} is requested without {mem}; "
-                        f"add limits.{mem} with a whole number of GiB (1 or more)", value.path)
-
-
-def mem_suggestion(value: ResourceValue) -> str:
-    """What a gpu-mem value should have been: whole GiB, unit dropped."""
-    quantity = value.quantity
-    if quantity is None or quantity < 1:
-        return "use a whole number of GiB, 1 or more"
-    if multiplier_suffix(value.raw) is not None:
-        # Written as a size ("2Gi", "10G"): the bytes it names, in whole GiB (10G is 9.3 GiB: 9).
-        gib = max(1, int((quantity / GIB).to_integral_value(ROUND_HALF_UP)))
-        return f"use {gib}" if gib <= MAX_CARD_GIB else f"use a whole number of GiB up to {MAX_CARD_GIB}"
-    if quantity > MAX_CARD_GIB:  # no division: Decimal's 28 digits cannot floor 1e29
-        return f"use a whole number of GiB up to {MAX_CARD_GIB}"
-    if quantity == quantity.to_integral_value():
-        return f"use {int(quantity)}"  # "4000m" is 4
-    low = int(quantity // 1)
-    return f"use {low} or {low + 1}"
+                        f"add limits.{mem} with a whole number of {subject.names.memory_unit} (1 or more)", value.path)
 
 
 @rule("GS003", severity="deny", seed="000", kinds=POD_KINDS, applies=asks_gpu_memory,
       relevance=Relevance(resources=("gpu_mem",)),
       title="GPU memory is a positive whole number of GiB",
-      doc="aliyun.com/gpu-mem counts GiB as a whole number >= 1 and at most 1024 (no card is "
-          "larger); a unit suffix such as 2Gi is refused because the unit is already GiB.")
+      doc="aliyun.com/gpu-mem counts GiB (MiB with names.memory_unit: MiB) as a whole number from 1 to "
+          "the largest card (1024 GiB). It is judged by value, as the API server and the scheduler "
+          "read it: 2000m is 2 and passes; 2Gi is two billion GiB and is refused (use 2); 5.5 is "
+          "refused (use 6: a memory request is never rounded down); 16276 looks like MiB.")
 def memory_whole_gib(subject: Subject) -> Iterator[Found]:
     mem = subject.names.resources.gpu_mem
     for container in subject.containers:
-        for value in _written_values(container, mem):
-            count = value.whole_count
-            if count is not None and count <= MAX_CARD_GIB:
-                continue
-            if count is not None:
-                yield Found(f"{subject.where(container)}: {mem}={_raw(value)} is larger than any GPU card "
-                            f"(at most {MAX_CARD_GIB} GiB); ask for the GiB the container uses on one card",
-                            value.path)
-                continue
-            if value.quantity is None:
-                why = f"is not a quantity ({value.error})"
-            elif value.has_unit:
-                why = "carries a unit, but the resource already counts GiB"
-            else:
-                why = "is not a whole number of GiB >= 1"
-            yield Found(f"{subject.where(container)}: {mem}={_raw(value)} {why}; {mem_suggestion(value)}",
-                        value.path)
+        value = _judged_value(container, mem)
+        problem = memory_problem(value, subject.names) if value is not None else None
+        if value is not None and problem is not None:
+            yield Found(f"{subject.where(container)}: {mem}={_raw(value)} {problem.why}; {problem.fix}", value.path)
+
+
+def accepted_form(value: ResourceValue, resource: str, names: Names) -> str:
+    """How to write ``value`` so that its value rule accepts it: as written when it does, else
+    what that rule suggests (GS004 names this, so its fix never contradicts GS001's or GS003's)."""
+    r = names.resources
+    if resource == r.gpu_mem:
+        problem = memory_problem(value, names)
+        if problem is not None:
+            return problem.accepted or problem.fix.removeprefix("use ")
+    elif resource == r.gpu_core and not core_accepted(value.quantity):
+        return core_suggestion(value.quantity).removeprefix("use ")
+    return _raw(value)
 
 
 @rule("GS004", severity="deny", seed=K8S_RESOURCES, kinds=POD_KINDS, applies=requests_gpu_resources,
@@ -172,13 +152,13 @@ def requests_equal_limits(subject: Subject) -> Iterator[Found]:
             limit = container.limits.get(resource)
             if limit is None:
                 yield Found(f"{subject.where(container)}: requests.{resource}={_raw(request)} has no limit; "
-                            f"set limits.{resource}: {_raw(request)} (extended resources need a limit)",
-                            request.path)
+                            f"set limits.{resource}: {accepted_form(request, resource, subject.names)} "
+                            f"(extended resources need a limit)", request.path)
             elif request.quantity is not None and limit.quantity is not None \
                     and request.quantity != limit.quantity:
                 yield Found(f"{subject.where(container)}: requests.{resource}={_raw(request)} differs from "
-                            f"limits.{resource}={_raw(limit)}; set the request to {_raw(limit)} "
-                            f"or leave it out", request.path)
+                            f"limits.{resource}={_raw(limit)}; set the request to "
+                            f"{accepted_form(limit, resource, subject.names)} or leave it out", request.path)
 
 
 def _names(containers: list[ContainerRequest]) -> str:

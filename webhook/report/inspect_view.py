@@ -45,17 +45,28 @@ def _core_columns(usage: ClusterUsage) -> bool:
     return any(n.shows_core for n in usage.nodes)
 
 
+def _unit(usage: ClusterUsage) -> str:
+    return usage.nodes[0].unit if usage.nodes else "GiB"
+
+
 def summary_table(usage: ClusterUsage) -> str:
-    """NAME, IPADDRESS, GPUi(Allocated/Total)..., GPU Memory(GiB) [, GPUi Core(%)...] and the cluster total."""
+    """NAME, IPADDRESS, GPUi(Allocated/Total)..., [PENDING(Allocated),] GPU Memory(GiB) [, GPUi Core(%)...]
+    and the cluster total. The PENDING column, as the open-source ``kubectl inspect gpushare`` prints
+    it (gpushare-device-plugin cmd/inspect/display.go), appears when some pod holds memory the
+    scheduler recorded on no card."""
     cards = usage.max_cards
     with_core = _core_columns(usage)
-    header = ["NAME", "IPADDRESS", *(f"GPU{i}(Allocated/Total)" for i in range(cards)), "GPU Memory(GiB)"]
+    pending = usage.has_pending
+    header = ["NAME", "IPADDRESS", *(f"GPU{i}(Allocated/Total)" for i in range(cards)),
+              *(["PENDING(Allocated)"] if pending else []), f"GPU Memory({_unit(usage)})"]
     if with_core:
         header += [f"GPU{i} Core(%)" for i in range(cards)]
     rows = [header]
     for node in usage.nodes:
         row = [node.name, node.ip or ABSENT]
         row += [f"{c.used_mem}/{c.total_mem}" for c in node.cards] + [ABSENT] * (cards - len(node.cards))
+        if pending:
+            row.append(str(node.pending_mem) if node.pending_mem else "")
         row.append(f"{node.used_mem}/{node.total_mem}")
         if with_core:
             core = [f"{c.used_core}/{c.total_core}" for c in node.cards] if node.shows_core else []
@@ -91,16 +102,19 @@ def go_tabwriter(rows: list[list[str]], padding: int = PADDING) -> list[str]:
 
 
 def _pod_rows(node: NodeUsage) -> list[list[str]]:
-    """One row per pod, by the first card it holds: its GiB on each card."""
-    pods = sorted(node.pods, key=lambda p: (min(p.mem_by_card, default=0), p.namespace, p.name))
-    return [[pod.name, pod.namespace, *(str(pod.mem_by_card.get(c.index, 0)) for c in node.cards), ""]
-            for pod in pods]
+    """One row per pod, by the first card it holds (pending pods last): its GiB on each card [, pending]."""
+    pods = sorted(node.pods, key=lambda p: (min((i for i in p.mem_by_card if i >= 0), default=len(node.cards)),
+                                            p.namespace, p.name))
+    pending = [str(pod.pending_mem) for pod in pods] if node.pending_mem else [None] * len(pods)
+    return [[pod.name, pod.namespace, *(str(pod.mem_by_card.get(c.index, 0)) for c in node.cards),
+             *([held] if held is not None else []), ""] for pod, held in zip(pods, pending, strict=True)]
 
 
 def _node_detail(node: NodeUsage) -> list[list[str]]:
     percent = node.used_mem * 100 // node.total_mem if node.total_mem else 0
     return [[""], ["NAME:", node.name], ["IPADDRESS:", node.ip or "unknown"], [""],
-            ["NAME", "NAMESPACE", *(f"GPU{c.index}(Allocated)" for c in node.cards), ""],
+            ["NAME", "NAMESPACE", *(f"GPU{c.index}(Allocated)" for c in node.cards),
+             *(["Pending(Allocated)"] if node.pending_mem else []), ""],
             *_pod_rows(node),
             ["Allocated :", f"{node.used_mem} ({percent}%)", ""], ["Total :", f"{node.total_mem} ", ""]]
 
@@ -111,8 +125,8 @@ def detail_table(usage: ClusterUsage) -> str:
     cmd/inspect/display.go, displayDetails): a NAME:/IPADDRESS: block, the pod table, the node's
     Allocated/Total, a dashed line as long as the first node's pod rows (tab-separated, before
     alignment) plus 10, and the cluster total after two blank lines. No ACK page shows this view.
-    Pods the scheduler recorded on no card are charged to a card (policies/cards.py), so the
-    plugin's Pending column never appears."""
+    Pods the scheduler recorded on no card are shown in a Pending(Allocated) column, as the plugin
+    shows them (policies/cards.py)."""
     rows: list[list[str]] = []
     dashes = 0
     for node in usage.nodes:
@@ -129,11 +143,14 @@ def as_json(usage: ClusterUsage) -> dict[str, Any]:
     return {
         "nodes": [{
             "name": n.name, "ipAddress": n.ip, "mode": n.mode, "placement": n.placement,
-            "allocatedMemGiB": n.used_mem, "totalMemGiB": n.total_mem,
+            "allocatedMemGiB": n.used_mem, "totalMemGiB": n.total_mem, "pendingMemGiB": n.pending_mem,
             "gpus": [{"index": c.index, "allocatedMemGiB": c.used_mem, "totalMemGiB": c.total_mem,
                       **({"allocatedCorePercent": c.used_core} if n.shows_core else {})} for c in n.cards],
-            "pods": [{"namespace": p.namespace, "name": p.name, "memGiB": p.mem,
-                      "memGiBByGPU": {str(k): v for k, v in sorted(p.mem_by_card.items())}} for p in n.pods],
+            "pods": [{"namespace": p.namespace, "name": p.name, "memGiB": p.mem, "pendingMemGiB": p.pending_mem,
+                      "memGiBByGPU": {str(k): v for k, v in sorted(p.mem_by_card.items()) if k >= 0}}
+                     for p in n.pods],
         } for n in usage.nodes],
         "cluster": {"allocatedMemGiB": usage.used_mem, "totalMemGiB": usage.total_mem, "percent": usage.percent},
+        # The unit of every memory figure above: names.memory_unit (MiB when the device plugin counts MiB).
+        "memoryUnit": _unit(usage),
     }

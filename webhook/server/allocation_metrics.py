@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from policies.allocation import CORE_MODE, NodeUsage, node_usage
 from policies.cards import CORE_PER_CARD
 from policies.cluster import ClusterState
-from policies.settings import Names
+from policies.settings import MIB_PER_GIB, Names
 from webhook.settings import MetricsSettings
 
 log = logging.getLogger("gpushare.metrics")
@@ -57,6 +57,11 @@ def _labels(pairs: Iterable[tuple[str, str]]) -> str:
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
 
 
+def _number(value: float) -> str:
+    """A sample value: whole numbers without a fraction, others exactly."""
+    return str(int(value)) if value == int(value) else repr(value)
+
+
 def _header(name: str, text: str) -> str:
     return f"# HELP {name} {text}\n# TYPE {name} gauge\n"
 
@@ -66,12 +71,17 @@ class NodeLines:
     """One node's samples, by family name, plus what the cluster totals need."""
 
     lines: dict[str, str]
-    assigned: int
-    total: int
+    assigned: float
+    total: float
     series: int
 
 
 def node_lines(usage: NodeUsage, model: str, per_card: str) -> NodeLines:
+    scale = MIB_PER_GIB if usage.unit == "MiB" else 1  # the series count GiB; names.memory_unit may be MiB
+
+    def gib(amount: int) -> str:
+        return _number(amount / scale if scale != 1 else amount)
+
     node = _escape(usage.name)
     core_mem = usage.mode == CORE_MODE
     pods_on: dict[int, int] = {}
@@ -84,8 +94,8 @@ def node_lines(usage: NodeUsage, model: str, per_card: str) -> NodeLines:
     lines = {
         "gpushare_node_gpu_mode": f"gpushare_node_gpu_mode{mode} 1\n",
         "gpushare_node_gpu_cards": f"gpushare_node_gpu_cards{at} {len(usage.cards)}\n",
-        "gpushare_node_gpu_memory_assigned_gib": f"gpushare_node_gpu_memory_assigned_gib{at} {usage.used_mem}\n",
-        "gpushare_node_gpu_memory_total_gib": f"gpushare_node_gpu_memory_total_gib{at} {usage.total_mem}\n",
+        "gpushare_node_gpu_memory_assigned_gib": f"gpushare_node_gpu_memory_assigned_gib{at} {gib(usage.used_mem)}\n",
+        "gpushare_node_gpu_memory_total_gib": f"gpushare_node_gpu_memory_total_gib{at} {gib(usage.total_mem)}\n",
         "gpushare_node_gpu_pods": f"gpushare_node_gpu_pods{at} {len(usage.pods)}\n",
         "gpushare_node_gpu_overcommitted_cards": f"gpushare_node_gpu_overcommitted_cards{at} {over}\n",
     }
@@ -102,9 +112,9 @@ def node_lines(usage: NodeUsage, model: str, per_card: str) -> NodeLines:
             labels = _labels([("node", usage.name), ("card", str(card.index)), ("model", model),
                               ("mode", usage.mode)])
             card_lines["gpushare_gpu_memory_assigned_gib"].append(f"gpushare_gpu_memory_assigned_gib{labels} "
-                                                                  f"{card.used_mem}\n")
+                                                                  f"{gib(card.used_mem)}\n")
             card_lines["gpushare_gpu_memory_total_gib"].append(f"gpushare_gpu_memory_total_gib{labels} "
-                                                               f"{card.total_mem}\n")
+                                                               f"{gib(card.total_mem)}\n")
             if core_mem:
                 card_lines["gpushare_gpu_core_assigned_percent"].append(
                     f"gpushare_gpu_core_assigned_percent{labels} {card.used_core}\n")
@@ -113,7 +123,7 @@ def node_lines(usage: NodeUsage, model: str, per_card: str) -> NodeLines:
             if samples:
                 lines[name] = "".join(samples)
                 series += len(samples)
-    return NodeLines(lines, usage.used_mem, usage.total_mem, series)
+    return NodeLines(lines, usage.used_mem / scale, usage.total_mem / scale, series)
 
 
 class AllocationExporter:
@@ -188,7 +198,7 @@ class AllocationExporter:
         assigned = sum(n.assigned for n in self._nodes.values())
         total = sum(n.total for n in self._nodes.values())
         for (name, text), value in zip(CLUSTER_FAMILIES, (assigned, total), strict=True):
-            parts.append(f"{_header(name, text)}{name} {value}\n")
+            parts.append(f"{_header(name, text)}{name} {_number(value)}\n")
         return "".join(parts).encode()
 
     @property
