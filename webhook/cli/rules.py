@@ -7,19 +7,24 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.check import DEFAULT_CONFIG, OneLineUsage, load_config
+from webhook.cli.common import OneLineUsage, config_option, load_cli_settings, output_options, output_to
 
 
 @click.command(cls=OneLineUsage)
-@click.option("-f", "--format", "fmt", type=click.Choice(("text", "json")), default="text", show_default=True)
-@click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
-              help=f"YAML config file (default {DEFAULT_CONFIG} when present): shows severities as configured.")
-def rules(fmt: str, config: Path | None) -> None:
+@output_options(("text", "json"), "text")
+@config_option("shows severities as configured")
+def rules(output: str, output_file: Path | None, config: Path | None) -> None:
     """List every rule with its severity, its source and what it checks."""
+    settings = load_cli_settings(config)
+    with output_to(output_file):
+        _print(settings, output)
+
+
+def _print(settings: object, output: str) -> None:
     from policies.rule_index import rule_entries
 
-    entries = rule_entries(load_config(config))
-    if fmt == "json":
+    entries = rule_entries(settings)  # type: ignore[arg-type]
+    if output == "json":
         click.echo(json.dumps([e.as_dict() for e in entries], indent=2))
         return
     # Sources are long titles: the table numbers them and lists them once below it.
