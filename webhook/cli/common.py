@@ -92,7 +92,7 @@ def find_config(start: Path | None = None) -> Path | None:
     for folder in (here, *here.parents):
         candidate = folder / DEFAULT_CONFIG
         if candidate.is_file():
-            return candidate if folder != Path.cwd().resolve() else Path(DEFAULT_CONFIG)
+            return Path(os.path.relpath(candidate))  # named as the user would type it
         if (folder / ".git").exists():
             return None
     return None
@@ -101,15 +101,6 @@ def find_config(start: Path | None = None) -> Path | None:
 def config_path(config: Path | None) -> Path | None:
     """The config file: --config, else the nearest .gpushare.yaml (``find_config``), else none."""
     return config if config is not None else find_config()
-
-
-def shown_path(path: Path) -> str:
-    """A path as the user would type it: relative to the working directory when below it."""
-    try:
-        return os.path.relpath(path) if path.is_absolute() and not os.path.relpath(path).startswith("..") \
-            else str(path)
-    except ValueError:
-        return str(path)
 
 
 def config_option(what: str = "rules, severities, names") -> Callable[[F], F]:
@@ -170,6 +161,3 @@ def output_to(path: Path | None) -> Iterator[None]:
     finally:
         stream.close()
 
-
-def write_stdout(text: str) -> None:
-    sys.stdout.write(text)
