@@ -28,13 +28,10 @@ class Target:
     _api: Any = None
 
     def api(self) -> Any:
-        from webhook.state.kube_client import KubeConfigError, api_client
+        from webhook.cli.cluster_source import client_for
 
         if self._api is None:
-            try:
-                self._api = api_client(self.kubeconfig, self.context)
-            except KubeConfigError as exc:
-                raise UsageFailure(str(exc)) from None
+            self._api = client_for(self.kubeconfig, self.context)
         return self._api
 
 
@@ -121,7 +118,9 @@ def _run(action: Any) -> Any:
     except ApiException as exc:
         raise ClusterFailure(f"the API server refused: HTTP {exc.status} {exc.reason}") from None
     except HTTPError as exc:
-        raise ClusterFailure(f"cannot reach the API server: {exc}") from None
+        from webhook.cli.cluster_source import unreachable
+
+        raise unreachable(exc) from None
     except OSError as exc:
         raise ClusterFailure(f"cannot write the certificates: {exc}") from None
 

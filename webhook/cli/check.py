@@ -169,7 +169,7 @@ def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, 
         text = path.read_text(encoding="utf-8")
         items = snapshot_objects(text, str(path))
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputFailure(f"{path}: cannot read snapshot: {getattr(exc, 'strerror', None) or exc}") from None
+        raise InputFailure(f"{path}: cannot read snapshot: {_why(exc)}") from None
     except SnapshotError as exc:
         raise InputFailure(str(exc)) from None
     try:
@@ -190,7 +190,7 @@ def _load_namespace_labels(path: Path) -> Any:
     try:
         items = snapshot_objects(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputFailure(f"{path}: cannot read namespace labels: {getattr(exc, 'strerror', None) or exc}") from None
+        raise InputFailure(f"{path}: cannot read namespace labels: {_why(exc)}") from None
     except SnapshotError as exc:
         raise InputFailure(str(exc)) from None
     if not items:
@@ -209,3 +209,10 @@ def _load_namespace_labels(path: Path) -> Any:
         raise InputFailure(f"{path}: expected Namespace objects or a mapping of namespace to labels, got "
                            f"{item.get('kind') or type(item).__name__}")
     return StaticNamespaces(labels)
+
+
+def _why(exc: OSError | UnicodeDecodeError) -> str:
+    """The reason a file cannot be read, in the words ``check`` uses for its inputs."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return (exc.strerror or str(exc)).lower()

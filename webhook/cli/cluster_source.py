@@ -99,9 +99,12 @@ def quiet_insecure_warnings() -> None:
     warnings.simplefilter("ignore", InsecureRequestWarning)
 
 
-def unreachable(exc: BaseException, host: str) -> UsageFailure:
+def unreachable(exc: BaseException, host: str = "") -> UsageFailure:
     """urllib3's "HTTPSConnectionPool(...): Max retries exceeded ... NewConnectionError(...)" as
     one line in plain words: which API server, and the operating system's reason."""
+    pool = getattr(exc, "pool", None)
+    if not host and pool is not None:
+        host = f"{pool.scheme}://{pool.host}:{pool.port}"
     text = str(getattr(exc, "reason", None) or exc)
     errno = re.search(r"\[Errno -?\d+\] ([^)'\"]+)", text)
     if errno:

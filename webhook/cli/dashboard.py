@@ -3,6 +3,7 @@ the cluster; like ``polaris dashboard``, reach it through an SSH tunnel if need 
 
 from __future__ import annotations
 
+import errno
 import socket
 import sys
 from pathlib import Path
@@ -61,7 +62,7 @@ def _listen(port: int) -> socket.socket:
         listener.listen(128)
     except OSError as exc:
         listener.close()
-        why = "the port is in use (another server? choose one with --port)" if exc.errno == 98 else exc.strerror
+        why = "the port is in use (another server? choose one with --port)" if exc.errno == errno.EADDRINUSE else exc.strerror
         raise UsageFailure(f"cannot listen on {HOST}:{port}: {why}") from None
     return listener
 
@@ -78,6 +79,7 @@ def _state(snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: 
     from webhook.state.live import LiveClusterState
 
     api = client_for(kubeconfig, context)
+    _reachable(api)
     live = LiveClusterState(k8s.CoreV1Api(api), settings.names, settings.state)
     live.start()
     if not live.wait_synced(settings.state.connect_timeout_seconds * 3):
@@ -85,3 +87,21 @@ def _state(snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: 
         raise UsageFailure(f"cannot read the cluster from the API server {api.configuration.host}: "
                            f"{live.availability().reason}")
     return live, f"live:{kubeconfig}" if kubeconfig is not None else "live:in-cluster"
+
+
+def _reachable(api: Any) -> None:
+    """One small read first: an API server that is not there is said at once, in one line,
+    instead of the watch retrying (and logging) until the sync deadline."""
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from webhook.cli.cluster_source import unreachable
+
+    try:
+        k8s.CoreV1Api(api).list_node(limit=1, _request_timeout=10)
+    except HTTPError as exc:
+        raise unreachable(exc, api.configuration.host) from None
+    except ApiException as exc:
+        raise UsageFailure(f"the API server {api.configuration.host} refused to list nodes: HTTP {exc.status} "
+                           f"{exc.reason}") from None

@@ -37,6 +37,9 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None) -> An
     from kubernetes import client, config
 
     configuration = client.Configuration()
+    if kubeconfig is not None and not kubeconfig.is_file():
+        why = "is a directory" if kubeconfig.is_dir() else "no such file"
+        raise KubeConfigError(f"cannot read kubeconfig {kubeconfig}: {why}")
     try:
         if kubeconfig is None and context is None and in_cluster():
             where = "in-cluster config"
