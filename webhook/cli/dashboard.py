@@ -62,7 +62,8 @@ def _listen(port: int) -> socket.socket:
         listener.listen(128)
     except OSError as exc:
         listener.close()
-        why = "the port is in use (another server? choose one with --port)" if exc.errno == errno.EADDRINUSE else exc.strerror
+        in_use = exc.errno == errno.EADDRINUSE
+        why = "the port is in use (another server? choose one with --port)" if in_use else exc.strerror
         raise UsageFailure(f"cannot listen on {HOST}:{port}: {why}") from None
     return listener
 
