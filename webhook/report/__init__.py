@@ -50,8 +50,9 @@ def summary_line(report: Report) -> str:
     if c["skipped"]:
         passed_over.append(f"{n(c['skipped'], 'object')} of kinds no rule checks")
     if c["notKubernetes"]:
-        passed_over.append(f"{n(c['notKubernetes'], 'document')} that {'is' if c['notKubernetes'] == 1 else 'are'} "
-                           "not Kubernetes objects")
+        one = c["notKubernetes"] == 1
+        passed_over.append(f"{n(c['notKubernetes'], 'document')} that "
+                           f"{'is not a Kubernetes object' if one else 'are not Kubernetes objects'}")
     if passed_over:
         line += f" (and {', '.join(passed_over)})"
     if report.config:
