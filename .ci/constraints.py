@@ -15,7 +15,6 @@ from importlib.metadata import PackageNotFoundError, distribution
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-
 # Extras that ship: the image installs [server]; test and bench are tools of this repository.
 RUNTIME_EXTRAS = ("", "server")
 
