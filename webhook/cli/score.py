@@ -119,7 +119,7 @@ def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top
     from policies.resources import ShapeError
     from policies.scoring import Scorer
     from webhook.documents.manifests import ManifestError, read_manifest_file
-    from webhook.documents.templates import templated
+    from webhook.documents.templates import read_annotations, templated
     from webhook.state.snapshot import SnapshotError, describe_snapshot, load_demo_snapshot, load_snapshot
 
     settings = load_cli_settings(config)
@@ -145,7 +145,7 @@ def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top
         for manifest in read.manifests:
             meta = manifest.obj.get("metadata")
             namespace = str(meta.get("namespace") or "default") if isinstance(meta, dict) else "default"
-            placeholder = templated(manifest.obj, manifest.kind)
+            placeholder = templated(manifest.obj, manifest.kind, read_annotations(settings.names))
             if placeholder is not None:
                 click.echo(f"gpushare: error: {source}:{manifest.line_of(placeholder[0])}: {manifest.kind}: "
                            f"{placeholder[1]}", err=True)

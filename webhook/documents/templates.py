@@ -10,7 +10,7 @@ args, alert text) are ordinary strings to Kubernetes and to the rules, and chang
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from policies.resources import CONTAINER_GROUPS, POD_SPEC_PATHS, Path, render_path
@@ -54,7 +54,7 @@ def _strings(value: Any, path: Path) -> Iterator[tuple[Path, str]]:
             stack.extend((child, (*where, i)) for i, child in enumerate(current))
 
 
-def _read_fields(obj: dict[str, Any], kind: str) -> Iterator[Path]:
+def _read_fields(obj: dict[str, Any], kind: str, annotations: Collection[str]) -> Iterator[Path]:
     if kind == "Node":
         yield from NODE_FIELDS
         return
@@ -62,8 +62,9 @@ def _read_fields(obj: dict[str, Any], kind: str) -> Iterator[Path]:
     if spec_path is None:
         return
     meta_path = (*spec_path[:-1], "metadata") if kind != "Pod" else ("metadata",)
-    yield (*meta_path, "labels")  # exemption grants' selectors
-    yield (*meta_path, "annotations")  # exemptions, card annotations
+    # Of a pod's annotations, the ones rules read (exemptions, card assignments); others are the
+    # tools' own (Argo writes "{{workflow.name}}" there).
+    yield from ((*meta_path, "annotations", key) for key in annotations)
     yield from ((*spec_path, name) for name in POD_SPEC_FIELDS)
     spec = _get(obj, spec_path)
     for group in CONTAINER_GROUPS:
@@ -72,21 +73,29 @@ def _read_fields(obj: dict[str, Any], kind: str) -> Iterator[Path]:
             yield from ((*spec_path, group, i, "resources") for i in range(len(containers)))
 
 
-def placeholders(obj: dict[str, Any], kind: str) -> list[tuple[Path, str]]:
-    """The placeholders in fields the rules read of ``obj``, in document order of fields."""
+def placeholders(obj: dict[str, Any], kind: str, annotations: Collection[str] = ()) -> list[tuple[Path, str]]:
+    """The placeholders in fields the rules read of ``obj`` (of a pod's annotations, ``annotations``)."""
     found = []
-    for path in _read_fields(obj, kind):
+    for path in _read_fields(obj, kind, annotations):
         value = _get(obj, path)
         if value is not None:
             found.extend(sorted(_strings(value, path), key=lambda pair: str(pair[0])))
     return found
 
 
-def templated(obj: dict[str, Any], kind: str) -> tuple[Path, str] | None:
+def templated(obj: dict[str, Any], kind: str, annotations: Collection[str] = ()) -> tuple[Path, str] | None:
     """The first placeholder a rule would read and what to say about it, or None."""
-    found = placeholders(obj, kind)
+    found = placeholders(obj, kind, annotations)
     if not found:
         return None
     path, text = found[0]
     return path, (f"{render_path(path)}: {json.dumps(text)[:120]} is a template placeholder, not a value; the "
                   f"object was not judged: render the template first ({RENDER_HINT})")
+
+
+def read_annotations(names: Any) -> frozenset[str]:
+    """The pod annotations rules read, from ``policies.settings.Names``."""
+    cards = names.card_annotations
+    pairs = [key for pair in names.assignment.pairs for key in pair]
+    return frozenset({names.exempt_annotation, names.exempt_reason_annotation, names.allocation_annotation,
+                      names.card_index_annotation, cards.core_allocation, cards.topology_visible, *pairs})

@@ -21,7 +21,7 @@ from policies.selectors import node_selector_from_spec
 from policies.settings import Severity
 from webhook.documents.manifests import Manifest, ManifestError, read_manifest_file
 from webhook.documents.sources import STDIN, read_text
-from webhook.documents.templates import templated
+from webhook.documents.templates import read_annotations, templated
 
 CLUSTER_SCOPED = frozenset({"Node"})
 
@@ -165,6 +165,7 @@ class Checker:
         # as an UPDATE of it, the way the webhook would see the change.
         self.known_nodes = known_nodes or {}
         self.namespace = namespace
+        self.annotations = read_annotations(engine.names)  # a placeholder there is not judged
 
     def check_path(self, path: str, source: str) -> FileResult:
         """Read, parse and judge one file (``-`` is stdin); unreadable input becomes a Problem."""
@@ -186,7 +187,7 @@ class Checker:
             if not self.engine.handles(manifest.kind):
                 result.skipped += 1
                 continue
-            placeholder = templated(manifest.obj, manifest.kind)
+            placeholder = templated(manifest.obj, manifest.kind, self.annotations)
             if placeholder is not None:  # never judged as a value: a wrong verdict about text nobody applies
                 path, why = placeholder
                 result.problems.append(Problem(source, manifest.line_of(path), f"{self._label(manifest)}: {why}"))
