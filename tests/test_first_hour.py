@@ -68,7 +68,7 @@ def test_an_unquoted_template_is_said_to_look_like_one(tmp_path):
     done = run_gpushare("check", raw)
     assert (done.returncode, done.stderr) == (2, f"gpushare: error: {raw}:15: invalid YAML: found unhashable key; "
                                                  "the file holds {{ ... }} placeholders: it looks like a Helm or Go "
-                                                 f"template, render it first (helm template CHART | gpushare check -)\n")
+                                                 "template, render it first (helm template CHART | gpushare check -)\n")
 
 
 def test_placeholders_elsewhere_are_ordinary_strings(tmp_path):
@@ -152,7 +152,8 @@ def test_the_config_is_found_upwards_to_the_repository_root_and_named(tmp_path):
     job.write_text(SEED_33.read_text())
     done = run_gpushare("check", "job.yaml", cwd=job.parent)
     assert done.returncode == 0
-    assert done.stdout.splitlines()[-2] == "ok: 0 denials, 1 warning in 1 object from 1 file; config ../../.gpushare.yaml"
+    assert done.stdout.splitlines()[-2] == ("ok: 0 denials, 1 warning in 1 object from 1 file; "
+                                            "config ../../.gpushare.yaml")
     # --config names another; above the repository root nothing is looked for.
     other = tmp_path / "strict.yaml"
     other.write_text("check: {fail_on: warn}\n")
