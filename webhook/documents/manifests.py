@@ -97,7 +97,7 @@ def _flatten(obj: Any, source: str, line: int, lines: dict[Path, int], foreign: 
 def parse_manifests(text: str, source: str = "<stdin>", limits: InputSettings = DEFAULT_LIMITS) -> list[Manifest]:
     """Every Kubernetes object in ``text``; empty documents are skipped. ManifestError names the
     line of anything unreadable or past ``limits`` (webhook.documents)."""
-    return _read(text, source, limits, None)
+    return _read(text, source, limits, None, own_files=False)
 
 
 @dataclass
@@ -110,11 +110,12 @@ class ManifestFile:
 
 
 def read_manifest_file(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS) -> ManifestFile:
-    """As ``parse_manifests``, for a file found in a repository: documents that are not Kubernetes
-    objects are counted, not refused; YAML that does not parse and holds ``{{`` is named a template."""
+    """As ``parse_manifests``, for the user's own files (``check``, ``score``): documents that are not
+    Kubernetes objects are counted, not refused; YAML that does not parse and holds ``{{`` is named a
+    template; text without anchors is read without the event pass (``yaml_nodes``)."""
     foreign = [0]
     try:
-        manifests = _read(text, source, limits, foreign)
+        manifests = _read(text, source, limits, foreign, own_files=True)
     except ManifestError as exc:
         if "{{" not in text or not exc.reason.startswith("invalid YAML"):
             raise
@@ -127,11 +128,12 @@ def read_manifest_file(text: str, source: str, limits: InputSettings = DEFAULT_L
 RENDER_HINT = "helm template CHART | gpushare check -"
 
 
-def _read(text: str, source: str, limits: InputSettings, foreign: list[int] | None) -> list[Manifest]:
+def _read(text: str, source: str, limits: InputSettings, foreign: list[int] | None, *,
+          own_files: bool) -> list[Manifest]:
     if looks_like_json(text):
         return _flatten(read_json(text, source, limits), source, 1, {}, foreign)
     out: list[Manifest] = []
-    for node, loader in yaml_nodes(text, source, limits):
+    for node, loader in yaml_nodes(text, source, limits, own_files=own_files):
         line = node.start_mark.line + 1
         lines = _field_lines(node)
         obj = construct(loader, node, text, source)
