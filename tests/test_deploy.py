@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -673,3 +674,22 @@ def test_kubelet_configz_grants_only_get_on_nodes_proxy_and_turns_the_reader_on(
 
 def test_kubelet_configz_renders_the_same_in_kustomize_and_helm(configz_rendered):
     assert_same_objects(configz_rendered["kustomize"], configz_rendered["helm"])
+
+
+def test_the_chart_readme_explains_every_value_and_the_scheduler_choice():
+    readme = (CHART / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([A-Za-z.]+)` \|", readme, flags=re.M))
+
+    def leaves(values: Obj, prefix: str = "") -> set[str]:
+        out = set()
+        for name, value in values.items():
+            path = f"{prefix}{name}"
+            # Resource blocks and name maps are one value each in the table.
+            if isinstance(value, dict) and value and name not in ("resources", "labels", "requests", "limits"):
+                out |= leaves(value, path + ".")
+            else:
+                out.add(path)
+        return out
+
+    assert leaves(yaml.safe_load((CHART / "values.yaml").read_text())) == documented
+    assert "`scheduler=ack-co-scheduler`" in readme and "`scheduler=none`" in readme
