@@ -2,10 +2,14 @@
 
 The AdmissionResponse contract (k8s.io/api admission/v1, ``AdmissionResponse.Warnings``): "Limit
 warnings to 120 characters if possible. Warnings over 256 characters and large numbers of
-warnings may be truncated." Rule messages put the decisive part first (rule id, object, what does
-not fit, what would be accepted), so a message over the limit keeps its beginning: names longer
-than a reader needs (object names may have 253 characters) are shortened in their middle, then
-the end is cut at a word, marked "…". The full text stays where there is room: ``/dry-run``,
+warnings may be truncated." Rule messages say first what is decided about which object (rule
+id, object, what does not fit, what would be accepted) and last what the webhook did (e.g.
+"admitted without the check"); details go in parentheses. A message over the limit is made to
+fit in steps, each only as far as needed: names longer than a reader needs (object names may
+have 253 characters) are shortened in their middle, runs of rule ids folded ("GB001-GB005");
+the last clause (after the last "; "), when
+short, is kept whole; before it, parenthesised details are dropped, longest first, then the text
+is cut at a word. Each cut is marked "…". The full text stays where there is room: ``/dry-run``,
 ``gpushare check``/``explain`` and the review's audit annotations.
 """
 
@@ -18,6 +22,10 @@ WARNING_LIMIT = 256
 NAME_LIMIT = 40
 _NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{{NAME_LIMIT},}}")
 _HEAD, _TAIL = 22, 14
+# A list of rule ids of one family, as the engine names the rules a fail-open verdict covers.
+_IDS = re.compile(r"\b([A-Z]{2})\d{3}(?:, \1\d{3})+\b")
+# A parenthesised detail without nested parentheses.
+_DETAIL = re.compile(r"\([^()]*\)")
 
 
 def _shorten_name(match: re.Match[str]) -> str:
@@ -25,11 +33,27 @@ def _shorten_name(match: re.Match[str]) -> str:
     return f"{name[:_HEAD]}…{name[-_TAIL:]}"
 
 
-def brief(message: str, limit: int = WARNING_LIMIT) -> str:
-    """``message`` in at most ``limit`` characters, its beginning kept."""
-    if len(message) <= limit:
-        return message
-    text = _NAME.sub(_shorten_name, message)
+def _fold_ids(match: re.Match[str]) -> str:
+    """"GB001, GB002, GB003" as "GB001-GB003" (consecutive ids only)."""
+    ids = match.group(0).split(", ")
+    numbers = [int(i[2:]) for i in ids]
+    if numbers != list(range(numbers[0], numbers[0] + len(numbers))):
+        return match.group(0)
+    return f"{ids[0]}-{ids[-1]}"
+
+
+def _drop_details(text: str, limit: int) -> str:
+    """Parenthesised details replaced by "(…)", longest first, until ``text`` fits."""
+    while len(text) > limit:
+        groups = [m for m in _DETAIL.finditer(text) if m.group(0) != "(…)"]
+        if not groups:
+            break
+        longest = max(groups, key=lambda m: len(m.group(0)))
+        text = text[: longest.start()] + "(…)" + text[longest.end():]
+    return text
+
+
+def _cut_at_word(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     cut = text[: limit - 1]
@@ -37,3 +61,15 @@ def brief(message: str, limit: int = WARNING_LIMIT) -> str:
     if space > limit // 2:
         cut = cut[:space]
     return cut.rstrip(" ;:,") + "…"
+
+
+def brief(message: str, limit: int = WARNING_LIMIT) -> str:
+    """``message`` in at most ``limit`` characters, its beginning and its last clause kept."""
+    if len(message) <= limit:
+        return message
+    text = _IDS.sub(_fold_ids, _NAME.sub(_shorten_name, message))
+    head, sep, last = text.rpartition("; ")
+    if not sep or len(last) >= limit // 3:  # no short last clause to keep whole
+        return _cut_at_word(_drop_details(text, limit), limit)
+    room = limit - len(last) - len(sep)
+    return _cut_at_word(_drop_details(head, room), room) + sep + last

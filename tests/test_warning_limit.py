@@ -103,11 +103,24 @@ def test_every_admission_rule_warns_within_the_limit_and_keeps_the_whole_text_in
     assert sorted(spoke) == ADMISSION_RULES
 
 
-@pytest.mark.parametrize("text", ["short", "x" * 256, "GS001: " + "word " * 80, "GS001: Pod " + "n" * 300])
+@pytest.mark.parametrize("text", ["short", "x" * 256, "GS001: " + "word " * 80, "GS001: Pod " + "n" * 300,
+                                  "GS001: " + "word " * 60 + "(a detail) " * 5 + "; what was done (setting: open)"])
 def test_brief_keeps_short_text_and_cuts_long_text_at_a_word(text):
     out = brief(text)
     assert len(out) <= WARNING_LIMIT
     assert out == text if len(text) <= WARNING_LIMIT else "…" in out and out[:11] == text[:11]
+    if "; what was done" in text:  # the last clause, what the webhook did, is kept whole
+        assert out.endswith("; what was done (setting: open)")
+
+
+def test_fail_open_warnings_fold_rule_ids_and_keep_what_was_done():
+    message = ("GB001, GB002, GB003, GB004, GB005: Binding default/core-x to node cn-beijing.192.168.1.10: GPU "
+               "placement not checked because this replica is not the leader; bindings are judged by the leader "
+               "(the leader is replica-a_f8309351); admitted without the check (state.when_unavailable.placement: "
+               "open)")
+    assert brief(message) == ("GB001-GB005: Binding default/core-x to node cn-beijing.192.168.1.10: GPU placement "
+                              "not checked because this replica is not the leader; bindings are judged by the leader "
+                              "(…); admitted without the check (state.when_unavailable.placement: open)")
 
 
 def test_the_server_passes_gc001_on_whole(server, session):
@@ -116,7 +129,9 @@ def test_the_server_passes_gc001_on_whole(server, session):
     reply = server.post_json("/validate", admission_review(job), session=session).json()["response"]
     [warning] = reply["warnings"]
     full = reply["auditAnnotations"]["warning.GC001"]
-    assert len(full) > WARNING_LIMIT >= len(warning) and warning == brief(full)
-    assert warning.startswith('GC001: Pod default/big cannot run on any node the cluster has: container "cuda" '
-                              "asks for aliyun.com/gpu-mem=40, more than the largest card of any node that could "
-                              "take it: 31 GiB (GPU0 of node cn-hangzhou.192.168.2.20)")
+    assert len(full) > WARNING_LIMIT >= len(warning)
+    # The rule's short form: what does not fit and what would, without the advice that follows.
+    assert warning == ('GC001: Pod default/big cannot run on any node the cluster has: container "cuda" asks for '
+                       "aliyun.com/gpu-mem=40, more than the largest card of any node that could take it: 31 GiB "
+                       "(GPU0 of node cn-hangzhou.192.168.2.20)")
+    assert full == f"{warning}; accepted: a request that fits such a card, or add nodes with bigger cards first"

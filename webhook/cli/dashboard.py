@@ -40,7 +40,7 @@ def dashboard(snapshot: Path | None, demo: bool, kubeconfig: Path | None, contex
     state, source = _state(snapshot, demo, kubeconfig, context, settings)
     # werkzeug binds its own socket and, on a busy port, prints two lines and exits 1; given ours, it cannot fail.
     server = make_server(HOST, port, None, threaded=True, fd=listener.fileno())  # type: ignore[arg-type]
-    bound = server.server_port
+    bound = listener.getsockname()[1]
     hosts = (f"{HOST}:{bound}", f"localhost:{bound}")
     server.app = create_dashboard(settings, state, DashboardConfig(source, refresh), hosts)
     click.echo(f"gpushare dashboard: serving http://{HOST}:{bound}/ ({source}); Ctrl-C stops it", err=True)

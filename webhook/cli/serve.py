@@ -51,8 +51,12 @@ def _require_scheduler_choice(settings: Any, snapshot: Path | None, kubeconfig: 
     """In a cluster, GM001's scheduler is a choice the installer makes, as Helm's ``required`` makes
     it: the default (ack-co-scheduler) leaves every GPU pod Pending on ACK Pro, where nothing answers
     to that name. On a snapshot or the demo cluster the default serves."""
-    from webhook.state.kube_client import in_cluster
+    from webhook.state.kube_client import KubeConfigError, in_cluster, require_file
 
+    try:
+        require_file(kubeconfig)  # a missing file is the first thing to say
+    except KubeConfigError as exc:
+        raise UsageFailure(str(exc)) from None
     live = snapshot is None and (kubeconfig is not None or in_cluster())
     if not live or "scheduler_name" in settings.names.model_fields_set:
         return

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from policies.engine import Verdict
-from policies.warning_text import WARNING_LIMIT, brief
+from policies.warning_text import brief
 
 SUPPORTED_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -122,10 +122,11 @@ def build_response(review: AdmissionReview, verdict: Verdict | None, *, allowed:
     full: dict[str, list[str]] = {}  # warnings shortened for the limit, whole, by rule
     if verdict is not None:
         allowed = verdict.allowed if allowed is None else allowed
-        for w in verdict.warnings:
-            if len(w.message) > WARNING_LIMIT:
+        sent = [brief(w.brief or w.message) for w in verdict.warnings]
+        for w, text in zip(verdict.warnings, sent, strict=True):
+            if text != w.message:
                 full.setdefault(w.rule, []).append(w.message)
-        warns = [w.message for w in verdict.warnings] + warns
+        warns = sent + warns
         if not verdict.allowed:
             denial = "; ".join(v.message for v in verdict.violations)
             message = denial if message is None else f"{message}; {denial}"
