@@ -13,7 +13,14 @@ from typing import Any
 
 import click
 
-from webhook.cli.common import ClusterFailure, OneLineUsage, UsageFailure, load_cli_settings
+from webhook.cli.common import (
+    ClusterFailure,
+    OneLineUsage,
+    UsageFailure,
+    kubeconfig_options,
+    load_cli_settings,
+    with_options,
+)
 
 KEY_TYPES = ("ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-4096")
 
@@ -50,13 +57,9 @@ def _common(func: Any) -> Any:
         click.option("--cert-days", type=click.IntRange(1), help="Serving certificate lifetime in days (default 365)."),
         click.option("--inject/--no-inject", default=False,
                      help="Also patch the CA bundle into the webhook configurations."),
-        click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
-                     help="Kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)."),
-        click.option("--context", help="Kubeconfig context."),
+        *kubeconfig_options(),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return with_options(func, options)
 
 
 def _target(config: Path | None, cert_dir: Path | None, secrets: bool, service: str | None,

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from webhook.cli.common import ClusterFailure, UsageFailure
+from webhook.cli.common import ClusterFailure, UsageFailure, kubeconfig_options, with_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 SNAPSHOT_HOW = "`kubectl get nodes,pods -A -o yaml > cluster.yaml`"
@@ -24,17 +24,12 @@ NO_CLUSTER = ("pass --kubeconfig FILE, --snapshot FILE (saved with " + SNAPSHOT_
 
 def cluster_options(func: F) -> F:
     """--snapshot, --demo, --kubeconfig, --context: the same for every command that reads a cluster."""
-    options = [
+    return with_options(func, [
         click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
                      help=f"Read a saved cluster ({SNAPSHOT_HOW}) instead of the live one."),
         click.option("--demo", is_flag=True, help="Read the embedded demo cluster (4 nodes) instead of the live one."),
-        click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
-                     help="Kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)."),
-        click.option("--context", help="Kubeconfig context."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+        *kubeconfig_options(),
+    ])
 
 
 def read_state(snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: str | None,

@@ -108,6 +108,20 @@ def config_option(what: str = "rules, severities, names") -> Callable[[F], F]:
                              f"parent up to the repository root): {what}.")
 
 
+def kubeconfig_options() -> list[Callable[[F], F]]:
+    """--kubeconfig and --context, as every command that talks to a cluster spells them."""
+    return [click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
+                         help="Kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)."),
+            click.option("--context", help="Kubeconfig context.")]
+
+
+def with_options(func: F, options: list[Callable[[F], F]]) -> F:
+    """``options`` applied so that help lists them in the order given."""
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def load_cli_settings(config: Path | None, **server: object) -> Any:
     """Settings from ``config`` (else the nearest .gpushare.yaml) and the environment, with ``server``
     overrides from flags. Returns ``webhook.settings.Settings`` (imported late: ``gpushare`` starts fast)."""
