@@ -17,7 +17,6 @@ are valid by construction; tests/test_settings.py holds them equal to validated 
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Collection
 from pathlib import Path
@@ -352,6 +351,8 @@ def _unknown_rule_ids(merged: dict[str, Any], known: set[str], path: str | Path 
     unknown = sorted(str(k) for k in rules if str(k) not in known) if isinstance(rules, dict) else []
     if not unknown:
         return []
+    import difflib
+
     source = _source_of(("rules", unknown[0]), path, environment)
     guesses = [f"{rule_id} (did you mean {guess[0]}?)" if guess else rule_id
                for rule_id in unknown for guess in [difflib.get_close_matches(rule_id, sorted(known), n=1)]]
@@ -360,6 +361,8 @@ def _unknown_rule_ids(merged: dict[str, Any], known: set[str], path: str | Path 
 
 def _did_you_mean(loc: tuple[Any, ...]) -> str:
     """For an unknown setting, the closest setting of its section: " (did you mean threads?)"."""
+    import difflib
+
     model: Any = Settings
     for part in loc[:-1]:
         field = getattr(model, "model_fields", {}).get(part)

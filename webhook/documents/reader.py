@@ -27,8 +27,6 @@ from yaml.constructor import ConstructorError, SafeConstructor
 
 from webhook.settings import InputSettings
 
-from .strict_json import JsonBodyError, decode_json
-
 # The event pass needs only a parser; libyaml's when PyYAML was built with it.
 _EventSource: Any = yaml.cyaml.CParser if yaml.__with_libyaml__ else yaml.SafeLoader
 _CLoaderBase = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -324,6 +322,8 @@ def check_depth(value: Any, max_depth: int) -> bool:
 
 def read_json(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS) -> Any:
     """``text`` decoded as strict JSON, nested at most ``limits.max_depth`` deep."""
+    from .strict_json import JsonBodyError, decode_json  # msgspec: only when JSON arrives
+
     try:
         value = decode_json(text.encode("utf-8", "surrogatepass"))
     except JsonBodyError as exc:

@@ -257,11 +257,11 @@ def _check_in_worker(item: tuple[str, str]) -> FileResult:
 
 def _worker_count(paths: list[tuple[str, str]]) -> int:
     """How many processes to use: one unless the input is large, stdin absent, and CPUs spare."""
-    import multiprocessing
+    if len(paths) < PARALLEL_MIN_FILES:
+        return 1
+    import multiprocessing  # only for an input large enough to share
 
     if "fork" not in multiprocessing.get_all_start_methods() or any(path == STDIN for path, _ in paths):
-        return 1
-    if len(paths) < PARALLEL_MIN_FILES:
         return 1
     total = 0
     for path, _ in paths:
