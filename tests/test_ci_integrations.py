@@ -44,12 +44,18 @@ def runner(tmp_path_factory) -> dict[str, Path]:
     tool = base / "hostedtoolcache"
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(tool)], check=True, timeout=120,
                    env=_environment())
+    # The runner checks the action's repository out under _actions/; a copy keeps pip's in-tree
+    # build (build/, *.egg-info) out of this repository.
+    action = base / "_actions" / "gpushare-webhook"
+    shutil.copytree(ROOT, action, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                                 ".pytest_cache", ".ruff_cache", ".hypothesis",
+                                                                 ".mypy_cache", "certs-dev"))
     workspace = base / "workspace"
     (workspace / "deploy").mkdir(parents=True)
     shutil.copy(SEED_OK[0], workspace / "deploy" / "job.yaml")
     (workspace / ".github" / "workflows").mkdir(parents=True)
     (workspace / ".github" / "workflows" / "ci.yml").write_text("on: push\njobs: {}\n")
-    return {"tool": tool, "workspace": workspace}
+    return {"tool": tool, "workspace": workspace, "action": action}
 
 
 def _steps() -> list[dict]:
@@ -81,7 +87,7 @@ def run_action(runner: dict[str, Path], *, install: bool = True,
         env = {k: _substitute(str(v), inputs) for k, v in (step.get("env") or {}).items()}
         result = subprocess.run([*BASH, "-c", _substitute(step["run"], inputs)], cwd=runner["workspace"],
                                 capture_output=True, text=True, timeout=600,
-                                env=_environment(PATH=path, GITHUB_ACTION_PATH=str(ROOT), **env))
+                                env=_environment(PATH=path, GITHUB_ACTION_PATH=str(runner["action"]), **env))
         done.append(result)
         if result.returncode != 0:
             break
