@@ -33,13 +33,21 @@ def _shorten_name(match: re.Match[str]) -> str:
     return f"{name[:_HEAD]}…{name[-_TAIL:]}"
 
 
+def fold_ids(ids: list[str]) -> list[str]:
+    """Runs of consecutive rule ids of one family folded: GB001, ..., GB005, GC001 -> GB001-GB005, GC001."""
+    runs: list[list[str]] = []
+    for rule_id in ids:
+        last = runs[-1][-1] if runs else ""
+        if last[:2] == rule_id[:2] and last[2:].isdigit() and rule_id[2:].isdigit() \
+                and int(rule_id[2:]) == int(last[2:]) + 1:
+            runs[-1].append(rule_id)
+        else:
+            runs.append([rule_id])
+    return [run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs]
+
+
 def _fold_ids(match: re.Match[str]) -> str:
-    """"GB001, GB002, GB003" as "GB001-GB003" (consecutive ids only)."""
-    ids = match.group(0).split(", ")
-    numbers = [int(i[2:]) for i in ids]
-    if numbers != list(range(numbers[0], numbers[0] + len(numbers))):
-        return match.group(0)
-    return f"{ids[0]}-{ids[-1]}"
+    return ", ".join(fold_ids(match.group(0).split(", ")))
 
 
 def _drop_details(text: str, limit: int) -> str:

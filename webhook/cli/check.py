@@ -148,17 +148,9 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
 def _stateful_rules(settings: Any) -> tuple[str, ...]:
     """The enabled rules that need the cluster's state, runs of ids folded: GB001-GB005, GC001."""
     from policies.rule_index import rule_entries
+    from policies.warning_text import fold_ids
 
-    ids = [e.id for e in rule_entries(settings) if e.stateful and e.enabled]
-    runs: list[list[str]] = []
-    for rule_id in ids:
-        last = runs[-1][-1] if runs else ""
-        if last[:2] == rule_id[:2] and last[2:].isdigit() and rule_id[2:].isdigit() \
-                and int(rule_id[2:]) == int(last[2:]) + 1:
-            runs[-1].append(rule_id)
-        else:
-            runs.append([rule_id])
-    return tuple(run[0] if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+    return tuple(fold_ids([e.id for e in rule_entries(settings) if e.stateful and e.enabled]))
 
 
 def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, Any]]]:

@@ -19,8 +19,8 @@ DEFAULT_CONFIG = ".gpushare.yaml"
 # What `pip install` adds for the commands that serve or talk to a cluster (pyproject.toml).
 SERVER_EXTRA = "pip install 'gpushare-webhook[server]'"
 # Modules of the [server] extra: a command that finds one missing says how to install it.
-SERVER_MODULES = frozenset({"flask", "werkzeug", "gunicorn", "kubernetes", "urllib3", "cryptography", "jsonpatch",
-                            "prometheus_client", "pythonjsonlogger", "msgspec"})
+SERVER_MODULES = frozenset({"flask", "werkzeug", "gunicorn", "kubernetes", "urllib3", "cryptography",
+                            "prometheus_client", "pythonjsonlogger"})
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -84,10 +84,10 @@ def _command_path(command: click.Command, parent: click.Context | None) -> str:
     return f"{parent.command_path} {command.name}"
 
 
-def find_config(start: Path | None = None) -> Path | None:
-    """``.gpushare.yaml`` in ``start`` (the working directory) or the nearest parent, up to the
-    repository root (the first directory holding ``.git``), as ruff and kube-linter find theirs."""
-    here = (start or Path.cwd()).resolve()
+def find_config() -> Path | None:
+    """``.gpushare.yaml`` in the working directory or the nearest parent, up to the repository
+    root (the first directory holding ``.git``), as ruff and kube-linter find theirs."""
+    here = Path.cwd().resolve()
     for folder in (here, *here.parents):
         candidate = folder / DEFAULT_CONFIG
         if candidate.is_file():
