@@ -183,11 +183,12 @@ class Checker:
             result.problems.append(Problem.of(exc))
             return result
         result.not_kubernetes = read.not_kubernetes
+        maybe_templated = "{{" in text  # most files hold none: their objects are not walked for one
         for manifest in read.manifests:
             if not self.engine.handles(manifest.kind):
                 result.skipped += 1
                 continue
-            placeholder = templated(manifest.obj, manifest.kind, self.annotations)
+            placeholder = templated(manifest.obj, manifest.kind, self.annotations) if maybe_templated else None
             if placeholder is not None:  # never judged as a value: a wrong verdict about text nobody applies
                 path, why = placeholder
                 result.problems.append(Problem(source, manifest.line_of(path), f"{self._label(manifest)}: {why}"))
