@@ -13,7 +13,8 @@ COPY pyproject.toml README.md constraints.txt ./
 COPY policies ./policies
 COPY webhook ./webhook
 COPY certs ./certs
-RUN pip install --upgrade pip && pip install --constraint constraints.txt . \
+# [server]: what `gpushare serve` needs beside the base install (pyproject.toml).
+RUN pip install --upgrade pip && pip install --constraint constraints.txt '.[server]' \
     && pip uninstall --yes pip \
     && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
 

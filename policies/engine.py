@@ -167,7 +167,8 @@ class Engine:
                     for found in active.check(subject):
                         severity = "warn" if found.advisory else active.severity
                         (verdict.exempted if exempt else verdict.findings).append(
-                            Finding(active.id, severity, f"{active.id}: {found.message}", found.path))
+                            Finding(active.id, severity, f"{active.id}: {found.message}", found.path,
+                                    f"{active.id}: {found.brief}" if found.brief else ""))
                 except StateUnavailable as exc:
                     if not stateless and not exempt:
                         unavailable.setdefault((exc.switch, exc.what, exc.reason), (exc, []))[1].append(active.id)

@@ -24,7 +24,9 @@ MIB_PER_GIB = 1024
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Validators are built on first validation, and defaults are model_construct-ed: a command
+    # run without a config file builds none (a third of `gpushare check`'s start-up otherwise).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ResourceNames(_Section):
@@ -87,9 +89,9 @@ class AssignmentAnnotationNames(_Section):
 
 
 class Names(_Section):
-    resources: ResourceNames = ResourceNames()
-    labels: LabelNames = LabelNames()
-    card_annotations: CardAnnotationNames = CardAnnotationNames()
+    resources: ResourceNames = Field(default_factory=ResourceNames.model_construct)
+    labels: LabelNames = Field(default_factory=LabelNames.model_construct)
+    card_annotations: CardAnnotationNames = Field(default_factory=CardAnnotationNames.model_construct)
     # GM001: the scheduler set on shared-GPU pods, or "none" to set none. Registered clusters run
     # ack-co-scheduler (Shared GPU scheduling in registered clusters); ACK Pro clusters schedule
     # shared GPUs with their own kube-scheduler, where "none" is right. The deploy manifests make
@@ -113,7 +115,7 @@ class Names(_Section):
     card_index_annotation: str = "ALIYUN_COM_GPU_MEM_IDX"
     exempt_annotation: str = "gpushare.io/exempt"
     exempt_reason_annotation: str = "gpushare.io/exempt-reason"
-    assignment: AssignmentAnnotationNames = AssignmentAnnotationNames()
+    assignment: AssignmentAnnotationNames = Field(default_factory=AssignmentAnnotationNames.model_construct)
 
     @property
     def max_card_memory(self) -> int:
@@ -199,7 +201,7 @@ class KubeletConfigzSettings(_Section):
 class StateSettings(_Section):
     """The cluster state the stateful rules read, and the record of admitted placements."""
 
-    when_unavailable: WhenStateUnavailable = WhenStateUnavailable()
+    when_unavailable: WhenStateUnavailable = Field(default_factory=WhenStateUnavailable.model_construct)
     # A watch that has been disconnected longer than this makes the state stale.
     stale_after_seconds: float = Field(30.0, gt=0)
     # Bindings this process admitted that the watch has not shown yet (GB001 under concurrency).
@@ -214,7 +216,7 @@ class StateSettings(_Section):
     connect_timeout_seconds: float = Field(10.0, gt=0)
     backoff_initial_seconds: float = Field(0.5, gt=0)
     backoff_max_seconds: float = Field(30.0, gt=0)
-    kubelet_configz: KubeletConfigzSettings = KubeletConfigzSettings()
+    kubelet_configz: KubeletConfigzSettings = Field(default_factory=KubeletConfigzSettings.model_construct)
 
 
 class NodePolicySettings(_Section):
@@ -362,12 +364,12 @@ class PolicySettings(_Section):
     exemptions and the backstop use. The edge's settings object (``webhook.settings.Settings``)
     extends it with the server's, the certificates' and the commands' sections."""
 
-    names: Names = Names()
+    names: Names = Field(default_factory=Names.model_construct)
     rules: dict[str, RuleOverride] = Field(default_factory=dict)
-    state: StateSettings = StateSettings()
-    nodes: NodePolicySettings = NodePolicySettings()
-    catalog: CatalogSettings = CatalogSettings()
-    near_miss: NearMissSettings = NearMissSettings()
-    audit: AuditSettings = AuditSettings()
-    exemptions: ExemptionSettings = ExemptionSettings()
-    backstop: BackstopSettings = BackstopSettings()
+    state: StateSettings = Field(default_factory=StateSettings.model_construct)
+    nodes: NodePolicySettings = Field(default_factory=NodePolicySettings.model_construct)
+    catalog: CatalogSettings = Field(default_factory=CatalogSettings.model_construct)
+    near_miss: NearMissSettings = Field(default_factory=NearMissSettings.model_construct)
+    audit: AuditSettings = Field(default_factory=AuditSettings.model_construct)
+    exemptions: ExemptionSettings = Field(default_factory=ExemptionSettings.model_construct)
+    backstop: BackstopSettings = Field(default_factory=BackstopSettings.model_construct)

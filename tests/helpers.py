@@ -84,8 +84,11 @@ def gpushare_server(workdir: Path, *args: str, env: dict[str, str] | None = None
     log_path = workdir / f"server-{port}.log"
     command = [gpushare_executable(), "serve", "--host", "127.0.0.1", "--port", str(port),
                "--cert-dir", str(cert_dir), *args]
+    env = dict(env or {})
+    if "--kubeconfig" in args and "--config" not in args:  # a live cluster needs the scheduler chosen
+        env.setdefault("GPUSHARE_NAMES__SCHEDULER_NAME", "ack-co-scheduler")
     with https_server(command, cert_dir / "ca.crt", port, log_path, timeout=30, ready_path=ready_path,
-                      cwd=workdir, env=env or {}) as process:
+                      cwd=workdir, env=env) as process:
         yield RunningServer(process, f"https://localhost:{port}", cert_dir, log_path)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,6 +22,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from .check_helpers import run_gpushare
+from .fake_apiserver import FakeApiServer
 from .helpers import gpushare_executable, load_json
 from .near_miss_cases import NEAR_MISSES, NOT_NEAR_MISSES, cronjob_with, deployment_with, pod_with
 
@@ -119,10 +122,24 @@ def _without_helm_annotations(obj: Obj) -> Obj:
     return obj
 
 
+def with_scheduler_chosen(obj: Obj, chosen: str = "ack-co-scheduler") -> Obj:
+    """The object as an overlay choosing the scheduler makes it (the base chooses none; Helm must),
+    its config compared as data: the comments differ, one saying how to choose."""
+    if obj["kind"] != "ConfigMap" or "config.yaml" not in obj.get("data", {}):
+        return obj
+    config = yaml.safe_load(obj["data"]["config.yaml"]) or {}
+    config.setdefault("names", {}).setdefault("scheduler_name", chosen)
+    return {**obj, "data": {**obj["data"], "config.yaml": config}}
+
+
+def assert_same_objects(kustomize: list[Obj], helm_objects: list[Obj]) -> None:
+    by_helm = by_key([with_scheduler_chosen(_without_helm_annotations(o)) for o in helm_objects])
+    for k, obj in by_key(kustomize).items():
+        assert by_helm[k] == with_scheduler_chosen(obj), f"{k} differs between kustomize and helm"
+
+
 def test_kustomize_and_helm_render_the_same_objects(kustomized, helm_rendered):
-    helm_objects = by_key([_without_helm_annotations(o) for o in helm_rendered])
-    for k, obj in by_key(kustomized).items():
-        assert helm_objects[k] == obj, f"{k} differs between kustomize and helm"
+    assert_same_objects(kustomized, helm_rendered)
     # What Helm adds: the Job runs after install/upgrade (it injects into the webhook configurations).
     job = one(helm_rendered, "Job", "gpushare-webhook-certs")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
@@ -147,9 +164,23 @@ def test_helm_fails_until_the_scheduler_is_chosen():
         assert config["names"] == {"priority_class": "x", "scheduler_name": chosen}
 
 
-def test_kustomize_states_the_scheduler_explicitly_with_both_choices_explained(kustomized):
+def test_kustomize_states_no_scheduler_and_explains_both_choices(kustomized, tmp_path):
     text = one(kustomized, "ConfigMap", "gpushare-webhook-config")["data"]["config.yaml"]
-    assert yaml.safe_load(text) == {"names": {"scheduler_name": "ack-co-scheduler"}}
+    assert yaml.safe_load(text) is None  # no choice made for the installer
+    (tmp_path / "config.yaml").write_text(text)
+    # The webhook the base deploys refuses to serve a cluster until an overlay chooses.
+    api = FakeApiServer().start()
+    try:
+        done = run_gpushare("serve", "--port", "0", "--config", tmp_path / "config.yaml", "--kubeconfig",
+                            api.kubeconfig(tmp_path / "kc"), "--cert-dir", tmp_path / "certs", timeout=60)
+    finally:
+        api.stop()
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("gpushare: error: names.scheduler_name is not set: choose the scheduler GM001 "
+                                  "gives shared-GPU pods before serving a cluster: ack-co-scheduler on registered "
+                                  "clusters (ACK's ack-co-scheduler add-on places shared GPUs), none on ACK Pro "
+                                  "clusters"), done.stderr
+    assert not (tmp_path / "certs").exists()
     comments = " ".join(line.strip("# ") for line in text.splitlines() if line.startswith("#"))
     assert "ack-co-scheduler registered clusters" in " ".join(comments.split())
     assert "none ACK Pro clusters" in " ".join(comments.split())
@@ -655,6 +686,23 @@ def test_kubelet_configz_grants_only_get_on_nodes_proxy_and_turns_the_reader_on(
 
 
 def test_kubelet_configz_renders_the_same_in_kustomize_and_helm(configz_rendered):
-    helm_objects = by_key([_without_helm_annotations(o) for o in configz_rendered["helm"]])
-    for k, obj in by_key(configz_rendered["kustomize"]).items():
-        assert helm_objects[k] == obj, f"{k} differs between kustomize and helm"
+    assert_same_objects(configz_rendered["kustomize"], configz_rendered["helm"])
+
+
+def test_the_chart_readme_explains_every_value_and_the_scheduler_choice():
+    readme = (CHART / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([A-Za-z.]+)` \|", readme, flags=re.M))
+
+    def leaves(values: Obj, prefix: str = "") -> set[str]:
+        out = set()
+        for name, value in values.items():
+            path = f"{prefix}{name}"
+            # Resource blocks and name maps are one value each in the table.
+            if isinstance(value, dict) and value and name not in ("resources", "labels", "requests", "limits"):
+                out |= leaves(value, path + ".")
+            else:
+                out.add(path)
+        return out
+
+    assert leaves(yaml.safe_load((CHART / "values.yaml").read_text())) == documented
+    assert "`scheduler=ack-co-scheduler`" in readme and "`scheduler=none`" in readme

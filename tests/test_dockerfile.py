@@ -87,13 +87,14 @@ def test_the_image_and_ci_install_the_pinned_runtime_dependencies():
             name, _, version = line.partition("==")
             assert version, f"not pinned: {line}"
             pins[canonicalize_name(name)] = version
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"], *project["optional-dependencies"]["server"]]
     for requirement in map(Requirement, declared):
         name = canonicalize_name(requirement.name)
         assert name in pins, f"{name} is not pinned in constraints.txt"
         assert requirement.specifier.contains(pins[name]), f"{name}=={pins[name]} breaks {requirement}"
     runs = " ".join(" ".join(c.value) for stage in stages() for c in stage if c.cmd == "RUN")
-    assert "--constraint constraints.txt ." in runs
+    assert "--constraint constraints.txt '.[server]'" in runs
     copies = [c.value for c in stages()[0] if c.cmd == "COPY"]
     assert any("constraints.txt" in value for value in copies)
-    assert "--constraint constraints.txt -e '.[test]'" in (ROOT / ".ci" / "run").read_text()
+    assert "--constraint constraints.txt -e '.[server,test]'" in (ROOT / ".ci" / "run").read_text()

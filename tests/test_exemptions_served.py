@@ -12,6 +12,7 @@ import re
 from prometheus_client.parser import text_string_to_metric_families
 
 from .check_helpers import check_json, run_gpushare, write_yaml
+from .cluster_objects import node
 from .fake_apiserver import FakeApiServer
 from .helpers import admission_review, gpushare_server, wait_until
 from .manifests import MEM, container, pod_spec, workload
@@ -21,7 +22,8 @@ ANNOTATED = {"gpushare.io/exempt": "GS003", "gpushare.io/exempt-reason": "vendor
 CONFIG = {"exemptions": {"grants": [{"name": "legacy-bytes", "namespace": "team-b", "names": "legacy-*",
                                      "rules": ["GS003"], "reason": "replaced in Q3", "expires": "2999-12-31"},
                                     {"name": "old-grant", "namespace": "team-b", "names": "old-*",
-                                     "rules": ["GS003"], "reason": "was fine once", "expires": "2001-01-31"}]}}
+                                     "rules": ["GS003"], "reason": "was fine once", "expires": "2001-01-31"}]},
+          "names": {"scheduler_name": "ack-co-scheduler"}}
 
 
 def namespace(name: str, labels: dict[str, str] | None = None, rv: str = "1") -> dict:
@@ -117,7 +119,8 @@ def test_live_namespace_labels_grants_audit_log_metrics_and_check_agree(tmp_path
     # A mapping works as well, and a snapshot's Namespaces are read when no labels file is given.
     mapping = write_yaml(tmp_path / "labels.yaml", {"team-a": {LABEL: "allowed"}, "team-b": {}})
     assert check_json("--config", config, "--namespace-labels", mapping, manifests)[1]["exempted"] == report["exempted"]
-    snapshot = write_yaml(tmp_path / "snapshot.yaml", namespace("team-a", {LABEL: "allowed"}), namespace("team-b"))
+    snapshot = write_yaml(tmp_path / "snapshot.yaml", node(), namespace("team-a", {LABEL: "allowed"}),
+                          namespace("team-b"))
     assert check_json("--config", config, "--snapshot", snapshot, manifests)[1]["exempted"] == report["exempted"]
 
 

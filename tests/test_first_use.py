@@ -81,7 +81,8 @@ def test_every_command_names_the_cluster_it_judged(tmp_path, server, session):
     assert reply["cluster"] == "demo snapshot: 4 nodes, 2 GPU pods"
     nowhere = run_gpushare("inspect", env={"KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path)})
     assert nowhere.returncode == 2 and len(nowhere.stderr.splitlines()) == 1
-    assert "pass --snapshot FILE (from `kubectl get nodes,pods -A -o yaml`)" in nowhere.stderr
+    assert nowhere.stderr.endswith("pass --kubeconfig FILE, --snapshot FILE (saved with `kubectl get nodes,pods -A "
+                                   "-o yaml > cluster.yaml`) or --demo (the embedded demo cluster)\n")
 
 
 def _stop(process: subprocess.Popen) -> None:

@@ -1,5 +1,5 @@
 """The rooms of the code, as its imports draw them: no import circles, and every room imports
-only the rooms below it. The README's "Where things go" section is the map this test holds."""
+only the rooms below it. docs/internals.md, "Layout: where things go", is the map this test holds."""
 
 from __future__ import annotations
 

@@ -86,3 +86,26 @@ def test_dry_run_refuses_bombs_with_a_400(dry_run_server, name):
         assert message in reply.json()["error"]["reason"]
         # The server is still fine afterwards.
         assert session.get(dry_run_server.url + "/healthz", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("text", [
+    "a: 1\nb: 2\na: 3\n",  # a duplicate key
+    "kind: Pod\nmetadata:\n  labels: {x: 1, y: 2, x: 3}\n",
+    "a: " + "[" * 101 + "]" * 101 + "\n",  # one level past max_depth, in flow style
+    "".join("  " * i + f"k{i}:\n" for i in range(101)) + "  " * 101 + "v\n",  # ... and in block style
+    "a: " + "[" * 2000 + "]" * 2000 + "\n",  # past libyaml's own limit
+    "<<: {a: 1}\n<<: {b: 2}\nkind: Pod\n",  # merge keys may repeat
+])
+def test_own_files_without_anchors_meet_the_same_bounds(text):
+    """`check` reads the user's files without the event pass when they hold no anchor: the same
+    text is refused, at the same line and in the same words, or read alike."""
+    from webhook.documents.manifests import read_manifest_file
+
+    try:
+        expected = [m.obj for m in parse_manifests(text, "f.yaml")]
+    except ManifestError as refused:
+        with pytest.raises(ManifestError) as also:
+            read_manifest_file(text, "f.yaml")
+        assert (also.value.line, also.value.reason) == (refused.line, refused.reason)
+    else:
+        assert [m.obj for m in read_manifest_file(text, "f.yaml").manifests] == expected

@@ -1,4 +1,4 @@
-"""The rule tables in the README and docs/ are what `gpushare rules -f markdown` prints from the
+"""The rule tables in the README and docs/ are what `gpushare rules -o markdown` prints from the
 registry: each generated block names its command, and the block must equal that command's output."""
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ decisions, the assume-cache under 50 concurrent bindings, and dry runs that reco
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -150,7 +151,8 @@ def test_bad_kubeconfig_or_both_sources_exit_2(tmp_path):
     broken = tmp_path / "kubeconfig"
     broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
     base = [gpushare_executable(), "serve", "--cert-dir", str(tmp_path / "c"), "--port", "0"]
-    result = subprocess.run([*base, "--kubeconfig", str(broken)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([*base, "--kubeconfig", str(broken)], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "GPUSHARE_NAMES__SCHEDULER_NAME": "none"})
     assert result.returncode == 2
     assert "kubeconfig: not a usable cluster configuration" in result.stderr and "Traceback" not in result.stderr
     both = subprocess.run([*base, "--kubeconfig", str(broken), "--snapshot", str(broken)], capture_output=True,

@@ -231,11 +231,12 @@ def scheduler_notice(settings: Settings) -> str:
 
 def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeconfig: Path | None = None) -> None:
     """Generate certificates if missing, then run the webhook under gunicorn until signalled."""
-    # Fail fast on a bad snapshot or kubeconfig, before forking and before writing certificates.
+    # Fail fast on a bad snapshot or kubeconfig or a busy port, before forking and before writing
+    # certificates (README: nothing is written).
     services = build_services(settings, snapshot, kubeconfig)
-    prepare_certificates(settings, cert_dir)
     if settings.server.port:
         check_address(settings.server.host, settings.server.port)
+    prepare_certificates(settings, cert_dir)
     configured_guards(settings.auth)  # and on an unusable CA or token file
     log.info("%s", scheduler_notice(settings))
     if settings.server.workers > 1:

@@ -9,7 +9,10 @@ then a YAML config file, then the defaults. The same file configures the webhook
 ``gpushare check`` so that CI and admission judge alike.
 
 pydantic-settings reads the environment, and is imported only when a ``GPUSHARE_``
-variable is set: it costs a third of ``gpushare check``'s start-up otherwise.
+variable is set: it costs a third of ``gpushare check``'s start-up otherwise. For the same
+reason every section builds its validator on first use (``defer_build``) and defaults are
+``model_construct``-ed: without a config file or variables nothing is validated (the defaults
+are valid by construction; tests/test_first_hour.py holds them equal to validated ones).
 """
 
 from __future__ import annotations
@@ -227,17 +230,17 @@ class LeaderSettings(_Section):
 class Settings(PolicySettings):
     """Everything configurable. ``load_settings`` overlays a file and the environment on the defaults."""
 
-    server: ServerSettings = ServerSettings()
-    certs: CertSettings = CertSettings()
-    cert_rotation: CertRotationSettings = CertRotationSettings()
-    check: CheckSettings = CheckSettings()
-    overload: OverloadSettings = OverloadSettings()
-    logging: LogSettings = LogSettings()
-    metrics: MetricsSettings = MetricsSettings()
-    auth: AuthSettings = AuthSettings()
-    scoring: ScoringSettings = ScoringSettings()
-    input: InputSettings = InputSettings()
-    leader: LeaderSettings = LeaderSettings()
+    server: ServerSettings = Field(default_factory=ServerSettings.model_construct)
+    certs: CertSettings = Field(default_factory=CertSettings.model_construct)
+    cert_rotation: CertRotationSettings = Field(default_factory=CertRotationSettings.model_construct)
+    check: CheckSettings = Field(default_factory=CheckSettings.model_construct)
+    overload: OverloadSettings = Field(default_factory=OverloadSettings.model_construct)
+    logging: LogSettings = Field(default_factory=LogSettings.model_construct)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings.model_construct)
+    auth: AuthSettings = Field(default_factory=AuthSettings.model_construct)
+    scoring: ScoringSettings = Field(default_factory=ScoringSettings.model_construct)
+    input: InputSettings = Field(default_factory=InputSettings.model_construct)
+    leader: LeaderSettings = Field(default_factory=LeaderSettings.model_construct)
 
 
 ENV_PREFIX = "GPUSHARE_"
@@ -276,24 +279,37 @@ def load_settings(path: str | Path | None = None, known_rules: Collection[str] |
         try:
             text = Path(path).read_text(encoding="utf-8")
             loaded = yaml.safe_load(text) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise ConfigFileError(f"{path}: cannot read config: {_one_line(str(exc))}") from None
+        except OSError as exc:
+            raise ConfigFileError(f"cannot read config {path}: {(exc.strerror or str(exc)).lower()}") from None
+        except UnicodeDecodeError:
+            raise ConfigFileError(f"cannot read config {path}: not UTF-8 text") from None
+        except yaml.YAMLError as exc:
+            raise ConfigFileError(_yaml_problem(path, exc)) from None
         if not isinstance(loaded, dict):
             raise ConfigFileError(f"{path}: config must be a mapping of sections (names, rules, server, ...), "
                                   f"not {_kind(loaded)}")
         from_file = _rule_ids_upper(loaded)
     from_environment = _from_environment()
+    merged = _deep_merge(from_file, from_environment)
+    # Every mistake at once: the schema's and the unknown rule ids.
+    mistakes = _unknown_rule_ids(merged, set(known_rules), path, from_environment) if known_rules is not None else []
+    if not merged and not mistakes:
+        return Settings.model_construct()  # the defaults, valid by construction (see module docstring)
     try:
-        settings = Settings(**_deep_merge(from_file, from_environment))
+        settings = Settings(**merged)
     except ValidationError as exc:
-        raise ConfigFileError(plain_errors(exc, lambda loc: _source_of(loc, path, from_environment))) from None
-    if known_rules is not None:
-        _check_rule_ids(settings, set(known_rules), path, from_environment)
+        mistakes.insert(0, plain_errors(exc, lambda loc: _source_of(loc, path, from_environment)))
+    if mistakes:
+        raise ConfigFileError("; ".join(mistakes))
     return settings
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+def _yaml_problem(path: str | Path, exc: Any) -> str:
+    """PyYAML's complaint at its line of the file, without its ``in "<unicode string>"`` marks."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or "not YAML"
+    return f"cannot read config {where}: invalid YAML: {problem}"
 
 
 def _kind(value: object) -> str:
@@ -329,13 +345,32 @@ def _source_of(loc: tuple[Any, ...], path: str | Path | None, environment: dict[
     return str(path) if path is not None else "settings"
 
 
-def _check_rule_ids(settings: Settings, known: set[str], path: str | Path | None,
-                    environment: dict[str, Any]) -> None:
-    unknown = sorted(set(settings.rules) - known)
-    if unknown:
-        source = _source_of(("rules", unknown[0]), path, environment)
-        raise ConfigFileError(f"{source}: names unknown rules: {', '.join(unknown)} "
-                              "(`gpushare rules` lists every rule id)")
+def _unknown_rule_ids(merged: dict[str, Any], known: set[str], path: str | Path | None,
+                      environment: dict[str, Any]) -> list[str]:
+    rules = merged.get("rules")
+    unknown = sorted(str(k) for k in rules if str(k) not in known) if isinstance(rules, dict) else []
+    if not unknown:
+        return []
+    import difflib
+
+    source = _source_of(("rules", unknown[0]), path, environment)
+    guesses = [f"{rule_id} (did you mean {guess[0]}?)" if guess else rule_id
+               for rule_id in unknown for guess in [difflib.get_close_matches(rule_id, sorted(known), n=1)]]
+    return [f"{source}: names unknown rules: {', '.join(guesses)} (`gpushare rules` lists every rule id)"]
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    """For an unknown setting, the closest setting of its section: " (did you mean threads?)"."""
+    import difflib
+
+    model: Any = Settings
+    for part in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(part)
+        model = getattr(field, "annotation", None) if field is not None else None
+        if not isinstance(model, type) or not hasattr(model, "model_fields"):
+            return ""
+    guess = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
+    return f" (did you mean {guess[0]}?)" if guess else ""
 
 
 _PLAIN = {
@@ -358,7 +393,7 @@ def plain_errors(exc: Any, source: Any) -> str:
         kind, ctx = error["type"], error.get("ctx") or {}
         shown = _show(value)
         if kind == "extra_forbidden":
-            text = f"{where}: unknown setting"
+            text = f"{where}: unknown setting{_did_you_mean(loc)}"
         elif kind == "literal_error":
             text = f"{where}: {shown} is not one of {ctx.get('expected', '')}"
         elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):

@@ -19,6 +19,9 @@ class Finding:
     severity: Severity
     message: str
     path: Path = ()
+    # The message as an admission warning words it, when the rule gives a shorter one than
+    # ``message`` (policies/warning_text.py: the API server may truncate warnings past 256 characters).
+    brief: str = ""
 
     @property
     def path_text(self) -> str:
@@ -34,6 +37,10 @@ class Found:
     message: str
     path: Path = ()
     advisory: bool = False
+    # A shorter message for admission warnings (rule id prefixed by the engine as well), when the
+    # whole one runs past 256 characters with ordinary names; the whole one stays in /dry-run,
+    # `check`, `explain` and the review's audit annotations.
+    brief: str = ""
 
 
 Check = Callable[[Subject], Iterable[Found]]

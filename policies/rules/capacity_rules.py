@@ -93,7 +93,7 @@ def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     verdict = verdicts.verdict(demand, node_selector_from_spec(spec, base), profiles, subject.names)
     path = base
     if verdict.never:
-        yield Found(f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: "
-                    f"{verdict.accepted}", path)
+        decided = f"{subject.label} cannot run on any node the cluster has: {verdict.never}"
+        yield Found(f"{decided}; accepted: {verdict.accepted}", path, brief=decided)
     elif verdict.not_now:
         yield Found(f"{subject.label} cannot be scheduled now: {verdict.not_now}", path, advisory=True)

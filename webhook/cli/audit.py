@@ -14,21 +14,18 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.common import OneLineUsage, UsageFailure, load_cli_settings
+from webhook.cli.cluster_source import cluster_options, read_state
+from webhook.cli.common import OneLineUsage, UsageFailure, config_option, load_cli_settings, output_options, output_to
 from webhook.report import FORMATS
 
 REPORT_KINDS = ("auto", "openreports", "policyreport")
 
 
 @click.command(cls=OneLineUsage)
-@click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
-              help="Judge `kubectl get nodes,pods -A -o yaml|json` output instead of the live cluster.")
-@click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
-              help="Kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config).")
-@click.option("--context", help="Kubeconfig context.")
-@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@cluster_options
+@output_options(FORMATS, "text")
 @click.option("--fail-on", type=click.Choice(("deny", "warn")), help="Lowest severity that fails the run.")
-@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="YAML config file.")
+@config_option()
 @click.option("--write-reports", is_flag=True,
               help="Also write one report object per namespace to the cluster (OpenReports or PolicyReport).")
 @click.option("--report-kind", type=click.Choice(REPORT_KINDS),
@@ -36,27 +33,28 @@ REPORT_KINDS = ("auto", "openreports", "policyreport")
                    "cluster serves, OpenReports first).")
 @click.option("--reports-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report objects to this YAML file instead of (or besides) the cluster.")
-def audit(snapshot: Path | None, kubeconfig: Path | None, context: str | None, fmt: str, fail_on: str | None,
-          config: Path | None, write_reports: bool, report_kind: str | None, reports_file: Path | None) -> None:
+def audit(snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: str | None, output: str,
+          output_file: Path | None, fail_on: str | None, config: Path | None, write_reports: bool,
+          report_kind: str | None, reports_file: Path | None) -> None:
     """Judge every node and GPU pod of the cluster: every rule, plus what only a running cluster
     can get wrong (over-committed or crowded cards, mixed job types, stale assignments...)."""
     from policies.audit import audit_state
-    from webhook.cli.cluster_source import read_state
     from webhook.report import render
     from webhook.report.audit_report import audit_report
 
     settings = load_cli_settings(config)
-    if write_reports and snapshot is not None:
-        raise UsageFailure("--write-reports writes to a cluster; with --snapshot use --reports-file")
-    state, source = read_state(snapshot, kubeconfig, context, settings.names)
+    if write_reports and (snapshot is not None or demo):
+        raise UsageFailure("--write-reports writes to a cluster; with --snapshot or --demo use --reports-file")
+    state, source, _described = read_state(snapshot, demo, kubeconfig, context, settings.names)
     now = time.time()
     try:
         engine_result = audit_state(state, settings, now)
     except ValueError as exc:  # the config names rules that do not exist
         raise UsageFailure(str(exc)) from None
     report = audit_report(engine_result, source, fail_on or settings.check.fail_on)  # type: ignore[arg-type]
-    render(report, fmt, sys.stdout, settings=settings)
-    sys.stdout.flush()
+    with output_to(output_file):
+        render(report, output, sys.stdout, settings=settings)
+        sys.stdout.flush()
     if write_reports or reports_file is not None:
         _reports(engine_result, settings, now, report_kind, write_reports, reports_file, kubeconfig, context)
     sys.exit(report.exit_code)

@@ -13,7 +13,14 @@ from typing import Any
 
 import click
 
-from webhook.cli.common import ClusterFailure, OneLineUsage, UsageFailure, load_cli_settings
+from webhook.cli.common import (
+    ClusterFailure,
+    OneLineUsage,
+    UsageFailure,
+    kubeconfig_options,
+    load_cli_settings,
+    with_options,
+)
 
 KEY_TYPES = ("ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-4096")
 
@@ -28,13 +35,10 @@ class Target:
     _api: Any = None
 
     def api(self) -> Any:
-        from webhook.state.kube_client import KubeConfigError, api_client
+        from webhook.cli.cluster_source import client_for
 
         if self._api is None:
-            try:
-                self._api = api_client(self.kubeconfig, self.context)
-            except KubeConfigError as exc:
-                raise UsageFailure(str(exc)) from None
+            self._api = client_for(self.kubeconfig, self.context)
         return self._api
 
 
@@ -53,13 +57,9 @@ def _common(func: Any) -> Any:
         click.option("--cert-days", type=click.IntRange(1), help="Serving certificate lifetime in days (default 365)."),
         click.option("--inject/--no-inject", default=False,
                      help="Also patch the CA bundle into the webhook configurations."),
-        click.option("--kubeconfig", type=click.Path(dir_okay=False, path_type=Path),
-                     help="Kubeconfig file (default: in-cluster, else $KUBECONFIG or ~/.kube/config)."),
-        click.option("--context", help="Kubeconfig context."),
+        *kubeconfig_options(),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return with_options(func, options)
 
 
 def _target(config: Path | None, cert_dir: Path | None, secrets: bool, service: str | None,
@@ -121,7 +121,9 @@ def _run(action: Any) -> Any:
     except ApiException as exc:
         raise ClusterFailure(f"the API server refused: HTTP {exc.status} {exc.reason}") from None
     except HTTPError as exc:
-        raise ClusterFailure(f"cannot reach the API server: {exc}") from None
+        from webhook.cli.cluster_source import unreachable
+
+        raise unreachable(exc) from None
     except OSError as exc:
         raise ClusterFailure(f"cannot write the certificates: {exc}") from None
 

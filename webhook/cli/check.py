@@ -1,9 +1,10 @@
 """``gpushare check``: the webhook's rules on manifest files, offline, for CI.
 
 Exit codes: 0 nothing fails, 1 a finding fails the run (a denial; a warning too with
-``--fail-on warn``), 2 unreadable input, invalid YAML, a bad config or a usage error (one
-line on stderr naming the file and line), 3 an internal error. Heavy modules are imported
-inside the command so that ``gpushare`` itself starts fast.
+``--fail-on warn``), 2 unreadable input, invalid YAML, a templated value, no Kubernetes object
+at all (unless ``--allow-empty``), a bad config or a usage error (one line on stderr naming the
+file and line), 3 an internal error. Heavy modules are imported inside the command so that
+``gpushare`` itself starts fast.
 """
 
 from __future__ import annotations
@@ -19,15 +20,19 @@ from webhook.cli.common import (
     DEFAULT_CONFIG,
     OneLineUsage,
     UsageFailure,
+    config_option,
     config_path,
     load_cli_settings,
     one_line,
+    output_options,
+    output_to,
 )
 from webhook.report import FORMATS
 
 # The one error style lives in common.py; these names stay importable from here.
 InputFailure = UsageFailure
 load_config = load_cli_settings
+__all__ = ["DEFAULT_CONFIG", "FORMATS", "InputFailure", "OneLineUsage", "check", "load_config", "wants_color"]
 
 
 def wants_color(choice: str, stream: TextIO) -> bool:
@@ -47,12 +52,10 @@ def _note(message: str) -> None:
 
 @click.command(cls=OneLineUsage)
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("-f", "--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
-              help="Output format.")
+@output_options(FORMATS, "text")
 @click.option("--fail-on", type=click.Choice(("deny", "warn")),
               help="Lowest severity that fails the run (default from config: deny).")
-@click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
-              help=f"YAML config file (default {DEFAULT_CONFIG} when present): rules, severities, names.")
+@config_option()
 @click.option("--snapshot", type=click.Path(dir_okay=False, path_type=Path),
               help="Cluster state (`kubectl get nodes,pods -A -o yaml`): also run placement and node rules.")
 @click.option("--namespace-labels", type=click.Path(dir_okay=False, path_type=Path),
@@ -66,17 +69,20 @@ def _note(message: str) -> None:
               help="Name reported for input read from `-`.")
 @click.option("--color", type=click.Choice(("auto", "always", "never")), default="auto", show_default=True,
               help="Colour the text output (auto: on a terminal, unless NO_COLOR is set).")
-def check(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | None, snapshot: Path | None,
-          namespace_labels: Path | None, namespace: str, exclude: tuple[str, ...], stdin_filename: str,
-          color: str) -> None:
+@click.option("--allow-empty", is_flag=True,
+              help="Exit 0 when the paths hold no Kubernetes object (e.g. a commit touching only CI files).")
+def check(paths: tuple[str, ...], output: str, output_file: Path | None, fail_on: str | None, config: Path | None,
+          snapshot: Path | None, namespace_labels: Path | None, namespace: str, exclude: tuple[str, ...],
+          stdin_filename: str, color: str, allow_empty: bool) -> None:
     """Check Kubernetes manifests against the webhook's rules, offline.
 
     PATH is a file, a directory (searched recursively for *.yaml, *.yml, *.json) or `-` for
     standard input, e.g. `helm template ./chart | gpushare check -`.
     """
     try:
-        code = _run(paths, fmt, fail_on, config, snapshot, namespace, exclude, stdin_filename, color,
-                    namespace_labels)
+        with output_to(output_file):
+            code = _run(paths, output, fail_on, config, snapshot, namespace, exclude, stdin_filename, color,
+                        namespace_labels, allow_empty)
     except click.ClickException:
         raise
     except BrokenPipeError:  # `gpushare check ... | head`: the reader left, nothing more to say
@@ -94,18 +100,19 @@ def check(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | 
 
 def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | None, snapshot: Path | None,
          namespace: str, exclude: tuple[str, ...], stdin_filename: str, color: str,
-         namespace_labels: Path | None = None) -> int:
+         namespace_labels: Path | None = None, allow_empty: bool = False) -> int:
     from policies.engine import Engine
     from webhook.documents.manifests import ManifestError
     from webhook.documents.sources import STDIN, select_files
     from webhook.report import render
-    from webhook.report.checking import Checker, Report
+    from webhook.report.checking import Checker, Problem, Report
 
     settings = load_config(config)
+    used = config_path(config)
     try:
         engine = Engine(settings)
     except ValueError as exc:  # the config names rules that do not exist
-        raise InputFailure(f"{config_path(config)}: {exc}") from None
+        raise InputFailure(f"{used}: {exc}") from None
     state, known_nodes = _load_snapshot(snapshot, settings) if snapshot is not None else (None, {})
     namespaces = _load_namespace_labels(namespace_labels) if namespace_labels is not None else None
     if state is not None:
@@ -119,9 +126,18 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
         raise InputFailure(str(exc)) from None
     for note in selection.notes:
         _note(f"note: {note}")
-    report = Report(fail_on=fail_on or settings.check.fail_on)  # type: ignore[arg-type]
+    report = Report(fail_on=fail_on or settings.check.fail_on,  # type: ignore[arg-type]
+                    config=os.path.relpath(used) if used is not None else "")
     for result in checker.check_paths([(p, stdin_filename if p == STDIN else p) for p in selection.files]):
         report.add(result)
+    if not report.objects and not report.skipped and not report.problems and not allow_empty:
+        where = ", ".join(stdin_filename if p == STDIN else p for p in paths)
+        found = (f"{report.not_kubernetes} document{'s' * (report.not_kubernetes != 1)}, none a Kubernetes object"
+                 if report.not_kubernetes else
+                 "no *.yaml, *.yml or *.json file" if not selection.files else "no document")
+        report.problems.append(Problem(where, None, f"nothing to check: {found} (--allow-empty accepts that)"))
+    if state is None and report.objects:
+        report.not_run = _stateful_rules(settings)
     render(report, fmt, sys.stdout, settings=settings, color=fmt == "text" and wants_color(color, sys.stdout))
     sys.stdout.flush()
     for problem in report.problems:
@@ -129,15 +145,27 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
     return report.exit_code
 
 
+def _stateful_rules(settings: Any) -> tuple[str, ...]:
+    """The enabled rules that need the cluster's state, runs of ids folded: GB001-GB005, GC001."""
+    from policies.rule_index import rule_entries
+    from policies.warning_text import fold_ids
+
+    return tuple(fold_ids([e.id for e in rule_entries(settings) if e.stateful and e.enabled]))
+
+
 def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
     """The snapshot as cluster state, and its raw Node objects by name."""
-    from webhook.state.snapshot import SnapshotError, snapshot_from_objects, snapshot_objects
+    from webhook.state.snapshot import SnapshotError, require_nodes, snapshot_from_objects, snapshot_objects
 
     try:
         text = path.read_text(encoding="utf-8")
         items = snapshot_objects(text, str(path))
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputFailure(f"{path}: cannot read snapshot: {exc}") from None
+        raise InputFailure(f"{path}: cannot read snapshot: {_why(exc)}") from None
+    except SnapshotError as exc:
+        raise InputFailure(str(exc)) from None
+    try:
+        require_nodes(items, str(path))
     except SnapshotError as exc:
         raise InputFailure(str(exc)) from None
     nodes = {item["metadata"]["name"]: item for item in items
@@ -154,7 +182,7 @@ def _load_namespace_labels(path: Path) -> Any:
     try:
         items = snapshot_objects(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputFailure(f"{path}: cannot read namespace labels: {exc}") from None
+        raise InputFailure(f"{path}: cannot read namespace labels: {_why(exc)}") from None
     except SnapshotError as exc:
         raise InputFailure(str(exc)) from None
     if not items:
@@ -175,3 +203,10 @@ def _load_namespace_labels(path: Path) -> Any:
         raise InputFailure(f"{path}: expected Namespace objects or a mapping of namespace to labels, got "
                            f"{item.get('kind') or type(item).__name__}")
     return StaticNamespaces(labels)
+
+
+def _why(exc: OSError | UnicodeDecodeError) -> str:
+    """The reason a file cannot be read, in the words ``check`` uses for its inputs."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return (exc.strerror or str(exc)).lower()

@@ -1,38 +1,49 @@
-"""The ``gpushare`` command group: one module per subcommand in this package. Subcommands
-import their heavy modules lazily so that ``gpushare check`` starts fast."""
+"""The ``gpushare`` command group: one module per subcommand in this package, imported only when
+its command runs (``gpushare check`` pays for no other command's imports)."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
 import click
 
-from webhook.cli.audit import audit
-from webhook.cli.certs import certs
-from webhook.cli.check import check
-from webhook.cli.dashboard import dashboard
-from webhook.cli.explain import explain
-from webhook.cli.inspect import inspect
-from webhook.cli.policy import policy
-from webhook.cli.rules import rules
-from webhook.cli.score import score
-from webhook.cli.serve import serve
+# name -> module in webhook.cli holding a click command of that name, in the order help lists them.
+COMMANDS = {"serve": "serve", "check": "check", "rules": "rules", "score": "score", "certs": "certs",
+            "inspect": "inspect", "audit": "audit", "explain": "explain", "dashboard": "dashboard",
+            "policy": "policy"}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="gpushare-webhook")
+class LazyGroup(click.Group):
+    """Commands are looked up by name and imported on use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        if module is None:
+            return None
+        command: click.Command = getattr(importlib.import_module(f"webhook.cli.{module}"), cmd_name)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpushare-webhook", prog_name="gpushare", message="%(prog)s %(version)s")
 def main() -> None:
-    """Admission webhook, policy checks and node scoring for shared-GPU Kubernetes clusters."""
+    """Admission webhook, policy checks and node scoring for shared-GPU Kubernetes clusters.
 
-
-for command in (serve, check, rules, score, certs, inspect, audit, explain, dashboard, policy):
-    main.add_command(command)
+    Shell completion: eval "$(_GPUSHARE_COMPLETE=bash_source gpushare)" in ~/.bashrc
+    (zsh_source, fish_source for zsh and fish).
+    """
 
 
 def inspect_plugin_main() -> None:
     """Entry point for the kubectl plugins ``kubectl inspect gpushare`` and ``kubectl inspect cgpu``
     (the command the ACK documents name): both are ``gpushare inspect``."""
+    from webhook.cli.inspect import inspect
+
     plugin = Path(sys.argv[0]).name.removeprefix("kubectl-").replace("-", " ")
     inspect.main(sys.argv[1:], prog_name=f"kubectl {plugin}")
 

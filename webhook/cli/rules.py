@@ -4,34 +4,38 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from webhook.cli.check import load_config
+from webhook.cli.common import OneLineUsage, config_option, load_cli_settings, output_options, output_to
 
 if TYPE_CHECKING:
     from policies.rule_index import RuleEntry
-from webhook.cli.common import DEFAULT_CONFIG, OneLineUsage
 
 
 @click.command(cls=OneLineUsage)
-@click.option("-f", "--format", "fmt", type=click.Choice(("text", "json", "markdown")), default="text",
-              show_default=True, help="markdown: the table the README and docs/design.md carry.")
-@click.option("--config", type=click.Path(dir_okay=False, path_type=Path),
-              help=f"YAML config file (default {DEFAULT_CONFIG} when present): shows severities as configured.")
+@output_options(("text", "json", "markdown"), "text")
+@config_option("shows severities as configured")
 @click.option("--only", metavar="PREFIXES", default="",
               help="Only ids starting with one of these comma-separated prefixes, e.g. GS,GC,GM.")
-def rules(fmt: str, config: Path | None, only: str) -> None:
-    """List every rule with its severity, its source and what it checks."""
+def rules(output: str, output_file: Path | None, config: Path | None, only: str) -> None:
+    """List every rule with its severity, its source and what it checks (markdown: the table the README
+    and docs/design.md carry)."""
+    settings = load_cli_settings(config)
+    prefixes = tuple(p.strip().upper() for p in only.split(",") if p.strip())
+    with output_to(output_file):
+        _print(settings, output, prefixes)
+
+
+def _print(settings: Any, output: str, prefixes: tuple[str, ...]) -> None:
     from policies.rule_index import rule_entries
 
-    prefixes = tuple(p.strip().upper() for p in only.split(",") if p.strip())
-    entries = [e for e in rule_entries(load_config(config)) if not prefixes or e.id.startswith(prefixes)]
-    if fmt == "json":
+    entries = [e for e in rule_entries(settings) if not prefixes or e.id.startswith(prefixes)]
+    if output == "json":
         click.echo(json.dumps([e.as_dict() for e in entries], indent=2))
         return
-    if fmt == "markdown":
+    if output == "markdown":
         click.echo("| id | severity | checks | source |\n|---|---|---|---|")
         for e in entries:
             checks = e.title + (" (with cluster state)" if e.stateful else "")

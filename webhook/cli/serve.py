@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -35,6 +36,7 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
         raise UsageFailure("give --snapshot or --kubeconfig, not both")
 
     settings = load_cli_settings(config, host=host, port=port, cert_dir=cert_dir)
+    _require_scheduler_choice(settings, snapshot, kubeconfig)
     if settings.server.ops_port is not None and settings.server.ops_port == settings.server.port:
         raise UsageFailure(f"server.ops_port {settings.server.ops_port} is the admission port too; "
                            "give it a port of its own")
@@ -43,3 +45,24 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
         run_server(settings, settings.server.cert_dir, snapshot, kubeconfig)
     except (SnapshotError, AuthConfigError, StateSourceError, CatalogError, ServeError) as exc:
         raise UsageFailure(str(exc)) from None
+
+
+def _require_scheduler_choice(settings: Any, snapshot: Path | None, kubeconfig: Path | None) -> None:
+    """In a cluster, GM001's scheduler is a choice the installer makes, as Helm's ``required`` makes
+    it: the default (ack-co-scheduler) leaves every GPU pod Pending on ACK Pro, where nothing answers
+    to that name. On a snapshot or the demo cluster the default serves."""
+    from webhook.state.kube_client import KubeConfigError, in_cluster, require_file
+
+    try:
+        require_file(kubeconfig)  # a missing file is the first thing to say
+    except KubeConfigError as exc:
+        raise UsageFailure(str(exc)) from None
+    live = snapshot is None and (kubeconfig is not None or in_cluster())
+    if not live or "scheduler_name" in settings.names.model_fields_set:
+        return
+    raise UsageFailure(
+        "names.scheduler_name is not set: choose the scheduler GM001 gives shared-GPU pods before serving a "
+        "cluster: ack-co-scheduler on registered clusters (ACK's ack-co-scheduler add-on places shared GPUs), "
+        "none on ACK Pro clusters (their own kube-scheduler does; a pod sent to ack-co-scheduler there stays "
+        "Pending); set it in the config file (names: {scheduler_name: ...}) or GPUSHARE_NAMES__SCHEDULER_NAME "
+        "(docs/install.md)")

@@ -63,10 +63,21 @@ def _field_lines(node: yaml.Node) -> dict[Path, int]:
     return lines
 
 
-def _flatten(obj: Any, source: str, line: int, lines: dict[Path, int]) -> list[Manifest]:
-    """An object, or the items of a List / the object of an AdmissionReview, as manifests."""
-    if not isinstance(obj, dict):
-        raise ManifestError(source, line, f"expected a Kubernetes object (a mapping), got {type(obj).__name__}")
+def is_kubernetes_object(value: Any) -> bool:
+    """A mapping with a ``kind``: what Kubernetes reads. A top-level list (Ansible), a compose file
+    or a Helm values file is not one."""
+    return isinstance(value, dict) and isinstance(value.get("kind"), str) and bool(value["kind"])
+
+
+def _flatten(obj: Any, source: str, line: int, lines: dict[Path, int], foreign: list[int] | None) -> list[Manifest]:
+    """An object, or the items of a List / the object of an AdmissionReview, as manifests. With
+    ``foreign``, documents that are not Kubernetes objects are counted there instead of refused."""
+    if not is_kubernetes_object(obj):
+        if foreign is not None:
+            foreign[0] += 1
+            return []
+        if not isinstance(obj, dict):
+            raise ManifestError(source, line, f"expected a Kubernetes object (a mapping), got {type(obj).__name__}")
     if obj.get("kind") == "AdmissionReview" and isinstance(obj.get("request"), dict):
         inner = obj["request"].get("object")
         if not isinstance(inner, dict):
@@ -78,7 +89,7 @@ def _flatten(obj: Any, source: str, line: int, lines: dict[Path, int]) -> list[M
         out: list[Manifest] = []
         for index, item in enumerate(items):
             sub = {p[2:]: n for p, n in lines.items() if p[:2] == ("items", index)}
-            out.extend(_flatten(item, source, lines.get(("items", index), line), sub))
+            out.extend(_flatten(item, source, lines.get(("items", index), line), sub, foreign))
         return out
     return [Manifest(obj, source, line, lines)]
 
@@ -86,14 +97,47 @@ def _flatten(obj: Any, source: str, line: int, lines: dict[Path, int]) -> list[M
 def parse_manifests(text: str, source: str = "<stdin>", limits: InputSettings = DEFAULT_LIMITS) -> list[Manifest]:
     """Every Kubernetes object in ``text``; empty documents are skipped. ManifestError names the
     line of anything unreadable or past ``limits`` (webhook.documents)."""
+    return _read(text, source, limits, None, own_files=False)
+
+
+@dataclass
+class ManifestFile:
+    """What a file of manifests holds: its Kubernetes objects, and how many documents were not
+    Kubernetes objects (an Ansible list, a compose file, Helm values), which are skipped."""
+
+    manifests: list[Manifest]
+    not_kubernetes: int = 0
+
+
+def read_manifest_file(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS) -> ManifestFile:
+    """As ``parse_manifests``, for the user's own files (``check``, ``score``): documents that are not
+    Kubernetes objects are counted, not refused; YAML that does not parse and holds ``{{`` is named a
+    template; text without anchors is read without the event pass (``yaml_nodes``)."""
+    foreign = [0]
+    try:
+        manifests = _read(text, source, limits, foreign, own_files=True)
+    except ManifestError as exc:
+        if "{{" not in text or not exc.reason.startswith("invalid YAML"):
+            raise
+        raise ManifestError(source, exc.line, f"{exc.reason}; the file holds {{{{ ... }}}} placeholders: it looks "
+                            f"like a Helm or Go template, render it first ({RENDER_HINT})") from None
+    return ManifestFile(manifests, foreign[0])
+
+
+# How a user turns a template into manifests `gpushare check` can read.
+RENDER_HINT = "helm template CHART | gpushare check -"
+
+
+def _read(text: str, source: str, limits: InputSettings, foreign: list[int] | None, *,
+          own_files: bool) -> list[Manifest]:
     if looks_like_json(text):
-        return _flatten(read_json(text, source, limits), source, 1, {})
+        return _flatten(read_json(text, source, limits), source, 1, {}, foreign)
     out: list[Manifest] = []
-    for node, loader in yaml_nodes(text, source, limits):
+    for node, loader in yaml_nodes(text, source, limits, own_files=own_files):
         line = node.start_mark.line + 1
         lines = _field_lines(node)
         obj = construct(loader, node, text, source)
         if obj is None:
             continue
-        out.extend(_flatten(obj, source, line, lines))
+        out.extend(_flatten(obj, source, line, lines, foreign))
     return out

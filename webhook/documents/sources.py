@@ -78,10 +78,7 @@ def select_files(paths: Sequence[str], exclude: Sequence[str] = ()) -> Selection
         if path == STDIN:
             add(path)
         elif os.path.isdir(path):
-            found = list(_walk(path, exclude, selection.notes))
-            if not found:
-                selection.notes.append(f"{path}: no *.yaml, *.yml or *.json files")
-            for file in found:
+            for file in _walk(path, exclude, selection.notes):
                 add(file)
         elif os.path.exists(path):
             if _excluded(path, exclude):

@@ -33,7 +33,7 @@ def tool_version() -> str:
 
 
 def summary_line(report: Report) -> str:
-    """One line for humans: what was checked and what was found."""
+    """One line for humans: what was checked, what was found, what was passed over, which config."""
     c = report.counts()
 
     def n(count: int, word: str) -> str:
@@ -46,6 +46,23 @@ def summary_line(report: Report) -> str:
         found.append(n(c["errors"], "input error"))
     where = report.origin or n(c["files"], "file")
     line = f"{', '.join(found)} in {n(c['objects'], 'object')} from {where}"
+    passed_over = []
     if c["skipped"]:
-        line += f" (and {n(c['skipped'], 'object')} of kinds no rule checks)"
+        passed_over.append(f"{n(c['skipped'], 'object')} of kinds no rule checks")
+    if c["notKubernetes"]:
+        one = c["notKubernetes"] == 1
+        passed_over.append(f"{n(c['notKubernetes'], 'document')} that "
+                           f"{'is not a Kubernetes object' if one else 'are not Kubernetes objects'}")
+    if passed_over:
+        line += f" (and {', '.join(passed_over)})"
+    if report.config:
+        line += f"; config {report.config}"
     return line
+
+
+def not_run_line(report: Report) -> str:
+    """The rules a check without cluster state did not run, or "" (said below the summary)."""
+    if not report.not_run:
+        return ""
+    return (f"not run: cluster-aware rules {', '.join(report.not_run)} need --snapshot FILE "
+            "(`kubectl get nodes,pods -A -o yaml`)")

@@ -19,8 +19,9 @@ from policies.resources import POD_SPEC_PATHS, ShapeError, pod_spec, render_path
 from policies.rules.base import Finding
 from policies.selectors import node_selector_from_spec
 from policies.settings import Severity
-from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
+from webhook.documents.manifests import Manifest, ManifestError, read_manifest_file
 from webhook.documents.sources import STDIN, read_text
+from webhook.documents.templates import read_annotations, templated
 
 CLUSTER_SCOPED = frozenset({"Node"})
 
@@ -90,11 +91,15 @@ class Report:
     sources: list[str] = field(default_factory=list)
     objects: list[CheckedObject] = field(default_factory=list)
     skipped: int = 0  # objects of kinds no rule judges (Services, ConfigMaps, ...)
+    not_kubernetes: int = 0  # documents that are not Kubernetes objects (compose files, Helm values, ...)
     problems: list[Problem] = field(default_factory=list)
     # An audit judges a cluster, not files: where its objects came from, and how many were judged
     # (objects without findings are not listed in ``objects``).
     origin: str = ""
     judged: int | None = None
+    # The config file the run read ("" for none), and the cluster-aware rules it could not run.
+    config: str = ""
+    not_run: tuple[str, ...] = ()
 
     @property
     def findings(self) -> list[Located]:
@@ -108,6 +113,7 @@ class Report:
         self.sources.append(result.source)
         self.objects.extend(result.objects)
         self.skipped += result.skipped
+        self.not_kubernetes += result.not_kubernetes
         self.problems.extend(result.problems)
 
     def fails(self, finding: Located) -> bool:
@@ -126,6 +132,7 @@ class Report:
             "files": len(self.sources),
             "objects": len(self.objects) if self.judged is None else self.judged,
             "skipped": self.skipped,
+            "notKubernetes": self.not_kubernetes,
             "denials": sum(f.severity == "deny" for f in findings),
             "warnings": sum(f.severity == "warn" for f in findings),
             "exempted": len(self.exempted),
@@ -140,6 +147,7 @@ class FileResult:
     source: str
     objects: list[CheckedObject] = field(default_factory=list)
     skipped: int = 0
+    not_kubernetes: int = 0
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -157,6 +165,7 @@ class Checker:
         # as an UPDATE of it, the way the webhook would see the change.
         self.known_nodes = known_nodes or {}
         self.namespace = namespace
+        self.annotations = read_annotations(engine.names)  # a placeholder there is not judged
 
     def check_path(self, path: str, source: str) -> FileResult:
         """Read, parse and judge one file (``-`` is stdin); unreadable input becomes a Problem."""
@@ -169,19 +178,34 @@ class Checker:
     def check_text(self, text: str, source: str) -> FileResult:
         result = FileResult(source)
         try:
-            manifests = parse_manifests(text, source)
+            read = read_manifest_file(text, source)
         except ManifestError as exc:
             result.problems.append(Problem.of(exc))
             return result
-        for manifest in manifests:
+        result.not_kubernetes = read.not_kubernetes
+        maybe_templated = "{{" in text  # most files hold none: their objects are not walked for one
+        for manifest in read.manifests:
             if not self.engine.handles(manifest.kind):
                 result.skipped += 1
+                continue
+            placeholder = templated(manifest.obj, manifest.kind, self.annotations) if maybe_templated else None
+            if placeholder is not None:  # never judged as a value: a wrong verdict about text nobody applies
+                path, why = placeholder
+                result.problems.append(Problem(source, manifest.line_of(path), f"{self._label(manifest)}: {why}"))
                 continue
             try:
                 result.objects.append(self.check_manifest(manifest))
             except ShapeError as exc:
                 result.problems.append(Problem(source, manifest.line_of(exc.path), f"{manifest.kind}: {exc}"))
         return result
+
+    def _label(self, manifest: Manifest) -> str:
+        """"Job team-a/train" as the engine names an object, without judging it."""
+        meta = manifest.obj.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        if manifest.kind in CLUSTER_SCOPED:
+            return f"{manifest.kind} {meta.get('name')}"
+        return f"{manifest.kind} {meta.get('namespace') or self.namespace}/{meta.get('name')}"
 
     def check_manifest(self, manifest: Manifest) -> CheckedObject:
         kind, obj = manifest.kind, manifest.obj
@@ -234,11 +258,11 @@ def _check_in_worker(item: tuple[str, str]) -> FileResult:
 
 def _worker_count(paths: list[tuple[str, str]]) -> int:
     """How many processes to use: one unless the input is large, stdin absent, and CPUs spare."""
-    import multiprocessing
+    if len(paths) < PARALLEL_MIN_FILES:
+        return 1
+    import multiprocessing  # only for an input large enough to share
 
     if "fork" not in multiprocessing.get_all_start_methods() or any(path == STDIN for path, _ in paths):
-        return 1
-    if len(paths) < PARALLEL_MIN_FILES:
         return 1
     total = 0
     for path, _ in paths:

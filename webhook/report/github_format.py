@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from webhook.report import summary_line
+from webhook.report import not_run_line, summary_line
 from webhook.report.checking import Report
 from webhook.settings import Settings
 
@@ -40,3 +40,5 @@ def render(report: Report, out: TextIO, *, settings: Settings, color: bool = Fal
     for p in report.problems:
         out.write(command("error", p.source, p.line, "gpushare check", p.message) + "\n")
     out.write(summary_line(report) + "\n")
+    if report.not_run:
+        out.write(f"::notice title=gpushare check::{escape_data(not_run_line(report))}\n")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from webhook.report import summary_line
+from webhook.report import not_run_line, summary_line
 from webhook.report.checking import Located, Report
 from webhook.settings import Settings
 
@@ -34,12 +34,16 @@ def render(report: Report, out: TextIO, *, settings: Settings, color: bool = Fal
     ordered = sorted([(f, False) for f in report.findings] + [(f, True) for f in report.exempted],
                      key=lambda pair: (pair[0].source, pair[0].line or 0))  # by file, then line
     lines = [_parts(f, exempt) for f, exempt in ordered]
-    summary = summary_line(report)
     failed = report.exit_code != 0
+    # The same words with and without colour: colour only styles them.
+    lines.append([("FAIL:" if failed else "ok:", "bold red" if failed else "bold green"), (" ", ""),
+                  (summary_line(report), "")])
+    not_run = not_run_line(report)
+    if not_run:
+        lines.append([(not_run, "yellow")])
     if not color:
         for parts in lines:
             out.write("".join(text for text, _ in parts) + "\n")
-        out.write(("FAIL: " if failed else "ok: ") + summary + "\n")
         return
     from rich.console import Console
     from rich.text import Text
@@ -47,4 +51,3 @@ def render(report: Report, out: TextIO, *, settings: Settings, color: bool = Fal
     console = Console(file=out, force_terminal=True, highlight=False, soft_wrap=True, emoji=False)
     for parts in lines:
         console.print(Text.assemble(*parts))
-    console.print(Text.assemble(("✗ " if failed else "✓ ", "bold red" if failed else "bold green"), summary))

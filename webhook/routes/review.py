@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from policies.engine import Verdict
+from policies.warning_text import brief
 
 SUPPORTED_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -118,9 +119,14 @@ def build_response(review: AdmissionReview, verdict: Verdict | None, *, allowed:
     """The AdmissionReview answer: uid echoed, in the apiVersion that was sent."""
     response: dict[str, Any] = {"uid": review.request.uid}
     warns = list(warnings or [])
+    full: dict[str, list[str]] = {}  # warnings shortened for the limit, whole, by rule
     if verdict is not None:
         allowed = verdict.allowed if allowed is None else allowed
-        warns = [w.message for w in verdict.warnings] + warns
+        sent = [brief(w.brief or w.message) for w in verdict.warnings]
+        for w, text in zip(verdict.warnings, sent, strict=True):
+            if text != w.message:
+                full.setdefault(w.rule, []).append(w.message)
+        warns = sent + warns
         if not verdict.allowed:
             denial = "; ".join(v.message for v in verdict.violations)
             message = denial if message is None else f"{message}; {denial}"
@@ -129,11 +135,13 @@ def build_response(review: AdmissionReview, verdict: Verdict | None, *, allowed:
             response["patchType"] = "JSONPatch"
     response["allowed"] = True if allowed is None else allowed
     response["auditAnnotations"] = audit_annotations(verdict, response["allowed"])
+    # The API server passes on warnings of at most 256 characters whole; the audit log keeps the rest.
+    response["auditAnnotations"].update({f"warning.{rule}": " | ".join(texts) for rule, texts in full.items()})
     if not response["allowed"]:
         response["status"] = {"code": 403, "reason": "Forbidden", "message": message or "denied",
                               "status": "Failure"}
     elif message:
         warns.append(message)
     if warns:
-        response["warnings"] = warns
+        response["warnings"] = [brief(w) for w in warns]
     return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": response}

@@ -27,6 +27,13 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and SERVICE_ACCOUNT_TOKEN.exists()
 
 
+def require_file(kubeconfig: Path | None) -> None:
+    """A kubeconfig named on the command line exists: said before anything else is."""
+    if kubeconfig is not None and not kubeconfig.is_file():
+        why = "is a directory" if kubeconfig.is_dir() else "no such file"
+        raise KubeConfigError(f"cannot read kubeconfig {kubeconfig}: {why}")
+
+
 def api_client(kubeconfig: Path | None = None, context: str | None = None) -> Any:
     """A client for one cluster; never touches the kubernetes package's global default config.
 
@@ -37,6 +44,7 @@ def api_client(kubeconfig: Path | None = None, context: str | None = None) -> An
     from kubernetes import client, config
 
     configuration = client.Configuration()
+    require_file(kubeconfig)
     try:
         if kubeconfig is None and context is None and in_cluster():
             where = "in-cluster config"

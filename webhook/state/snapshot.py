@@ -68,16 +68,32 @@ def snapshot_from_objects(items: list[dict[str, Any]], names: Names) -> ClusterS
     return snapshot
 
 
+def require_nodes(items: list[dict[str, Any]], source: str) -> None:
+    """A cluster has nodes: a file without any is a manifest or nothing, not a cluster (judging
+    against it would pass every placement as "0 nodes")."""
+    if any(item.get("kind") == "Node" for item in items):
+        return
+    kinds = sorted({str(item.get("kind")) for item in items if item.get("kind")})
+    found = f"it holds {', '.join(kinds[:4])}{', ...' if len(kinds) > 4 else ''}" if kinds else "it is empty"
+    raise SnapshotError(f"{source}: not a cluster snapshot: no Node objects ({found}); save the cluster with "
+                        "`kubectl get nodes,pods -A -o yaml > cluster.yaml`")
+
+
 def snapshot_from_text(text: str, names: Names, source: str = "<snapshot>") -> ClusterSnapshot:
-    """Build a ClusterSnapshot from `kubectl get nodes,pods -A -o yaml|json` output."""
-    return snapshot_from_objects(snapshot_objects(text, source), names)
+    """Build a ClusterSnapshot from `kubectl get nodes,pods -A -o yaml|json` output; SnapshotError
+    when it holds no Node."""
+    items = snapshot_objects(text, source)
+    require_nodes(items, source)
+    return snapshot_from_objects(items, names)
 
 
 def load_snapshot(path: str | Path, names: Names) -> ClusterSnapshot:
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SnapshotError(f"{path}: cannot read snapshot: {exc}") from None
+    except UnicodeDecodeError:
+        raise SnapshotError(f"{path}: cannot read snapshot: not UTF-8 text") from None
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read snapshot: {(exc.strerror or str(exc)).lower()}") from None
     return snapshot_from_text(text, names, str(path))
 
 

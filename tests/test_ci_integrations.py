@@ -1,0 +1,155 @@
+"""The two ways into CI, each run as its platform runs it, and the base install they rely on.
+
+- The GitHub Action (``action.yml``, composite): its ``run`` steps in bash with ``-eo pipefail``
+  (GitHub's ``shell: bash``), ``${{ inputs.* }}`` substituted and ``GITHUB_ACTION_PATH`` set, with
+  a fresh Python standing in for ``actions/setup-python``. Its install step is a real ``pip
+  install`` of this repository into that fresh environment: the base install, without
+  ``[server]``, which these tests also hold to its promise (``check`` runs; ``serve`` names the
+  extra).
+- The pre-commit hook (``.pre-commit-hooks.yaml``): pre-commit itself (``try-repo``), which builds
+  the hook's environment from this repository as it would from a tag.
+
+Both install from the package index pip is configured with, as ``.ci/run`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .check_helpers import SEED_33, SEED_OK
+from .hermetic import ROOT
+
+SERVER_ONLY = ("flask", "gunicorn", "kubernetes", "cryptography", "prometheus_client", "pythonjsonlogger")
+BASH = ["bash", "--noprofile", "--norc", "-eo", "pipefail"]  # GitHub's `shell: bash`
+
+
+def _environment(**extra: str) -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSHARE_", "VIRTUAL_ENV", "PYTHON"))}
+    return {**keep, **extra}
+
+
+@pytest.fixture
+def runner(tmp_path_factory) -> dict[str, Path]:
+    """A workspace, and a fresh Python as actions/setup-python leaves it (python and pip on PATH);
+    one test uses it, so that one process installs into it."""
+    base = tmp_path_factory.mktemp("runner")
+    tool = base / "hostedtoolcache"
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(tool)], check=True, timeout=120,
+                   env=_environment())
+    # The runner checks the action's repository out under _actions/; a copy keeps pip's in-tree
+    # build (build/, *.egg-info) out of this repository.
+    action = base / "_actions" / "gpushare-webhook"
+    shutil.copytree(ROOT, action, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                                 ".pytest_cache", ".ruff_cache", ".hypothesis",
+                                                                 ".mypy_cache", "certs-dev"))
+    workspace = base / "workspace"
+    (workspace / "deploy").mkdir(parents=True)
+    shutil.copy(SEED_OK[0], workspace / "deploy" / "job.yaml")
+    (workspace / ".github" / "workflows").mkdir(parents=True)
+    (workspace / ".github" / "workflows" / "ci.yml").write_text("on: push\njobs: {}\n")
+    return {"tool": tool, "workspace": workspace, "action": action}
+
+
+def _steps() -> list[dict]:
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    assert action["runs"]["using"] == "composite"
+    return action["runs"]["steps"]
+
+
+def _substitute(text: str, inputs: dict[str, str]) -> str:
+    def value(match: re.Match[str]) -> str:
+        expression = match.group(1).strip()
+        assert expression.startswith("inputs."), expression
+        return inputs[expression.removeprefix("inputs.")]
+    return re.sub(r"\$\{\{(.*?)\}\}", value, text)
+
+
+def run_action(runner: dict[str, Path], *, install: bool = True,
+               **given: str) -> list[subprocess.CompletedProcess[str]]:
+    """Every `run` step in order, as the runner does (``install=False``: all but the install step, which
+    a second run in the same job would repeat to no effect); `uses` steps are the platform's own."""
+    defaults = yaml.safe_load((ROOT / "action.yml").read_text())["inputs"]
+    inputs = {name: given.get(name.replace("-", "_"), spec.get("default", "")) for name, spec in defaults.items()}
+    path = f"{runner['tool'] / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    done = []
+    for step in _steps():
+        if "run" not in step or (not install and "pip install" in step["run"]):
+            continue
+        assert step["shell"] == "bash"
+        env = {k: _substitute(str(v), inputs) for k, v in (step.get("env") or {}).items()}
+        result = subprocess.run([*BASH, "-c", _substitute(step["run"], inputs)], cwd=runner["workspace"],
+                                capture_output=True, text=True, timeout=600,
+                                env=_environment(PATH=path, GITHUB_ACTION_PATH=str(runner["action"]), **env))
+        done.append(result)
+        if result.returncode != 0:
+            break
+    return done
+
+
+def test_the_action_annotates_the_pull_request_from_the_base_install(runner):
+    install, check = run_action(runner, paths="deploy")
+    assert install.returncode == 0, install.stderr[-2000:]
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.startswith("0 denials, 0 warnings in 1 object from 1 file\n")
+    shutil.copy(SEED_33, runner["workspace"] / "deploy" / "job-33.yaml")
+    [failing] = run_action(runner, install=False, paths="deploy")
+    assert failing.returncode == 1
+    assert failing.stdout.startswith("::error file=deploy/job-33.yaml,line=24,title=GS001::GS001: Job "
+                                     "default/cuda-sample-33 container \"cuda-sample\"")
+    [sarif] = run_action(runner, install=False, paths="deploy", output="sarif", sarif_file="out.sarif")
+    assert sarif.returncode == 1 and sarif.stdout == ""
+    written = (runner["workspace"] / "out.sarif").read_text()
+    assert '"ruleId": "GS001"' in written and '"uri": "deploy/job-33.yaml"' in written
+    _holds_the_base_install(runner)
+
+
+def _holds_the_base_install(runner: dict[str, Path]) -> None:
+    """The install step put no server dependency in; the commands that need one say how to add it."""
+    python = str(runner["tool"] / "bin" / "python")
+    probe = ("import importlib.util as u; "
+             f"print(','.join(m for m in {SERVER_ONLY!r} if u.find_spec(m)))")
+    assert subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == ""
+    gpushare = str(runner["tool"] / "bin" / "gpushare")
+    for command, name, missing in (("serve", "serve", "flask"), ("certs issue --cert-dir x", "certs issue",
+                                                                  "cryptography"),
+                                   ("dashboard --demo", "dashboard", "werkzeug")):
+        done = subprocess.run([gpushare, *command.split()], capture_output=True, text=True, timeout=60,
+                              cwd=runner["workspace"], env=_environment())
+        assert (done.returncode, done.stderr) == (2, f"gpushare: error: gpushare {name} needs the server extra "
+                                                     f"({missing} is not installed): pip install "
+                                                     "'gpushare-webhook[server]'\n")
+
+
+def test_the_pre_commit_hook_as_pre_commit_runs_it(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    env = _environment(PRE_COMMIT_HOME=str(tmp_path / "cache"), GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com",
+                       GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
+    pre_commit = str(Path(sys.executable).parent / "pre-commit")
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=env, timeout=60)
+
+    def hook(*files: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([pre_commit, "try-repo", str(ROOT), "gpushare-check", "--files", *files],
+                              cwd=repo, capture_output=True, text=True, env=env, timeout=600)
+
+    git("init", "-q", ".")
+    (repo / ".github" / "workflows" / "ci.yml").write_text("on: push\njobs: {}\n")
+    shutil.copy(SEED_33, repo / "job.yaml")
+    git("add", ".")
+    only_ci = hook(".github/workflows/ci.yml")  # a commit touching only a CI workflow passes
+    assert only_ci.returncode == 0, only_ci.stdout + only_ci.stderr
+    assert re.search(r"gpushare check \(shared-GPU manifest rules\)\.+Passed", only_ci.stdout), only_ci.stdout
+    bad = hook("job.yaml", ".github/workflows/ci.yml")
+    assert bad.returncode == 1
+    assert "job.yaml:24: deny GS001: Job default/cuda-sample-33" in bad.stdout
+    assert "(and 1 document that is not a Kubernetes object)" in bad.stdout
