@@ -59,9 +59,9 @@ def test_the_unreadable_file_is_one_clean_line(checked):
     _, _, stderr = checked
     problems = [line for line in stderr.splitlines() if line.startswith("gpushare: error:")]
     assert problems == ["gpushare: error: " + str(MANIFESTS / "38-rai-blog-stable-diffusion-placeholder.yaml")
-                        + ":26: invalid YAML: did not find expected key (while parsing a block mapping at line 19); the "
-                        "file holds {{ ... }} placeholders: it looks like a Helm or Go template, render it first "
-                        "(helm template CHART | gpushare check -)"]
+                        + ":26: invalid YAML: did not find expected key (while parsing a block mapping at line 19); "
+                        "the file holds {{ ... }} placeholders: it looks like a Helm or Go template, render it "
+                        "first (helm template CHART | gpushare check -)"]
     assert "Traceback" not in stderr
 
 
