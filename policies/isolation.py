@@ -243,3 +243,54 @@ def env_problems(containers: Sequence[ContainerEnv], requests: Sequence[Containe
             first, more = container.env_from[0].shown, len(container.env_from) - 1
             listed = f"{first} and {more} more" if more else first
             yield EnvProblem(container, f"envFrom {listed} {ENV_FROM}", None, False)
+
+
+@dataclass(frozen=True, slots=True)
+class PodEnv:
+    """What a pod of the cluster sets that GS010 or GS011 report, as the cluster state keeps it for the
+    audit: the containers that set judged names, the GPU resources each names (the judged value as
+    text), and the mode its nodeSelector names."""
+
+    containers: tuple[ContainerEnv, ...]
+    resources: tuple[tuple[tuple[str, str], ...], ...]  # per container, as in ``containers``
+    mode: str | None  # the nodeSelector's ack.node.gpu.schedule
+
+
+def pod_env(spec: Mapping[str, Any] | None, requests: Sequence[ContainerRequest], labels: Mapping[str, str],
+            names: Names) -> PodEnv | None:
+    """A running pod's record for the audit, or None when GS010 and GS011 find nothing on it (every
+    GPU pod the webhook mutated carries GM003's own value, which is nothing to keep). A malformed env
+    is none: the API server admits none."""
+    try:
+        containers = container_envs(spec, ("spec",), names)
+    except ShapeError:
+        return None
+    if not containers or not any(env_problems(containers, requests, labels, may_run_on_mps(spec, names), names)):
+        return None
+    gpu = {(r.group, r.index): r for r in requests}
+    selector = spec.get("nodeSelector") if spec else None
+    mode = selector.get(names.labels.schedule) if isinstance(selector, dict) else None
+    return PodEnv(containers, tuple(_named(gpu.get((c.group, c.index))) for c in containers),
+                  mode if isinstance(mode, str) else None)
+
+
+def _named(request: ContainerRequest | None) -> tuple[tuple[str, str], ...]:
+    """The GPU resources a container names, each with its judged value (the limit, else the request)."""
+    if request is None:
+        return ()
+    return tuple(sorted((key, str(value.raw)) for key in request.asked() if (value := request.value(key)) is not None))
+
+
+def env_manifest(env: PodEnv) -> dict[str, list[dict[str, Any]]]:
+    """The containers of ``env`` as a pod spec's groups (what the audit judges again)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for container, resources in zip(env.containers, env.resources, strict=True):
+        entries = [{"name": e.name, "value": e.value} if e.value is not None
+                   else {"name": e.name, "valueFrom": {e.source: {}} if e.source else {}} for e in container.entries]
+        built: dict[str, Any] = {"name": container.name, "env": entries}
+        if resources:
+            built["resources"] = {"limits": dict(resources)}
+        if container.env_from:
+            built["envFrom"] = [{s.kind: {"name": s.name}} for s in container.env_from]
+        groups.setdefault(container.group, []).append(built)
+    return groups

@@ -40,6 +40,7 @@ from policies.cluster import (
     node_from_manifest,
     pod_from_manifest,
 )
+from policies.isolation import judged_names
 from policies.resources import watched_resources
 from policies.settings import Names, StateSettings
 from webhook.state.kube_client import KubeConfigError, api_client
@@ -278,6 +279,7 @@ class LiveClusterState:
         self.status = status
         self.names = names
         self._watched = watched_resources(names)
+        self._judged_env = judged_names(names.env)
         self.settings = settings
         self._clock = clock
         self._stop = threading.Event()
@@ -360,8 +362,8 @@ class LiveClusterState:
             self.snapshot.remove_pod(meta.get("namespace") or "default", meta.get("name", ""))
             return
         spec = obj.get("spec") or {}
-        if not _mentions(spec, self._watched):
-            # Most pods ask for no GPU: known by key, without parsing a quantity.
+        if not _mentions(spec, self._watched, self._judged_env):
+            # Most pods ask for no GPU and set no GPU variable: known by key, without parsing a quantity.
             self.snapshot.record_pod(PodInfo(meta.get("namespace") or "default", meta.get("name", ""), "", "", "",
                                              (), _NO_ANNOTATIONS))
             return
@@ -457,14 +459,17 @@ class LiveClusterState:
 _NO_ANNOTATIONS: dict[str, str] = {}
 
 
-def _mentions(spec: dict[str, Any], watched: frozenset[str]) -> bool:
-    """Whether any container names a GPU resource in its limits or requests."""
+def _mentions(spec: dict[str, Any], watched: frozenset[str], judged_env: frozenset[str]) -> bool:
+    """Whether any container names a GPU resource in its limits or requests, or sets an environment
+    variable GS010 or GS011 judge (the audit reports such pods too)."""
     for group in ("containers", "initContainers"):
         for container in spec.get(group) or ():
             resources = container.get("resources") or {}
             for block in (resources.get("limits"), resources.get("requests")):
                 if block and not watched.isdisjoint(block):
                     return True
+            if any(entry.get("name") in judged_env for entry in container.get("env") or ()):
+                return True
     return False
 
 
