@@ -307,6 +307,54 @@ def test_isolation_rules_set_to_deny_the_policy_and_the_engine_deny_alike_and_sa
         assert policy == engine[:1], (policy, engine)
 
 
+OVERRIDES = "overrides what the GPU-sharing device plugin sets; remove it"
+
+
+def _env_pod(env: list[dict[str, Any]], limits: dict[str, str], labels: dict[str, str] | None = None,
+             init: bool = False, **spec: Any) -> dict[str, Any]:
+    app = {"name": "app", "image": "cuda", "resources": {"limits": limits}, **({} if init else {"env": env})}
+    pod_spec: dict[str, Any] = {"containers": [app], **spec}
+    if init:
+        pod_spec["initContainers"] = [{"name": "init", "image": "cuda", "resources": {"limits": limits}, "env": env}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default",
+                                                           "labels": labels or {}}, "spec": pod_spec}
+
+
+MEM_ENV = "ALIYUN_COM_GPU_MEM_CONTAINER"
+
+
+@pytest.mark.parametrize(("pod", "denial"), [
+    (_env_pod([{"name": MEM_ENV, "value": "2"}], {MEM: "2"}), None),  # what GM003 writes
+    (_env_pod([{"name": MEM_ENV, "value": "1000"}], {MEM: "1k"}), None),  # 1k is 1000, however spelt
+    (_env_pod([{"name": MEM_ENV, "value": "1024"}], {MEM: "1Ki"}), None),
+    (_env_pod([{"name": MEM_ENV, "value": "2"}], {MEM: "8"}, {COUNT: "4"}), None),  # N/M on each of M cards
+    (_env_pod([{"name": MEM_ENV, "value": "8"}], {MEM: "8"}, {COUNT: "4"}),
+     f'container "app": env {MEM_ENV}=8 {OVERRIDES}'),
+    (_env_pod([{"name": MEM_ENV, "value": "2"}, {"name": MEM_ENV, "value": "02"}], {MEM: "2"}),
+     f'container "app": env {MEM_ENV}=02 {OVERRIDES}'),  # the second entry is judged too
+    (_env_pod([{"name": MEM_ENV, "value": "2"}], {MEM: "2"}, init=True),
+     f'init container "init": env {MEM_ENV}=2 {OVERRIDES}'),  # GM003 writes nothing on init containers
+    (_env_pod([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], {WHOLE: "1"}),
+     'container "app": env NVIDIA_VISIBLE_DEVICES=all exposes GPUs the device plugin did not assign to this '
+     "container; remove it or set none or void"),
+    (_env_pod([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}], {WHOLE: "1"}), None),
+    (_env_pod([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], {"cpu": "1"}), None),  # GS011 warns: not here
+    (_env_pod([{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/tmp/mps"}], {MEM: "2"}),
+     'container "app": env CUDA_MPS_PIPE_DIRECTORY=/tmp/mps overrides what the GPU-sharing device plugin sets on '
+     "mps nodes; remove it"),
+    (_env_pod([{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/tmp/mps"}], {MEM: "2"},
+              nodeSelector={"ack.node.gpu.schedule": "cgpu"}), None),
+    (_env_pod([{"name": "ALIYUN_COM_GPU_SCHD_WEIGHT", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+              {MEM: "2"}), f'container "app": env ALIYUN_COM_GPU_SCHD_WEIGHT=<from fieldRef> {OVERRIDES}'),
+], ids=lambda v: "" if isinstance(v, dict) else str(v)[:30])
+def test_gs010_examples_in_the_backstop_word_for_word(backstop, pod, denial):
+    failures = [m for m in backstop.failures(pod, "default", {}) if m.startswith("GS010")]
+    assert failures == ([f"GS010: Pod default/p {denial}"] if denial else [])
+    engine = [f.message for f in ENGINE.validate(ENGINE.subject("Pod", pod, namespace="default")).violations
+              if f.rule == "GS010"]
+    assert engine[:1] == failures
+
+
 def test_an_expired_grant_still_holds_in_the_backstop_but_not_in_the_webhook(backstop):
     """CEL has no clock: the backstop honours grants whatever their expiry; the webhook enforces it."""
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "legacy-1", "namespace": "team-a"},
