@@ -306,9 +306,11 @@ def _pending_selector(spec: Any) -> NodeSelector | None:
     return None if selector.empty else selector
 
 
-def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[ContainerRequest] | None = None) -> PodInfo:
+def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[ContainerRequest] | None = None, *,
+                      with_env: bool = True) -> PodInfo:
     """Project a Pod object into a PodInfo, keeping only the card-allocation annotations
-    (``requests``: the pod's container requests when the caller has parsed them already)."""
+    (``requests``: the pod's container requests when the caller has parsed them already; ``with_env``
+    False: a record for placements alone, without what GS010 and GS011 report, which only the audit reads)."""
     meta = _mapping(obj.get("metadata"))
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, dict):
@@ -333,7 +335,7 @@ def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[Containe
         scheduler_name=sys.intern(str(_mapping(spec).get("schedulerName") or "")),
         selector=_pending_selector(spec),
         init_gpus=found.init_gpus,
-        env=pod_env(spec, requests, labels, names) if isinstance(spec, dict) else None,
+        env=pod_env(spec, requests, labels, names) if with_env and isinstance(spec, dict) else None,
     )
 
 

@@ -129,12 +129,8 @@ def judged_names(env: EnvNames) -> frozenset[str]:
     return _judged[1]
 
 
-def _entry(raw: Any, index: int, path: Path, judged: frozenset[str]) -> EnvEntry | None:
-    if not isinstance(raw, dict):
-        raise ShapeError((*path, index), f"must be an object, got {type(raw).__name__}")
-    name = raw.get("name")
-    if name not in judged:
-        return None
+def _entry(raw: dict[str, Any], name: str, index: int, path: Path) -> EnvEntry:
+    """An env entry with a judged name."""
     source = raw.get("valueFrom")
     if source is not None:
         if not isinstance(source, dict):
@@ -183,16 +179,18 @@ def container_envs(spec: Mapping[str, Any] | None, base: Path, names: Names) -> 
             env, env_from = container.get("env"), container.get("envFrom")
             if not env and not env_from:
                 continue
-            path = (*base, group, index)
             entries: list[EnvEntry] = []
             if env:
                 if not isinstance(env, list):
-                    raise ShapeError((*path, "env"), f"must be a list, got {type(env).__name__}")
-                for position, raw in enumerate(env):
-                    entry = _entry(raw, position, (*path, "env"), judged)
-                    if entry is not None:
-                        entries.append(entry)
-            sources = _sources(env_from, (*path, "envFrom"), judged) if env_from else ()
+                    raise ShapeError((*base, group, index, "env"), f"must be a list, got {type(env).__name__}")
+                for position, raw in enumerate(env):  # a pod lists dozens: no call for a name not judged
+                    if not isinstance(raw, dict):
+                        raise ShapeError((*base, group, index, "env", position),
+                                         f"must be an object, got {type(raw).__name__}")
+                    name = raw.get("name")
+                    if name in judged:
+                        entries.append(_entry(raw, name, position, (*base, group, index, "env")))
+            sources = _sources(env_from, (*base, group, index, "envFrom"), judged) if env_from else ()
             if entries or sources:
                 name = container.get("name")
                 out.append(ContainerEnv(group, index, str(name) if name is not None else f"{group}[{index}]",

@@ -73,7 +73,7 @@ def _case(name: str, value: str, admitted: str | None, where: str, source: str, 
         spec = pod_spec(container("app", limits=gpu, env=env))
     kind = "Deployment" if where == "Deployment" else "Pod"
     obj = workload(kind, spec, name="d" if kind == "Deployment" else "p")
-    label = f'Deployment default/d container "app"' if kind == "Deployment" else (
+    label = 'Deployment default/d container "app"' if kind == "Deployment" else (
         'Pod default/p init container "init"' if where == "init container" else 'Pod default/p container "app"')
     base = "spec.template.spec" if kind == "Deployment" else "spec"
     group = "initContainers" if where == "init container" else "containers"
@@ -291,7 +291,8 @@ def test_mps_variables_are_judged_where_the_pod_may_run_on_mps_nodes():
 def test_a_long_value_is_shown_by_its_length():
     [(_, _, message)] = findings(_pod(container("app", limits={MEM: 2}, env=[
         {"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "9" * 100_000}])))
-    assert message == f'GS010: Pod default/p container "app": env ALIYUN_COM_GPU_MEM_DEV=<100000 characters> {OVERRIDES}'
+    assert message == \
+        f'GS010: Pod default/p container "app": env ALIYUN_COM_GPU_MEM_DEV=<100000 characters> {OVERRIDES}'
 
 
 def test_device_plugin_variables_are_refused_in_a_gpu_free_container_too():
