@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .resources import CONTAINER_GROUPS, ContainerRequest, Path, ShapeError, cards_per_container, memory_share
@@ -56,7 +56,7 @@ ENV_FROM = ("may override what the GPU-sharing device plugin and cGPU set, unsee
 class EnvEntry:
     """One env entry with a judged name."""
 
-    index: int  # its position in the container's env
+    index: int = field(compare=False)  # its position in the container's env (where, not what: records compare alike)
     name: str
     value: str | None  # None: set from valueFrom, known only at run time
     source: str = ""  # valueFrom's kind (configMapKeyRef, secretKeyRef, fieldRef, resourceFieldRef)

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from policies.cluster import pod_from_manifest
+from policies.isolation import judged_names
 from webhook.settings import Settings
 from webhook.state.kube_schema import POD_DECODERS
+from webhook.state.live import _judged_env_only
 
 from .check_helpers import run_gpushare
 from .fake_apiserver import FakeApiServer
@@ -59,16 +61,18 @@ def test_the_live_audit_decodes_env_and_reports_the_same(tmp_path):
     _check(document)
 
 
-def _decoded(pod: dict[str, Any]) -> dict[str, Any]:
-    """The pod as the live state's decoder keeps it (only the fields the rules read)."""
+def _decoded(pod: dict[str, Any], names: Any) -> dict[str, Any]:
+    """The pod as the live state's decoder keeps it (only the fields the rules read, only the judged
+    env entries)."""
     event = POD_DECODERS.event.decode(json.dumps({"type": "ADDED", "object": pod}).encode())
+    _judged_env_only(event["object"]["spec"], judged_names(names.env))
     return event["object"]
 
 
 @pytest.mark.parametrize("pod", objects()[2:], ids=lambda p: p["metadata"]["name"])
 def test_the_live_decoder_keeps_what_a_snapshot_keeps(pod):
     names = Settings().names
-    assert pod_from_manifest(_decoded(pod), names).env == pod_from_manifest(pod, names).env
+    assert pod_from_manifest(_decoded(pod, names), names).env == pod_from_manifest(pod, names).env
 
 
 def test_only_pods_worth_judging_are_kept_in_full():

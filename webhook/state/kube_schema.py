@@ -38,11 +38,14 @@ class Resources(TypedDict, total=False):
     requests: dict[str, Any]
 
 
-class EnvVar(TypedDict, total=False):
-    name: str
-    value: str
+class EnvVar(msgspec.Struct):
+    """An env entry. A struct, not a dict: pods list dozens and a struct costs a fifth as much to decode;
+    the live state turns the few entries GS010 and GS011 judge into dicts (``webhook/state/live.py``)."""
+
+    name: str = ""
+    value: str = ""
     # Its source's kind is all that is read (GS010, GS011: a value set from it is known at run time only).
-    valueFrom: dict[str, Any]
+    valueFrom: dict[str, Any] | None = None
 
 
 class EnvFromSource(TypedDict, total=False):

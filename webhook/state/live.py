@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -372,6 +373,7 @@ class LiveClusterState:
             spec["nodeName"] = sys.intern(spec["nodeName"])
         if meta.get("namespace"):
             meta["namespace"] = sys.intern(meta["namespace"])
+        _judged_env_only(spec, self._judged_env)
         self.snapshot.record_pod(pod_from_manifest(obj, self.names))
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -459,6 +461,9 @@ class LiveClusterState:
 _NO_ANNOTATIONS: dict[str, str] = {}
 
 
+_NAME = attrgetter("name")
+
+
 def _mentions(spec: dict[str, Any], watched: frozenset[str], judged_env: frozenset[str]) -> bool:
     """Whether any container names a GPU resource in its limits or requests, or sets an environment
     variable GS010 or GS011 judge (the audit reports such pods too)."""
@@ -468,9 +473,20 @@ def _mentions(spec: dict[str, Any], watched: frozenset[str], judged_env: frozens
             for block in (resources.get("limits"), resources.get("requests")):
                 if block and not watched.isdisjoint(block):
                     return True
-            if any(entry.get("name") in judged_env for entry in container.get("env") or ()):
+            env = container.get("env")
+            if env and not judged_env.isdisjoint(map(_NAME, env)):  # in C: pods list dozens of entries
                 return True
     return False
+
+
+def _judged_env_only(spec: dict[str, Any], judged_env: frozenset[str]) -> None:
+    """Each container's env as the entries GS010 and GS011 judge, as dicts (the decoder's structs,
+    ``kube_schema.EnvVar``): the record keeps nothing else of it."""
+    for group in ("containers", "initContainers"):
+        for container in spec.get(group) or ():
+            env = container.get("env")
+            if env:
+                container["env"] = [msgspec.structs.asdict(e) for e in env if e.name in judged_env]
 
 
 def _pod_key(obj: dict[str, Any]) -> str:
