@@ -198,12 +198,17 @@ def container_envs(spec: Mapping[str, Any] | None, base: Path, names: Names) -> 
     return tuple(out)
 
 
+def _selected_mode(spec: Mapping[str, Any] | None, names: Names) -> str | None:
+    """The mode (ack.node.gpu.schedule) the pod's nodeSelector names, if any."""
+    selector = spec.get("nodeSelector") if spec else None
+    mode = selector.get(names.labels.schedule) if isinstance(selector, dict) else None
+    return mode if isinstance(mode, str) else None
+
+
 def may_run_on_mps(spec: Mapping[str, Any] | None, names: Names) -> bool:
     """Whether the pod may land on an mps node: its nodeSelector does not name another mode. (Node
     affinity is not read: a pod kept off mps nodes by affinity alone is judged as if it could go.)"""
-    selector = spec.get("nodeSelector") if spec else None
-    mode = selector.get(names.labels.schedule) if isinstance(selector, dict) else None
-    return mode is None or mode == "mps"
+    return _selected_mode(spec, names) in (None, "mps")
 
 
 def env_problems(containers: Sequence[ContainerEnv], requests: Sequence[ContainerRequest],
@@ -266,10 +271,8 @@ def pod_env(spec: Mapping[str, Any] | None, requests: Sequence[ContainerRequest]
     if not containers or not any(env_problems(containers, requests, labels, may_run_on_mps(spec, names), names)):
         return None
     gpu = {(r.group, r.index): r for r in requests}
-    selector = spec.get("nodeSelector") if spec else None
-    mode = selector.get(names.labels.schedule) if isinstance(selector, dict) else None
     return PodEnv(containers, tuple(_named(gpu.get((c.group, c.index))) for c in containers),
-                  mode if isinstance(mode, str) else None)
+                  _selected_mode(spec, names))
 
 
 def _named(request: ContainerRequest | None) -> tuple[tuple[str, str], ...]:
