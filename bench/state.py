@@ -1,6 +1,6 @@
 """Benchmark: the live state loading a large cluster through list + watch.
 
-    python bench/state.py [--nodes 5000] [--pods 150000] [--gpu-share 0.33] [--via list|watch|both]
+    python bench/state.py [--nodes 5000] [--pods 150000] [--gpu-share 0.33] [--via list|watch|both] [--env 0]
 
 A fake API server (tests/fake_apiserver.py) runs in a child process holding the cluster:
 realistic Nodes and ~4 KB Pods shaped like tests/data/pod-realistic.json, a share of them
@@ -10,7 +10,10 @@ until the state holds every node and pod, and this process's peak RSS.
 
 ``--via list``: the server holds everything; the reflectors page through it (limit 500)
 and then watch. ``--via watch``: the server starts empty; once both watches are open it
-sends every object as an ADDED event. Targets: <= 400 MB peak RSS, < 10 s to sync.
+sends every object as an ADDED event. ``--env N`` gives every pod's container N ordinary env
+entries and every GPU pod GM003's own ALIYUN_COM_GPU_MEM_CONTAINER (as a mutated pod carries it):
+the state decodes env names and values for GS010 and GS011. Targets: <= 400 MB peak RSS, < 10 s to
+sync.
 """
 
 from __future__ import annotations
@@ -37,8 +40,13 @@ def own_memory_mib() -> tuple[float, float]:
 TOKENS = ("__NAME__", "__NS__", "__UID__", "__NODE__", "__RV__")
 
 
-def _pod_template(gpu: bool) -> str:
+def _pod_template(gpu: bool, env: int = 0) -> str:
     pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
+    if env:
+        entries = [{"name": f"APP_SETTING_{i}", "value": f"value-{i}"} for i in range(env)]
+        if gpu:
+            entries.append({"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "2"})
+        pod["spec"]["containers"][0]["env"] = entries
     pod["metadata"].update(name="__NAME__", namespace="__NS__", uid="__UID__", resourceVersion="__RV__")
     pod["metadata"].pop("generateName", None)
     pod["spec"]["nodeName"] = "__NODE__"
@@ -66,9 +74,9 @@ def _fill(template: str, name: str, namespace: str, uid: str, node: str, rv: int
             .replace("__NODE__", node).replace("__RV__", str(rv))).encode()
 
 
-def cluster(nodes: int, pods: int, gpu_share: float):
+def cluster(nodes: int, pods: int, gpu_share: float, env: int = 0):
     """(nodes, pods) as ((namespace, name), json bytes) pairs."""
-    node_t, gpu_t, plain_t = _node_template(), _pod_template(True), _pod_template(False)
+    node_t, gpu_t, plain_t = _node_template(), _pod_template(True, env), _pod_template(False, env)
     node_names = [f"cn-beijing.10.{i // 250}.{i % 250}" for i in range(nodes)]
     node_items = [(("", n), _fill(node_t, n, "", f"n-{i}", "", 1)) for i, n in enumerate(node_names)]
     every = round(1 / gpu_share) if gpu_share > 0 else 0
@@ -84,7 +92,7 @@ def serve(args: argparse.Namespace) -> None:
     """Child process: the fake API server with the cluster, in list or watch mode."""
     from tests.fake_apiserver import FakeApiServer
 
-    node_items, pod_items = cluster(args.nodes, args.pods, args.gpu_share)
+    node_items, pod_items = cluster(args.nodes, args.pods, args.gpu_share, args.env)
     api = FakeApiServer().start()
     nodes_key, pods_key = ("/api/v1", "nodes"), ("/api/v1", "pods")
     if args.via == "list":
@@ -102,7 +110,7 @@ def serve(args: argparse.Namespace) -> None:
 
 def measure(args: argparse.Namespace, via: str) -> dict[str, float]:
     command = [sys.executable, __file__, "--serve", "--via", via, "--nodes", str(args.nodes), "--pods",
-               str(args.pods), "--gpu-share", str(args.gpu_share)]
+               str(args.pods), "--gpu-share", str(args.gpu_share), "--env", str(args.env)]
     child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
@@ -159,6 +167,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=150_000)
     parser.add_argument("--gpu-share", type=float, default=1 / 3, help="share of pods that request gpu-mem")
     parser.add_argument("--via", choices=("list", "watch", "both"), default="both")
+    parser.add_argument("--env", type=int, default=0, help="ordinary env entries per pod")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -171,8 +180,8 @@ def main() -> None:
         # Each mode in a fresh process, so one peak does not hide the other.
         if len(modes) > 1:
             result = subprocess.run([sys.executable, __file__, "--via", via, "--nodes", str(args.nodes), "--pods",
-                                     str(args.pods), "--gpu-share", str(args.gpu_share)], capture_output=True,
-                                    text=True, check=True)
+                                     str(args.pods), "--gpu-share", str(args.gpu_share), "--env", str(args.env)],
+                                    capture_output=True, text=True, check=True)
             print(result.stdout.splitlines()[-1])
             continue
         r = measure(args, via)

@@ -17,17 +17,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .cards import CARD_LIMITED_MODES, CORE_PER_CARD, MAX_PODS_PER_CARD, NodeCards, node_cards, recorded_cards
 from .cluster import ClusterState, NodeInfo, PodGPU, PodInfo
 from .engine import Engine
+from .isolation import env_manifest
 from .placement import UNRESOLVABLE_RULES, PodDemand, mode_problems, node_profile
 from .rules.base import REGISTRY, Finding
 from .settings import Names, PolicySettings, Severity
 
 SHOWN = 3  # pods named in one message before "and N more"
+# Rules reported once per running pod (policies/isolation.py: every env entry is one finding at admission).
+ONE_PER_POD = frozenset({"GS010", "GS011"})
 _PLACEHOLDER_NS, _PLACEHOLDER_NAME = "gpushare-audit-ns", "gpushare-audit-pod"
 _PLACEHOLDER_LABEL = f"Pod {_PLACEHOLDER_NS}/{_PLACEHOLDER_NAME}"
 
@@ -138,15 +141,16 @@ class Auditor:
                                     True, verdict.exemption_reason))
 
     def _pod_rules(self, pod: PodInfo, out: list[AuditFinding]) -> None:
-        if not (pod.gpus or pod.init_gpus) or pod.terminated:
+        if not (pod.gpus or pod.init_gpus or pod.env) or pod.terminated:
             return
         exempt = self.names.exempt_annotation, self.names.exempt_reason_annotation
-        shape = (pod.gpus, pod.init_gpus, pod.annotations.get(exempt[0]), pod.annotations.get(exempt[1]))
+        shape = (pod.gpus, pod.init_gpus, pod.env, pod.annotations.get(exempt[0]), pod.annotations.get(exempt[1]))
         judged = self._shapes.get(shape)
         if judged is None:
             subject = self.engine.subject("Pod", pod_manifest(pod, self.names, exempt), namespace=_PLACEHOLDER_NS)
             verdict = self.engine.validate(subject)
-            judged = self._shapes[shape] = (verdict.findings, verdict.exempted, verdict.exemption_reason)
+            judged = self._shapes[shape] = (one_per_pod(verdict.findings), one_per_pod(verdict.exempted),
+                                            verdict.exemption_reason)
         findings, exempted, reason = judged
         if not findings and not exempted:
             return
@@ -264,9 +268,25 @@ def node_manifest(node: NodeInfo) -> dict[str, Any]:
             "spec": {"providerID": node.provider_id} if node.provider_id else {}, "status": status}
 
 
+def one_per_pod(findings: list[Finding]) -> list[Finding]:
+    """One finding per pod for a rule of ``ONE_PER_POD``: the first, saying how many more there are
+    (the variables a pod sets are one thing to fix; a report of every entry would crowd the others out)."""
+    counted = Counter(f.rule for f in findings if f.rule in ONE_PER_POD)
+    if all(n == 1 for n in counted.values()):
+        return findings
+    out, seen = [], set()
+    for f in findings:
+        if counted.get(f.rule, 1) == 1:
+            out.append(f)
+        elif f.rule not in seen:
+            seen.add(f.rule)
+            out.append(replace(f, message=f"{f.message} (and {counted[f.rule] - 1} more in this pod)"))
+    return out
+
+
 def pod_manifest(pod: PodInfo, names: Names, exempt: Iterable[str]) -> dict[str, Any]:
-    """A placeholder-named Pod with the record's GPU requests (as limits), its multi-GPU label and
-    its exemption."""
+    """A placeholder-named Pod with the record's GPU requests (as limits), its multi-GPU label, what it
+    sets in the variables the device plugin and cGPU own, and its exemption."""
     r = names.resources
 
     def container(gpu: PodGPU) -> dict[str, Any]:
@@ -276,9 +296,16 @@ def pod_manifest(pod: PodInfo, names: Names, exempt: Iterable[str]) -> dict[str,
         return {"name": gpu.container, "resources": {"limits": limits}}
 
     annotations = {k: pod.annotations[k] for k in exempt if k in pod.annotations}
-    spec: dict[str, Any] = {"containers": [container(g) for g in pod.gpus] or [{"name": "main"}]}
-    if pod.init_gpus:
-        spec["initContainers"] = [container(g) for g in pod.init_gpus]
+    groups = {"containers": [container(g) for g in pod.gpus], "initContainers": [container(g) for g in pod.init_gpus]}
+    if pod.env is not None:  # a container that sets judged names is rebuilt from its record, GPUs and all
+        for group, built in env_manifest(pod.env).items():
+            names_set = {c["name"] for c in built}
+            groups[group] = [c for c in groups[group] if c["name"] not in names_set] + built
+    spec: dict[str, Any] = {"containers": groups["containers"] or [{"name": "main"}]}
+    if groups["initContainers"]:
+        spec["initContainers"] = groups["initContainers"]
+    if pod.env is not None and pod.env.mode is not None:
+        spec["nodeSelector"] = {names.labels.schedule: pod.env.mode}
     metadata: dict[str, Any] = {"name": _PLACEHOLDER_NAME, "namespace": _PLACEHOLDER_NS, "annotations": annotations}
     spread = max((g.cards for g in pod.gpus), default=1)
     if spread > 1:

@@ -24,12 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import backstop_isolation as isolation
+from . import rules as _rules  # noqa: F401  (registers every rule: their severities decide what is covered)
+from .cel import WHOLE_SUFFIXES, Res, by_kind, template_path
 from .cel import guarded as _guarded
 from .cel import quote as _q
 from .grants import glob_regex
 from .near_miss import skipped_keys
 from .near_miss_regex import domain_regex, name_part_regex
 from .resources import POD_SPEC_PATHS
+from .rules.base import REGISTRY
 from .settings import ExemptionGrant, LabelSelector, PolicySettings
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -55,67 +59,14 @@ def _one_to(n: int) -> str:
     return "^(" + "|".join([x for x in (shorter, *same) if x]) + ")$"
 
 
-# The suffixes a canonical quantity carries on a whole number (k8s.io/apimachinery Quantity.String:
-# DecimalSI "1k", DecimalExponent "1e3", BinarySI "1Ki"; a BinarySI value under 1024 is printed as
-# DecimalSI), with what each multiplies by.
-_WHOLE_SUFFIXES = (("k", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12), ("e3", 10**3), ("e6", 10**6),
-                   ("e9", 10**9), ("e12", 10**12), ("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40))
-
-
 def canonical_whole(most: int) -> str:
     """A regular expression of every canonical quantity whose value is a whole number from 1 to
     ``most``, however the user wrote it: the API server sends a Pod's quantities in canonical form
     (``2000m`` arrives as ``2``, ``1000`` as ``1k``), so GS003's value rule is a rule on these strings."""
     forms = [_one_to(most)[2:-2]]
-    forms += [f"({_one_to(most // factor)[2:-2]}){suffix}" for suffix, factor in _WHOLE_SUFFIXES if most >= factor]
+    forms += [f"({_one_to(most // factor)[2:-2]}){suffix}" for suffix, factor in WHOLE_SUFFIXES if most >= factor]
     return "^(" + "|".join(forms) + ")$"
 _SEPARATOR = "[ \\t\\n\\r\\f\\v,;]"  # the annotation's id separators (ASCII whitespace, comma, semicolon)
-
-
-def _template_path(kind: str) -> str:
-    """The CEL path of the pod template's object (its metadata and spec sit below it)."""
-    parts = POD_SPEC_PATHS[kind][:-1]
-    return ".".join(("object", *map(str, parts)))
-
-
-def _by_kind(build: Callable[[str], str], default: str) -> str:
-    """One expression per kind, chosen by object.kind (Pod first: the common case)."""
-    expr = default
-    for kind in reversed(list(POD_SPEC_PATHS)):
-        expr = f"(object.kind == {_q(kind)} ? {build(kind)} : {expr})"
-    return expr
-
-
-@dataclass(frozen=True)
-class Res:
-    """CEL snippets about one resource name in a container ``c``."""
-
-    name: str
-
-    def lim(self, c: str = "c") -> str:
-        return f"(has({c}.resources) && has({c}.resources.limits) && {_q(self.name)} in {c}.resources.limits)"
-
-    def req(self, c: str = "c") -> str:
-        return f"(has({c}.resources) && has({c}.resources.requests) && {_q(self.name)} in {c}.resources.requests)"
-
-    def named(self, c: str = "c") -> str:
-        return f"({self.lim(c)} || {self.req(c)})"
-
-    def limit(self, c: str = "c") -> str:
-        return f"string({c}.resources.limits[{_q(self.name)}])"
-
-    def request(self, c: str = "c") -> str:
-        return f"string({c}.resources.requests[{_q(self.name)}])"
-
-    def bad_value(self, pattern: str, c: str = "c") -> str:
-        """The judged value (the limit, else the request, as the engine's value rules judge it) does
-        not match ``pattern``."""
-        return (f"({self.lim(c)} ? !{self.limit(c)}.matches({_q(pattern)}) : "
-                f"({self.req(c)} && !{self.request(c)}.matches({_q(pattern)})))")
-
-    def shown(self, c: str) -> str:
-        """The judged value of container ``c``: the limit, else the request."""
-        return f"({self.lim(c)} ? {self.limit(c)} : {self.request(c)})"
 
 
 def _no_variables(settings: PolicySettings) -> list[dict[str, str]]:
@@ -267,18 +218,25 @@ BACKSTOP_RULES: tuple[BackstopRule, ...] = (
     BackstopRule("GS006", _gs006, _gs006_message, "GS006: whole GPUs and shared GPU are not mixed in one pod"),
     BackstopRule("GS007", _gs007, _gs007_message, "GS007: a resource name that narrowly misses a shared-GPU name "
                  "is offered by no node; use the exact name", _near_miss_variables),
+    BackstopRule("GS010", isolation.forged, isolation.forged_message, "GS010: a container sets an environment "
+                 "variable the GPU-sharing device plugin sets", isolation.forged_variables),
+    BackstopRule("GS011", isolation.lifted, isolation.lifted_message, "GS011: a container lifts GPU isolation "
+                 "without an admin's grant", isolation.lifted_variables),
 )
 SCHEDULER_RULE = "GM001"  # the optional rule stands in for the GM001 mutation while the webhook is down
 
 
 def covered_rules(settings: PolicySettings) -> list[BackstopRule]:
-    """The covered rules that are enabled with severity deny (a warn rule must not deny in the backstop)."""
+    """The covered rules that are enabled with severity deny (a warn rule must not deny in the backstop):
+    as configured, else the rule's own (GS011 warns unless configured to deny)."""
     out = []
     for entry in BACKSTOP_RULES:
         override = settings.rules.get(entry.id)
-        if override is not None and (not override.enabled or override.severity == "warn"):
+        if override is not None and not override.enabled:
             continue
-        out.append(entry)
+        severity = override.severity if override is not None and override.severity else REGISTRY[entry.id].severity
+        if severity == "deny":
+            out.append(entry)
     return out
 
 
@@ -286,7 +244,7 @@ def covered_rules(settings: PolicySettings) -> list[BackstopRule]:
 
 def _annotation_value(settings: PolicySettings, kind: str) -> str:
     """The honoured exempt annotation of a kind's pod (template) metadata, else ''."""
-    meta = f"{_template_path(kind)}.metadata"
+    meta = f"{template_path(kind)}.metadata"
     ann = f"{meta}.annotations"
     key, reason = settings.names.exempt_annotation, settings.names.exempt_reason_annotation
     return (f"(({_guarded(ann)} && {_q(key)} in {ann} && {_q(reason)} in {ann} && "
@@ -309,7 +267,7 @@ def _label_test(labels: str, guard: str, key: str, op: str, value: str | None = 
 
 
 def _selector(selector: LabelSelector, kind: str) -> str:
-    labels = f"{_template_path(kind)}.metadata.labels"
+    labels = f"{template_path(kind)}.metadata.labels"
     guard = _guarded(labels)
     tests = [_label_test(labels, guard, k, "Equals", v) for k, v in selector.match_labels.items()]
     tests += [_label_test(labels, guard, r.key, r.operator, values=r.values) for r in selector.match_expressions]
@@ -322,14 +280,14 @@ def _grant(grant: ExemptionGrant) -> str:
         tests.append(f"variables.objectName.matches({_q(glob_regex(grant.names))})")
     if grant.selector is not None:
         selector = grant.selector
-        tests.append(_by_kind(lambda kind: f"({_selector(selector, kind)})", "false"))
+        tests.append(by_kind(lambda kind: f"({_selector(selector, kind)})", "false"))
     return "(" + " && ".join(tests) + ")"
 
 
 def _variables(settings: PolicySettings, rules: list[BackstopRule], rule_ids: list[str],
                known: frozenset[str]) -> list[dict[str, str]]:
     ex = settings.exemptions
-    spec = _by_kind(lambda kind: ".".join(("object", *map(str, POD_SPEC_PATHS[kind]))), "object.spec")
+    spec = by_kind(lambda kind: ".".join(("object", *map(str, POD_SPEC_PATHS[kind]))), "object.spec")
     label = ex.namespace_label
     # Only namespaced resources match, so namespaceObject is always set (no null test: cel-python
     # has no heterogeneous equality for map != null).
@@ -348,7 +306,7 @@ def _variables(settings: PolicySettings, rules: list[BackstopRule], rule_ids: li
         {"name": "subject", "expression": "object.kind + ' ' + request.namespace + '/' + variables.objectName"},
         {"name": "annotationAllowed", "expression": " || ".join(allowed)},
         {"name": "exemptIds", "expression": "variables.annotationAllowed ? "
-                                            + _by_kind(lambda kind: _annotation_value(settings, kind), "''")
+                                            + by_kind(lambda kind: _annotation_value(settings, kind), "''")
                                             + " : ''"},
     ]
     for rule_id in rule_ids:

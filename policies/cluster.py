@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .isolation import PodEnv, pod_env
 from .quantity import QuantityError, parse_quantity
 from .resources import ContainerRequest, ShapeError, cards_per_container, container_requests, effective_request
 from .selectors import NodeSelector, node_selector_from_spec
@@ -82,6 +83,9 @@ class PodInfo:
     selector: NodeSelector | None = None
     # gpu-mem on init containers: held on no card (the audit re-judges it, rule GS008).
     init_gpus: tuple[PodGPU, ...] = ()
+    # What it sets in the variables the device plugin and cGPU own, when GS010 or GS011 report it
+    # (the audit judges it again); None for nearly every pod.
+    env: PodEnv | None = None
 
     @property
     def key(self) -> str:
@@ -105,8 +109,14 @@ class PodInfo:
 
     @property
     def uses_gpu(self) -> bool:
-        """Worth keeping in the state: it holds shared, topology or exclusive GPUs."""
+        """It holds shared, topology or exclusive GPUs."""
         return bool(self.gpus) or self.topology_gpus > 0 or self.exclusive_gpus > 0 or bool(self.init_gpus)
+
+    @property
+    def kept(self) -> bool:
+        """Worth keeping in the state in full: it uses GPUs, or sets what GS010 or GS011 report (a
+        GPU-free pod exposing the node's GPUs to itself)."""
+        return self.uses_gpu or self.env is not None
 
     @property
     def terminated(self) -> bool:
@@ -296,9 +306,11 @@ def _pending_selector(spec: Any) -> NodeSelector | None:
     return None if selector.empty else selector
 
 
-def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[ContainerRequest] | None = None) -> PodInfo:
+def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[ContainerRequest] | None = None, *,
+                      with_env: bool = True) -> PodInfo:
     """Project a Pod object into a PodInfo, keeping only the card-allocation annotations
-    (``requests``: the pod's container requests when the caller has parsed them already)."""
+    (``requests``: the pod's container requests when the caller has parsed them already; ``with_env``
+    False: a record for placements alone, without what GS010 and GS011 report, which only the audit reads)."""
     meta = _mapping(obj.get("metadata"))
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, dict):
@@ -307,7 +319,8 @@ def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[Containe
     spec = obj.get("spec")
     if requests is None:
         requests = container_requests(spec, ("spec",), names) if isinstance(spec, dict) else []
-    found = shared_gpus(requests, names, _str_map(meta.get("labels")))
+    labels = _str_map(meta.get("labels"))
+    found = shared_gpus(requests, names, labels)
     return PodInfo(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
@@ -322,6 +335,7 @@ def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[Containe
         scheduler_name=sys.intern(str(_mapping(spec).get("schedulerName") or "")),
         selector=_pending_selector(spec),
         init_gpus=found.init_gpus,
+        env=pod_env(spec, requests, labels, names) if with_env and isinstance(spec, dict) else None,
     )
 
 
@@ -389,9 +403,9 @@ class ClusterSnapshot:
 
     def record_pod(self, pod: PodInfo) -> None:
         """Keep a pod as the rules need it: in full when it asks for GPUs (finished ones too, which
-        rules skip and ``inspect`` shows), else by key only."""
+        rules skip and ``inspect`` shows) or sets what GS010 or GS011 report, else by key only."""
         key = pod.key
-        if pod.uses_gpu:
+        if pod.kept:
             with self._lock:
                 self._other.discard(key)
                 self.upsert_pod(pod)

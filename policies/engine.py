@@ -202,7 +202,7 @@ class Engine:
             verdict = self.validate(subject)
             if verdict.allowed and subject.kind == "Pod" and subject.operation == "CREATE" \
                     and subject.metadata.get("name"):
-                pod = pod_from_manifest(subject.obj, self.names, subject.containers)
+                pod = pod_from_manifest(subject.obj, self.names, subject.containers, with_env=False)
                 ledger.remember_created(pod if pod.namespace == subject.namespace or not subject.namespace
                                         else replace(pod, namespace=subject.namespace))
             return verdict

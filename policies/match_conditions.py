@@ -20,7 +20,7 @@ webhook's conditions per request (RuntimeCELCostBudgetMatchConditions, k8s.io/ap
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
@@ -82,8 +82,7 @@ def triggers(scope: WebhookScope, settings: PolicySettings) -> Triggers:
     found = resolve(declarations(scope, settings), settings)
     if scope.daemonsets:
         return Triggers(gpushare_daemonsets=found.gpushare_daemonsets)
-    return Triggers(found.resources, found.near_miss, found.placed_resources, found.annotations, found.env,
-                    found.node_labels)
+    return replace(found, gpushare_daemonsets=frozenset())
 
 
 # -- CEL -------------------------------------------------------------------------------------------
@@ -109,16 +108,24 @@ def _key_test(keys: frozenset[str], settings: PolicySettings, near_miss: bool) -
     return _any(terms)
 
 
-def _container_test(keys: frozenset[str], env: frozenset[str], settings: PolicySettings, near_miss: bool) -> str:
-    """CEL over a container ``c``: it names a key (limits or requests) or sets an env variable."""
+def _names_key(test: str) -> str:
+    """CEL over a container ``c``: a key of its limits or requests passes ``test`` (over ``k``)."""
+    sections = " || ".join(f"(has(c.resources.{s}) && c.resources.{s}.exists(k, {test}))"
+                           for s in ("limits", "requests"))
+    return f"has(c.resources) && ({sections})"
+
+
+def _container_test(keys: frozenset[str], env: frozenset[str], settings: PolicySettings, near_miss: bool,
+                    env_from: frozenset[str] = frozenset()) -> str:
+    """CEL over a container ``c``: it names a key (limits or requests), sets an env variable, or takes
+    envFrom beside one of the ``env_from`` keys."""
     terms = []
     if keys or near_miss:
-        test = _key_test(keys, settings, near_miss)
-        sections = " || ".join(f"(has(c.resources.{s}) && c.resources.{s}.exists(k, {test}))"
-                               for s in ("limits", "requests"))
-        terms.append(f"has(c.resources) && ({sections})")
+        terms.append(_names_key(_key_test(keys, settings, near_miss)))
     if env:
         terms.append(f"has(c.env) && c.env.exists(e, e.name in {string_list(env)})")
+    if env_from:
+        terms.append(f"has(c.envFrom) && size(c.envFrom) > 0 && ({_names_key(f'k in {string_list(env_from)}')})")
     return _any(terms)
 
 
@@ -144,7 +151,7 @@ def _pod_spec_condition(scope: WebhookScope, t: Triggers, settings: PolicySettin
     spec = ".".join(("object", *map(str, path)))
     spec_guard = guarded(spec) if len(path) > 1 else ""
     terms = []
-    container = _container_test(t.resources, t.env, settings, t.near_miss)
+    container = _container_test(t.resources, t.env, settings, t.near_miss, t.env_from)
     if container != "false":
         test = _spec_test(spec, container)
         terms.append(f"{spec_guard} && {test}" if spec_guard else test)

@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from .relevance import Relevance
-from .resources import cards_per_container
+from .resources import cards_per_container, memory_share
 from .subject import Subject
 
 Op = dict[str, Any]
@@ -130,11 +130,11 @@ def _env_ops(subject: Subject) -> list[Op]:
     ops: list[Op] = []
     spread = cards_per_container(subject.pod_labels, names) or 1
     for request in subject.containers:  # parsed from spec, so its shape is already checked
-        gib = request.memory(names)
-        if gib is None or not request.is_app or gib % spread:
+        share = memory_share(request, spread, names)
+        if share is None:
             continue
         container, path = spec[request.group][request.index], request.path
-        wanted = [(names.env_mem_container, str(gib // spread))]
+        wanted = [(names.env_mem_container, str(share))]
         env = container.get("env")
         present = {e.get("name") for e in env if isinstance(e, dict)} if isinstance(env, list) else set()
         missing = [{"name": n, "value": v} for n, v in wanted if n not in present]

@@ -15,9 +15,10 @@ from typing import Any
 
 from .near_miss import near_misses
 from .resources import CONTAINER_GROUPS, POD_SPEC_PATHS
-from .settings import LabelNames, Names, PolicySettings, ResourceNames
+from .settings import EnvNames, LabelNames, Names, PolicySettings, ResourceNames
 
 _RESOURCE_FIELDS = frozenset(ResourceNames.model_fields)
+_ENV_FIELDS = frozenset(EnvNames.model_fields)
 _LABEL_FIELDS = frozenset(LabelNames.model_fields)
 _NAME_FIELDS = frozenset(Names.model_fields)
 
@@ -26,8 +27,9 @@ _NAME_FIELDS = frozenset(Names.model_fields)
 class Relevance:
     """What an object must show for a rule or mutation to find anything (any one suffices).
 
-    Names are settings fields, resolved per configuration: ``resources`` of ``names.resources``,
-    ``annotations`` of ``names``, ``node_labels`` of ``names.labels``."""
+    Names are settings fields, resolved per configuration: ``resources``, ``placed_resources`` and
+    ``env_from`` of ``names.resources``, ``annotations`` of ``names``, ``node_labels`` of
+    ``names.labels``, ``env_names`` of ``names.env``."""
 
     # A container or init container names one of these in its limits or requests.
     resources: tuple[str, ...] = ()
@@ -40,14 +42,19 @@ class Relevance:
     annotations: tuple[str, ...] = ()
     # A container sets an env variable of one of these names (literal names).
     env: tuple[str, ...] = ()
+    # A container sets an env variable named by one of these fields (a name or a list of names).
+    env_names: tuple[str, ...] = ()
+    # A container takes envFrom (whose names admission cannot see) and names one of these resources.
+    env_from: tuple[str, ...] = ()
     # A Node carries one of these labels, now or before the update.
     node_labels: tuple[str, ...] = ()
     # One of the GPU-sharing DaemonSets (names.gpushare_daemonsets), or a pod one of them owns.
     gpushare_daemonsets: bool = False
 
     def __post_init__(self) -> None:
-        unknown = [*(set(self.resources) | set(self.placed_resources)) - _RESOURCE_FIELDS,
-                   *set(self.node_labels) - _LABEL_FIELDS, *set(self.annotations) - _NAME_FIELDS]
+        unknown = [*(set(self.resources) | set(self.placed_resources) | set(self.env_from)) - _RESOURCE_FIELDS,
+                   *set(self.node_labels) - _LABEL_FIELDS, *set(self.annotations) - _NAME_FIELDS,
+                   *set(self.env_names) - _ENV_FIELDS]
         if unknown:
             raise ValueError(f"relevance names unknown settings fields: {sorted(unknown)}")
 
@@ -68,10 +75,11 @@ class Triggers:
     env: frozenset[str] = frozenset()
     node_labels: frozenset[str] = frozenset()
     gpushare_daemonsets: frozenset[str] = frozenset()
+    env_from: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
         return any((self.resources, self.near_miss, self.placed_resources, self.annotations, self.env,
-                    self.node_labels, self.gpushare_daemonsets))
+                    self.node_labels, self.gpushare_daemonsets, self.env_from))
 
     def sends(self, kind: str, obj: dict[str, Any], settings: PolicySettings, *, operation: str = "CREATE",
               old: dict[str, Any] | None = None) -> bool:
@@ -95,7 +103,8 @@ class Triggers:
             return False
         containers = [c for group in CONTAINER_GROUPS if isinstance(spec.get(group), list)
                       for c in spec[group] if isinstance(c, dict)]
-        if any(_names_resource(c, self.resources) or _sets_env(c, self.env) for c in containers):
+        if any(_names_resource(c, self.resources) or _sets_env(c, self.env)
+               or (bool(c.get("envFrom")) and _names_resource(c, self.env_from)) for c in containers):
             return True
         if self.placed_resources and kind == "Pod" and spec.get("nodeName") \
                 and any(_names_resource(c, self.placed_resources) for c in containers):
@@ -110,6 +119,7 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
     placed: set[str] = set()
     annotations: set[str] = set()
     env: set[str] = set()
+    env_from: set[str] = set()
     labels: set[str] = set()
     near_miss = daemonsets = False
     for relevance in declarations:
@@ -117,12 +127,16 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
         placed.update(getattr(names.resources, f) for f in relevance.placed_resources)
         annotations.update(getattr(names, f) for f in relevance.annotations)
         env.update(relevance.env)
+        for f in relevance.env_names:
+            named = getattr(names.env, f)
+            env.update((named,) if isinstance(named, str) else named)
+        env_from.update(getattr(names.resources, f) for f in relevance.env_from)
         labels.update(getattr(names.labels, f) for f in relevance.node_labels)
         near_miss |= relevance.near_miss
         daemonsets |= relevance.gpushare_daemonsets
     return Triggers(frozenset(resources), near_miss, frozenset(placed - resources), frozenset(annotations),
                     frozenset(env), frozenset(labels),
-                    frozenset(names.gpushare_daemonsets) if daemonsets else frozenset())
+                    frozenset(names.gpushare_daemonsets) if daemonsets else frozenset(), frozenset(env_from))
 
 
 def _at(obj: Any, path: tuple[str | int, ...]) -> Any:

@@ -246,6 +246,19 @@ def cards_per_container(labels: Mapping[str, str], names: Names) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and int(text) >= 1 else None
 
 
+def memory_share(container: ContainerRequest, spread: int, names: Names) -> int | None:
+    """What the GPU-sharing device plugin sets as ALIYUN_COM_GPU_MEM_CONTAINER for ``container`` of a pod
+    spread over ``spread`` cards, and what GM003 writes: an app container's gpu-mem (the number of units
+    the kubelet allocated to it: gpushare-device-plugin, pkg/gpu/nvidia/allocate.go), N/M for a pod
+    spread over M cards (ACK "Use cGPU to achieve GPU sharing based on multiple GPUs"). None for an
+    init container (the scheduler places app containers only), a value GS003 refuses, or an N/M that is
+    not whole (GS009)."""
+    gib = container.memory(names)
+    if gib is None or not container.is_app or gib % spread:
+        return None
+    return gib // spread
+
+
 def whole_gib(value: Decimal | None) -> int | None:
     """A positive whole number (of GiB, of cards), or None when the value is not one."""
     if value is None or value <= 0 or value != value.to_integral_value():

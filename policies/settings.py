@@ -88,6 +88,41 @@ class AssignmentAnnotationNames(_Section):
     )
 
 
+class EnvNames(_Section):
+    """Environment variables through which the GPU-sharing device plugin and cGPU isolate a container
+    (rules GS010 and GS011; docs/isolation.md gives each one's source). The kubelet puts a container's
+    own env after the device plugin's, so a pod that sets one overrides it."""
+
+    # GS010: set by the GPU-sharing device plugin (AliyunContainerService/gpushare-device-plugin,
+    # pkg/gpu/nvidia/allocate.go: _IDX, _POD, _CONTAINER, _DEV) or read by cGPU
+    # (ACK "Configure GPU sharing without GPU memory isolation": _CONTAINER, _DEV; Elastic GPU Service
+    # "Install and use cGPU by using Docker": _VISIBLE_DEVICES; ACK "Configure Shared GPU Scheduling
+    # cGPU Computing Power Scheduling Policy": _SCHD_WEIGHT). A container may not set them.
+    device_plugin: tuple[str, ...] = ("ALIYUN_COM_GPU_MEM_DEV", "ALIYUN_COM_GPU_MEM_CONTAINER",
+                                      "ALIYUN_COM_GPU_MEM_IDX", "ALIYUN_COM_GPU_MEM_POD",
+                                      "ALIYUN_COM_GPU_VISIBLE_DEVICES", "ALIYUN_COM_GPU_SCHD_WEIGHT")
+    # GS010, in containers asking for gpu-mem of pods that may run on mps nodes: the device plugin
+    # started with --mps sets them (gpushare-device-plugin's MPS change, pkg/gpu/nvidia/allocate.go).
+    mps: tuple[str, ...] = ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY")
+    # Judged by value (NVIDIA Container Toolkit, "Specialized Configurations with Docker"): all,
+    # indices and UUIDs expose GPUs; none, void and empty do not. GS010 in a GPU container (the
+    # device plugin sets it), GS011 in a GPU-free one.
+    visible_devices: str = "NVIDIA_VISIBLE_DEVICES"
+    # GS011: true or 1 switches cGPU's memory isolation off for the container (ACK "Disable the
+    # memory isolation capability of cGPU").
+    disable_isolation: str = "CGPU_DISABLE"
+
+    @model_validator(mode="after")
+    def _names_once(self) -> EnvNames:
+        listed = [*self.device_plugin, *self.mps, self.visible_devices, self.disable_isolation]
+        if any(not name or any(c.isspace() or c == "=" for c in name) for name in listed):
+            raise ValueError("an environment variable name is not empty and has no white space or '='")
+        twice = sorted({n for n in listed if listed.count(n) > 1})
+        if twice:
+            raise ValueError(f"each variable is judged one way, so it is listed once: {', '.join(twice)}")
+        return self
+
+
 class Names(_Section):
     resources: ResourceNames = Field(default_factory=ResourceNames.model_construct)
     labels: LabelNames = Field(default_factory=LabelNames.model_construct)
@@ -101,7 +136,9 @@ class Names(_Section):
     default_scheduler: str = "default-scheduler"
     priority_class: str = "system-node-critical"
     gpushare_daemonsets: tuple[str, ...] = ("gpushare-device-plugin-ds",)
+    # GM003 writes it; GS010 admits a container's own value only when it equals what GM003 writes.
     env_mem_container: str = "ALIYUN_COM_GPU_MEM_CONTAINER"
+    env: EnvNames = EnvNames()
     # The unit aliyun.com/gpu-mem counts in, on nodes and in pods alike. ACK counts GiB ("Allocate
     # computing power by scheduling shared GPU": gpu-mem 2 is 2 GiB); the open-source device plugin
     # can be started with --memory-unit=MiB (AliyunContainerService/gpushare-device-plugin,
@@ -347,6 +384,15 @@ class ExemptionSettings(_Section):
         return self
 
 
+class IsolationSettings(_Section):
+    """GS010 and GS011 beyond what the rule overrides say (docs/isolation.md)."""
+
+    # envFrom (a ConfigMap or Secret) in a container that uses GPUs: the names it sets are not
+    # visible at admission. warn: GS010 warns about it whatever GS010's severity; deny: it takes
+    # GS010's severity.
+    env_from: Severity = "warn"
+
+
 class BackstopSettings(_Section):
     """The ValidatingAdmissionPolicy ``gpushare policy export`` prints (policies/backstop.py)."""
 
@@ -372,4 +418,5 @@ class PolicySettings(_Section):
     near_miss: NearMissSettings = Field(default_factory=NearMissSettings.model_construct)
     audit: AuditSettings = Field(default_factory=AuditSettings.model_construct)
     exemptions: ExemptionSettings = Field(default_factory=ExemptionSettings.model_construct)
+    isolation: IsolationSettings = Field(default_factory=IsolationSettings.model_construct)
     backstop: BackstopSettings = Field(default_factory=BackstopSettings.model_construct)

@@ -44,12 +44,12 @@ WHOLE, TOPOLOGY = "nvidia.com/gpu", "aliyun.com/gpu"
 # Canonical quantity strings (Quantity.String() after the API server parsed what was written).
 CANONICAL = {
     CORE: ["5", "10", "30", "35", "95", "100", "33", "0", "105", "-5", "30500m", "1k", "2500m", "1Ki"],
-    MEM: ["1", "2", "15", "999", "1500", "0", "1k", "2k", "2Gi", "1Mi", "500m", "-1", "1500m", "1Ki", "1e3",
+    MEM: ["1", "2", "4", "8", "15", "999", "1500", "0", "1k", "2k", "2Gi", "1Mi", "500m", "-1", "1500m", "1Ki", "1e3",
           "1024", "1025", "16k", "5500m"],
     WHOLE: ["1", "2"], TOPOLOGY: ["1", "4"],
 }
 GRANTS = [
-    {"name": "by-name", "namespace": "team-a", "names": "legacy-*", "rules": ["GS003", "GM001"],
+    {"name": "by-name", "namespace": "team-a", "names": "legacy-*", "rules": ["GS003", "GM001", "GS010", "GS011"],
      "reason": "vendor image", "expires": "2999-01-01"},
     {"name": "by-label", "namespace": "team-b", "selector": {"matchLabels": {"app": "old"}, "matchExpressions": [
         {"key": "tier", "operator": "NotIn", "values": ["prod"]}]}, "rules": ["GS001", "GS005", "gs006", "GS007"],
@@ -109,10 +109,10 @@ class Backstop:
         return failed
 
 
-def _exported(tmp_path_factory) -> dict[str, Any]:
+def _exported(tmp_path_factory, config_data: dict[str, Any] = CONFIG) -> dict[str, Any]:
     """The policy as users get it: ``gpushare policy export --format json`` with the config file."""
     config = tmp_path_factory.mktemp("backstop") / "config.yaml"
-    config.write_text(json.dumps(CONFIG))
+    config.write_text(json.dumps(config_data))
     done = run_gpushare("policy", "export", "--format", "json", "--config", config)
     assert done.returncode == 0, done.stderr
     items = json.loads(done.stdout)["items"]
@@ -159,11 +159,31 @@ def containers(draw: st.DrawFn, prefix: str) -> list[dict[str, Any]]:
             resources["requests"] = requests
         if resources:
             container["resources"] = resources
+        if draw(st.integers(0, 2)) == 0:  # the variables GS010 and GS011 judge (repeated names too)
+            container["env"] = draw(st.lists(ENV_ENTRIES, min_size=1, max_size=3))
+        if draw(st.integers(0, 5)) == 0:
+            container["envFrom"] = draw(st.sampled_from(ENV_FROM))
         out.append(container)
     return out
 
 
-ID_TEXT = st.lists(st.sampled_from(["GS001", "gs003", "GS005", "Gs006", "GS002", "GS007", "GM001", "GX999", "GS00"]),
+# Names GS010 and GS011 judge (and one they do not), with values each judges differently: GM003's
+# value for some gpu-mem and cards, hidden and exposed devices, true and false, valueFrom, long text.
+ENV_NAMES = ["ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV",
+             "ALIYUN_COM_GPU_VISIBLE_DEVICES", "ALIYUN_COM_GPU_SCHD_WEIGHT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+             "NVIDIA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE", "CGPU_DISABLE",
+             "NVIDIA_DRIVER_CAPABILITIES"]
+ENV_VALUES = ["1", "2", "4", "8", "15", "1000", "1024", "02", "", "0", "all", "none", "void", "NONE", "0,1",
+              "GPU-8932f937-d72c", "true", "True", " 1", "false", "yes", "x" * 70]
+ENV_ENTRIES = st.builds(lambda name, value: {"name": name, **value}, st.sampled_from(ENV_NAMES), st.one_of(
+    st.sampled_from(ENV_VALUES).map(lambda v: {"value": v}), st.just({}),
+    st.sampled_from(["configMapKeyRef", "secretKeyRef", "fieldRef"]).map(lambda k: {"valueFrom": {k: {"key": "k"}}})))
+ENV_FROM = [[], [{"configMapRef": {"name": "gpu-env"}}], [{"prefix": "APP_", "secretRef": {"name": "s"}}],
+            [{"prefix": "CGPU_", "configMapRef": {"name": "c"}}, {"secretRef": {}}]]
+
+
+ID_TEXT = st.lists(st.sampled_from(["GS001", "gs003", "GS005", "Gs006", "GS002", "GS007", "GS010", "gs011", "GM001",
+                                    "GX999", "GS00"]),
                    max_size=3).flatmap(lambda ids: st.sampled_from([",", ", ", ";", " ", " ,; "]).map(
                        lambda sep: sep.join(ids)))
 
@@ -174,7 +194,12 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], str, dict[str, str]]:
     namespace = draw(st.sampled_from(["team-a", "team-b", "team-c", "team-d"]))
     labels = draw(st.sampled_from([{}, {"gpushare.io/exemptions": "allowed"}, {"gpushare.io/exemptions": "no"}]))
     pod_labels = draw(st.sampled_from([{}, {"app": "old"}, {"app": "old", "tier": "prod"}, {"app": "new"}]))
+    if draw(st.integers(0, 3)) == 0:  # the multi-GPU label GM003 divides by (GS010 admits its value)
+        pod_labels = {**pod_labels, "aliyun.com/gpu-count": draw(st.sampled_from(["1", "2", "4", "04", "0", "x",
+                                                                                  "123456789"]))}
     spec: dict[str, Any] = {"containers": draw(containers("main"))}
+    if draw(st.integers(0, 3)) == 0:  # mps nodes set CUDA_MPS_*; a pod kept off them may set them
+        spec["nodeSelector"] = {"ack.node.gpu.schedule": draw(st.sampled_from(["mps", "cgpu"]))}
     init = draw(containers("init"))
     if init:
         spec["initContainers"] = init
@@ -253,6 +278,83 @@ def test_the_scheduler_rule_passes_exactly_what_the_mutating_webhook_leaves_on_t
     assert failed == expected
 
 
+# GS011 set to deny and envFrom refused: the backstop then covers both isolation rules in full.
+STRICT_CONFIG = {**CONFIG, "rules": {"GS011": {"severity": "deny"}}, "isolation": {"env_from": "deny"}}
+STRICT_ENGINE = Engine(Settings(**STRICT_CONFIG))
+ISOLATION = ("GS010", "GS011")
+
+
+@pytest.fixture(scope="module")
+def strict_backstop(tmp_path_factory) -> Backstop:
+    return Backstop(_exported(tmp_path_factory, STRICT_CONFIG))
+
+
+@settings(max_examples=max(EXAMPLES // 2, 25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_isolation_rules_set_to_deny_the_policy_and_the_engine_deny_alike_and_say_the_same(strict_backstop, case):
+    obj, namespace, labels = case
+    subject = STRICT_ENGINE.subject(obj["kind"], obj, namespace=namespace,
+                                    namespaces=StaticNamespaces({namespace: labels}))
+    subject.today = date(2030, 1, 1)
+    violations = STRICT_ENGINE.validate(subject).violations
+    failures = strict_backstop.failures(obj, namespace, labels)
+    assert {m.split(":", 1)[0] for m in failures} - {SCHEDULER_RULE} == {f.rule for f in violations} & COVERED
+    # The policy names a generateName without the engine's "*" (named alike otherwise).
+    label = f"{obj['kind']} {namespace}/{subject.name.removesuffix('*')}"
+    for rule_id in ISOLATION:  # the first finding, word for word as the webhook writes it
+        engine = [f.message.replace(subject.label, label) for f in violations if f.rule == rule_id]
+        policy = [m for m in failures if m.startswith(f"{rule_id}:")]
+        assert policy == engine[:1], (policy, engine)
+
+
+OVERRIDES = "overrides what the GPU-sharing device plugin sets; remove it"
+
+
+def _env_pod(env: list[dict[str, Any]], limits: dict[str, str], labels: dict[str, str] | None = None,
+             init: bool = False, **spec: Any) -> dict[str, Any]:
+    app = {"name": "app", "image": "cuda", "resources": {"limits": limits}, **({} if init else {"env": env})}
+    pod_spec: dict[str, Any] = {"containers": [app], **spec}
+    if init:
+        pod_spec["initContainers"] = [{"name": "init", "image": "cuda", "resources": {"limits": limits}, "env": env}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default",
+                                                           "labels": labels or {}}, "spec": pod_spec}
+
+
+MEM_ENV = "ALIYUN_COM_GPU_MEM_CONTAINER"
+
+
+@pytest.mark.parametrize(("pod", "denial"), [
+    (_env_pod([{"name": MEM_ENV, "value": "2"}], {MEM: "2"}), None),  # what GM003 writes
+    (_env_pod([{"name": MEM_ENV, "value": "1000"}], {MEM: "1k"}), None),  # 1k is 1000, however spelt
+    (_env_pod([{"name": MEM_ENV, "value": "1024"}], {MEM: "1Ki"}), None),
+    (_env_pod([{"name": MEM_ENV, "value": "2"}], {MEM: "8"}, {COUNT: "4"}), None),  # N/M on each of M cards
+    (_env_pod([{"name": MEM_ENV, "value": "8"}], {MEM: "8"}, {COUNT: "4"}),
+     f'container "app": env {MEM_ENV}=8 {OVERRIDES}'),
+    (_env_pod([{"name": MEM_ENV, "value": "2"}, {"name": MEM_ENV, "value": "02"}], {MEM: "2"}),
+     f'container "app": env {MEM_ENV}=02 {OVERRIDES}'),  # the second entry is judged too
+    (_env_pod([{"name": MEM_ENV, "value": "2"}], {MEM: "2"}, init=True),
+     f'init container "init": env {MEM_ENV}=2 {OVERRIDES}'),  # GM003 writes nothing on init containers
+    (_env_pod([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], {WHOLE: "1"}),
+     'container "app": env NVIDIA_VISIBLE_DEVICES=all exposes GPUs the device plugin did not assign to this '
+     "container; remove it or set none or void"),
+    (_env_pod([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}], {WHOLE: "1"}), None),
+    (_env_pod([{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], {"cpu": "1"}), None),  # GS011 warns: not here
+    (_env_pod([{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/tmp/mps"}], {MEM: "2"}),
+     'container "app": env CUDA_MPS_PIPE_DIRECTORY=/tmp/mps overrides what the GPU-sharing device plugin sets on '
+     "mps nodes; remove it"),
+    (_env_pod([{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/tmp/mps"}], {MEM: "2"},
+              nodeSelector={"ack.node.gpu.schedule": "cgpu"}), None),
+    (_env_pod([{"name": "ALIYUN_COM_GPU_SCHD_WEIGHT", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+              {MEM: "2"}), f'container "app": env ALIYUN_COM_GPU_SCHD_WEIGHT=<from fieldRef> {OVERRIDES}'),
+], ids=lambda v: "" if isinstance(v, dict) else str(v)[:30])
+def test_gs010_examples_in_the_backstop_word_for_word(backstop, pod, denial):
+    failures = [m for m in backstop.failures(pod, "default", {}) if m.startswith("GS010")]
+    assert failures == ([f"GS010: Pod default/p {denial}"] if denial else [])
+    engine = [f.message for f in ENGINE.validate(ENGINE.subject("Pod", pod, namespace="default")).violations
+              if f.rule == "GS010"]
+    assert engine[:1] == failures
+
+
 def test_an_expired_grant_still_holds_in_the_backstop_but_not_in_the_webhook(backstop):
     """CEL has no clock: the backstop honours grants whatever their expiry; the webhook enforces it."""
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "legacy-1", "namespace": "team-a"},
@@ -279,8 +381,8 @@ def test_warn_and_disabled_rules_are_left_out_and_the_default_has_no_scheduler_r
     config.write_text("rules:\n  GS001: {severity: warn}\n  GS006: {enabled: false}\n")
     done = run_gpushare("policy", "export", "--format", "json", "--config", config)
     policy = json.loads(done.stdout)["items"][0]
-    assert policy["metadata"]["annotations"]["gpushare.io/covers"] == "GS002,GS003,GS005,GS007"
-    assert len(policy["spec"]["validations"]) == 4
+    assert policy["metadata"]["annotations"]["gpushare.io/covers"] == "GS002,GS003,GS005,GS007,GS010"
+    assert len(policy["spec"]["validations"]) == 5
     with_rule = run_gpushare("policy", "export", "--format", "json", "--config", config, "--scheduler-rule")
     assert json.loads(with_rule.stdout)["items"][0]["metadata"]["annotations"]["gpushare.io/covers"].endswith(",GM001")
 

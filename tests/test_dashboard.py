@@ -19,6 +19,7 @@ from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from . import isolation_cluster
 from .audit_cluster import CGPU_NODE, PENDING, write_snapshot
 from .check_helpers import run_gpushare
 from .helpers import DATA, gpushare_executable, wait_until
@@ -90,6 +91,14 @@ def troubled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     workdir = tmp_path_factory.mktemp("troubled")
     snapshot, config = write_snapshot(workdir)
     dashboard = Dashboard(snapshot, workdir, "--config", str(config), "--refresh", "3600")
+    yield dashboard
+    dashboard.stop()
+
+
+@pytest.fixture(scope="module")
+def isolation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    workdir = tmp_path_factory.mktemp("isolation")
+    dashboard = Dashboard(isolation_cluster.write_snapshot(workdir), workdir, "--refresh", "3600")
     yield dashboard
     dashboard.stop()
 
@@ -171,6 +180,18 @@ def test_findings_and_pending_pods_with_their_explanation(browser: webdriver.Chr
     assert f"To fit on {CGPU_NODE}" in _text(pending) and "10 GiB more would have to be free" in _text(pending)
     assert _text(browser.find_element(By.ID, "cluster-pending")) == "1"
     assert browser.save_screenshot(str(tmp_path / "dashboard-findings.png"))
+
+
+def test_pods_setting_what_the_device_plugin_sets_show_on_their_node(browser: webdriver.Chrome,
+                                                                      isolation: Dashboard) -> None:
+    browser.get(isolation.url)
+    rules = {tuple(_text(cell) for cell in row.find_elements(By.TAG_NAME, "td"))
+             for row in browser.find_elements(By.CSS_SELECTOR, "#rules tbody tr")}
+    assert {("GS010", "deny", "3"), ("GS011", "warn", "2")} <= rules  # the GPU-free monitor's node counts too
+    node = browser.find_element(By.CSS_SELECTOR, f"article.node[data-node='{isolation_cluster.NODE}']")
+    findings = [_text(li) for li in node.find_elements(By.CSS_SELECTOR, "ul.findings li")]
+    assert f"⚠ {isolation_cluster.FORGED_MESSAGE}" in findings
+    assert f"⚠ {isolation_cluster.DISABLED_MESSAGE}" in findings
 
 
 def test_loopback_only(demo: Dashboard) -> None:

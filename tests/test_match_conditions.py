@@ -93,7 +93,10 @@ VALUES = {MEM: ["1", "2", "8", "40", "0", "1k", "2Gi"], CORE: ["5", "30", "33", 
 KEYS = st.one_of(st.sampled_from([MEM, CORE]), st.sampled_from([WHOLE, TOPOLOGY, COUNT, "cpu", "memory",
                                                                  "aliyun.com/fpga", "alibabacloud.com/gpu-mem"]),
                  st.sampled_from([key for key, _, _ in NEAR_MISSES]), RESOURCE_KEYS.filter(lambda k: k.strip() != ""))
-ENV_NAMES = ["ALIYUN_COM_GPU_MEM_CONTAINER", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE", "PATH", "LANG"]
+ENV_NAMES = ["ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_SCHD_WEIGHT", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE",
+             "CUDA_MPS_PIPE_DIRECTORY", "PATH", "LANG"]
+ENV_VALUES: list[dict[str, Any]] = [{"value": v} for v in ("1", "2", "all", "none", "true")] + [
+    {"valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
 ANNOTATIONS = [{}, {"gpushare.io/exempt": "GS003"}, {"gpushare.io/exempt": "GS003", "gpushare.io/exempt-reason": "r"},
                {"gpushare.io/exempt": ""}, {"example.com/note": "x"}]
 
@@ -111,8 +114,11 @@ def containers(draw: st.DrawFn, prefix: str, least: int) -> list[dict[str, Any]]
         elif draw(st.booleans()):
             container["resources"] = {}
         if draw(st.integers(0, 3)) == 0:
-            container["env"] = [{"name": n, "value": "1"} for n in draw(st.lists(st.sampled_from(ENV_NAMES),
-                                                                                 max_size=2))]
+            container["env"] = [{"name": n, **draw(st.sampled_from(ENV_VALUES))}
+                                for n in draw(st.lists(st.sampled_from(ENV_NAMES), max_size=2))]
+        if draw(st.integers(0, 4)) == 0:  # names hidden in a ConfigMap (GS010 warns beside GPU resources)
+            container["envFrom"] = draw(st.sampled_from([[], [{"configMapRef": {"name": "c"}}],
+                                                         [{"prefix": "APP_", "secretRef": {"name": "s"}}]]))
         out.append(container)
     return out
 
@@ -239,6 +245,11 @@ NEEDED = [  # (what only this pod shows, the pod, a rule or mutation that judges
     ("whole GPUs on a topology node", _pod({"resources": {"limits": {WHOLE: "1"}}}, nodeName="topo-1"), "GB002"),
     ("the exemption annotation", {**_pod({}), "metadata": {"name": "p", "namespace": "team-c", "annotations": {
         "gpushare.io/exempt": "GS003"}}}, "GE001"),
+    ("a device-plugin variable", _pod({"env": [{"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "16"}]}), "GS010"),
+    ("GPUs exposed to a GPU-free container", _pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}),
+     "GS011"),
+    ("envFrom beside whole GPUs", _pod({"resources": {"limits": {WHOLE: "1"}}, "envFrom": [
+        {"configMapRef": {"name": "c"}}]}), "GS010"),
 ]
 
 
@@ -256,6 +267,8 @@ NOT_SENT = [
     ("other real resources", _pod({"resources": {"limits": {"aliyun.com/fpga": "1", "alibabacloud.com/gpu-mem": "4",
                                                             "nvidia.com/gpumem": "4000"}}})),
     ("a CPU pod created on a node", _pod({"resources": {"limits": {"cpu": "1"}}}, nodeName="cgpu-1")),
+    ("envFrom without GPUs", _pod({"envFrom": [{"configMapRef": {"name": "c"}}], "env": [
+        {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}]})),
     ("an unrelated annotation", {**_pod({}), "metadata": {"name": "p", "namespace": "team-a", "annotations": {
         "example.com/note": "gpu-mem"}}}),
 ]

@@ -27,6 +27,10 @@ ENGINE = Engine(SETTINGS)
 STATE = load_demo_snapshot(SETTINGS.names)
 R = SETTINGS.names.resources
 VALUES: list[Any] = [0, 1, 4, 5, 15, 33, 100, "1", "4", "30", "2Gi", "2500m", "-1", "x", 1.5, None]
+ENV_NAMES = ["ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE",
+             "CUDA_MPS_PIPE_DIRECTORY", "PATH"]
+ENV_VALUES: list[dict[str, Any]] = [{"value": v} for v in ("1", "4", "all", "none", "void", "", "true")] + [
+    {"valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}]
 TEMPLATE_PATHS = {"Pod": (), "Deployment": ("spec", "template"), "Job": ("spec", "template"),
                   "CronJob": ("spec", "jobTemplate", "spec", "template")}
 
@@ -42,6 +46,12 @@ def containers(draw: st.DrawFn) -> dict[str, Any]:
             resources[section] = {name: draw(st.sampled_from(VALUES)) for name in chosen}
     if resources:
         container["resources"] = resources
+    if draw(st.integers(0, 2)) == 0:  # the variables GS010 and GS011 judge, and others
+        container["env"] = [{"name": draw(st.sampled_from(ENV_NAMES)), **draw(st.sampled_from(ENV_VALUES))}
+                            for _ in range(draw(st.integers(1, 3)))]
+    if draw(st.integers(0, 4)) == 0:
+        prefix = draw(st.sampled_from([{}, {"prefix": "APP_"}]))
+        container["envFrom"] = [{"configMapRef": {"name": "gpu-env"}, **prefix}]
     return container
 
 

@@ -60,6 +60,10 @@ def cases() -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
         ("memory on an init container", "Pod", pod(pod_spec(container(C, {MEM: 2}), init=[container(
             f"{C[:-1]}i", {MEM: 3})]), name=NAME, namespace=NS), {}),
         ("spread that does not divide", "Pod", long_pod({MEM: 8}, labels={"aliyun.com/gpu-count": "3"}), {}),
+        ("a device plugin variable set", "Pod", pod(pod_spec(container(C, {MEM: 2}, env=[
+            {"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "40"}])), name=NAME, namespace=NS), {}),
+        ("isolation lifted", "Pod", pod(pod_spec(container(C, {MEM: 2}, env=[
+            {"name": "CGPU_DISABLE", "value": "true"}])), name=NAME, namespace=NS), {}),
         ("exemption nobody allowed", "Pod", long_pod({MEM: 2}, annotations={"gpushare.io/exempt": "GS003"}), {}),
         ("bigger than every card", "Pod", long_pod({MEM: 40}), {"state": cluster}),
         ("unknown mode", "Node", node(NODE, mode="bogus"), {}),

@@ -4,6 +4,7 @@ from . import (  # noqa: F401  (each import registers a family)
     capacity_rules,
     cluster_invariants,
     exemptions,
+    isolation_rules,
     node_rules,
     placement_rules,
     pod_resources,

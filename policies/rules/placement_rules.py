@@ -88,7 +88,7 @@ def placed_pod(subject: Subject) -> PodInfo | None:
     if subject.kind == "Binding":
         pod = subject.state.get_pod(where.namespace, where.pod_name) if subject.state is not None else None
     else:
-        pod = replace(pod_from_manifest(subject.obj, subject.names), namespace=where.namespace)
+        pod = replace(pod_from_manifest(subject.obj, subject.names, with_env=False), namespace=where.namespace)
     if pod is None or not pod.uses_gpu:
         return None
     return replace(pod, node_name=where.node)

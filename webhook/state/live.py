@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from policies.cluster import (
     node_from_manifest,
     pod_from_manifest,
 )
+from policies.isolation import judged_names
 from policies.resources import watched_resources
 from policies.settings import Names, StateSettings
 from webhook.state.kube_client import KubeConfigError, api_client
@@ -278,6 +280,7 @@ class LiveClusterState:
         self.status = status
         self.names = names
         self._watched = watched_resources(names)
+        self._judged_env = judged_names(names.env)
         self.settings = settings
         self._clock = clock
         self._stop = threading.Event()
@@ -360,8 +363,8 @@ class LiveClusterState:
             self.snapshot.remove_pod(meta.get("namespace") or "default", meta.get("name", ""))
             return
         spec = obj.get("spec") or {}
-        if not _mentions(spec, self._watched):
-            # Most pods ask for no GPU: known by key, without parsing a quantity.
+        if not _mentions(spec, self._watched, self._judged_env):
+            # Most pods ask for no GPU and set no GPU variable: known by key, without parsing a quantity.
             self.snapshot.record_pod(PodInfo(meta.get("namespace") or "default", meta.get("name", ""), "", "", "",
                                              (), _NO_ANNOTATIONS))
             return
@@ -370,6 +373,7 @@ class LiveClusterState:
             spec["nodeName"] = sys.intern(spec["nodeName"])
         if meta.get("namespace"):
             meta["namespace"] = sys.intern(meta["namespace"])
+        _judged_env_only(spec, self._judged_env)
         self.snapshot.record_pod(pod_from_manifest(obj, self.names))
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -457,15 +461,32 @@ class LiveClusterState:
 _NO_ANNOTATIONS: dict[str, str] = {}
 
 
-def _mentions(spec: dict[str, Any], watched: frozenset[str]) -> bool:
-    """Whether any container names a GPU resource in its limits or requests."""
+_NAME = attrgetter("name")
+
+
+def _mentions(spec: dict[str, Any], watched: frozenset[str], judged_env: frozenset[str]) -> bool:
+    """Whether any container names a GPU resource in its limits or requests, or sets an environment
+    variable GS010 or GS011 judge (the audit reports such pods too)."""
     for group in ("containers", "initContainers"):
         for container in spec.get(group) or ():
             resources = container.get("resources") or {}
             for block in (resources.get("limits"), resources.get("requests")):
                 if block and not watched.isdisjoint(block):
                     return True
+            env = container.get("env")
+            if env and not judged_env.isdisjoint(map(_NAME, env)):  # in C: pods list dozens of entries
+                return True
     return False
+
+
+def _judged_env_only(spec: dict[str, Any], judged_env: frozenset[str]) -> None:
+    """Each container's env as the entries GS010 and GS011 judge, as dicts (the decoder's structs,
+    ``kube_schema.EnvVar``): the record keeps nothing else of it."""
+    for group in ("containers", "initContainers"):
+        for container in spec.get(group) or ():
+            env = container.get("env")
+            if env:
+                container["env"] = [msgspec.structs.asdict(e) for e in env if e.name in judged_env]
 
 
 def _pod_key(obj: dict[str, Any]) -> str:

@@ -1,0 +1,297 @@
+"""What a pod sets in the environment variables the GPU-sharing device plugin and cGPU own.
+
+GPU sharing holds only as far as a pod cannot change what isolates it. The device plugin hands each
+container its card and its share through environment variables, and the kubelet puts the
+container's own env after the device plugin's, so a value the pod writes wins at run time (a
+repeated name too: the last entry wins). Rules GS010 (a pod overriding what the device plugin
+sets) and GS011 (a pod lifting isolation) read what is found here; the cluster state keeps it for
+running pods so that the audit judges them alike. Names are settings (``names.env``); each one's
+source is in docs/isolation.md.
+
+Read here, judged as the runtimes read them:
+- ``NVIDIA_VISIBLE_DEVICES``: ``all``, indices and UUIDs expose GPUs; ``void``, empty and
+  ``none`` expose none (NVIDIA Container Toolkit, "Specialized Configurations with Docker";
+  ``internal/config/image/devices.go`` compares the exact strings);
+- ``CGPU_DISABLE``: ``true`` or ``1`` switches cGPU's memory isolation off (ACK "Disable the
+  memory isolation capability of cGPU"; the cGPU package's README names both values). Read
+  without case and surrounding blanks: a value cGPU might take as true is judged as true;
+- a value set from ``valueFrom`` (a ConfigMap, a Secret, a field) is not known at admission and
+  is judged as the worst it could be: exposing GPUs, switching isolation off;
+- ``envFrom``: the names a ConfigMap or Secret sets are not known at admission either; a source
+  whose ``prefix`` no judged name starts with cannot set one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .resources import CONTAINER_GROUPS, ContainerRequest, Path, ShapeError, cards_per_container, memory_share
+from .settings import EnvNames, Names
+
+# CGPU_DISABLE values judged as true. The backstop matches the same text with RE2 (^...$ around it).
+TRUE_TEXT = r"[ \t\n\r]*(?i:true|1)[ \t\n\r]*"
+_TRUE = re.compile(TRUE_TEXT)
+# NVIDIA_VISIBLE_DEVICES values that expose no GPU, compared exactly as the toolkit does.
+HIDING = ("", "void", "none")
+# A value longer than this is shown by its length (a message names the value, not a megabyte of it).
+SHOWN_CHARACTERS = 64
+ENV_FROM_KINDS = ("configMapRef", "secretRef")
+
+# What each finding says after the container's name (the backstop writes the same words).
+OVERRIDES = "overrides what the GPU-sharing device plugin sets"
+REMOVE = "remove it"
+ON_MPS = "on mps nodes"
+EXPOSES_ASSIGNED = "GPUs the device plugin did not assign to this container; remove it or set none or void"
+EXPOSES_UNASKED = "the node's GPUs to a container that requests none; set none or void, or have an admin exempt the pod"
+DISABLES = ("off cGPU memory isolation: the container can use all of its card's memory; remove it, or have an "
+            "admin exempt the pod")
+ENV_FROM = ("may override what the GPU-sharing device plugin and cGPU set, unseen at admission; give the "
+            "source a prefix, or list GPU variables in env")
+
+
+@dataclass(frozen=True, slots=True)
+class EnvEntry:
+    """One env entry with a judged name."""
+
+    index: int = field(compare=False)  # its position in the container's env (where, not what: records compare alike)
+    name: str
+    value: str | None  # None: set from valueFrom, known only at run time
+    source: str = ""  # valueFrom's kind (configMapKeyRef, secretKeyRef, fieldRef, resourceFieldRef)
+
+    @property
+    def shown(self) -> str:
+        if self.value is None:
+            return f"{self.name}=<from {self.source or 'valueFrom'}>"
+        if len(self.value) > SHOWN_CHARACTERS:
+            return f"{self.name}=<{len(self.value)} characters>"
+        return f"{self.name}={self.value}"
+
+    @property
+    def exposes_gpus(self) -> bool:
+        """As NVIDIA_VISIBLE_DEVICES: it exposes GPUs (or may, when read at run time)."""
+        return self.value is None or self.value not in HIDING
+
+    @property
+    def true(self) -> bool:
+        """As CGPU_DISABLE: it switches isolation off (or may, when read at run time)."""
+        return self.value is None or _TRUE.fullmatch(self.value) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvSource:
+    """An envFrom source that may set a judged name."""
+
+    kind: str  # configMapRef or secretRef
+    name: str
+
+    @property
+    def shown(self) -> str:
+        return f'{self.kind} "{self.name}"'
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEnv:
+    """What one container sets that GS010 and GS011 judge."""
+
+    group: str  # containers or initContainers
+    index: int
+    name: str
+    entries: tuple[EnvEntry, ...]
+    env_from: tuple[EnvSource, ...]
+
+    @property
+    def noun(self) -> str:
+        return "init container" if self.group == "initContainers" else "container"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvProblem:
+    """One thing a container sets that GS010 or GS011 reports."""
+
+    container: ContainerEnv
+    text: str  # what it does and what would be accepted, after the container's name
+    entry: EnvEntry | None  # None: the container's envFrom
+    lifts: bool  # lifts isolation (GS011) rather than overriding the device plugin (GS010)
+
+
+_judged: tuple[object, frozenset[str]] = (None, frozenset())
+
+
+def judged_names(env: EnvNames) -> frozenset[str]:
+    """Every name GS010 and GS011 judge (kept for the last settings section seen, like
+    ``watched_resources``)."""
+    global _judged
+    if _judged[0] is not env:
+        _judged = (env, frozenset((*env.device_plugin, *env.mps, env.visible_devices, env.disable_isolation)))
+    return _judged[1]
+
+
+def _entry(raw: dict[str, Any], name: str, index: int, path: Path) -> EnvEntry:
+    """An env entry with a judged name."""
+    source = raw.get("valueFrom")
+    if source is not None:
+        if not isinstance(source, dict):
+            raise ShapeError((*path, index, "valueFrom"), f"must be an object, got {type(source).__name__}")
+        return EnvEntry(index, name, None, next(iter(source), ""))
+    value = raw.get("value", "")
+    if value is None:
+        value = ""
+    if not isinstance(value, str):  # the API server refuses it; a manifest that writes `value: 1` says so
+        raise ShapeError((*path, index, "value"), f"must be a string, got {type(value).__name__}")
+    return EnvEntry(index, name, value)
+
+
+def _sources(raw: Any, path: Path, judged: frozenset[str]) -> tuple[EnvSource, ...]:
+    if not isinstance(raw, list):
+        raise ShapeError(path, f"must be a list, got {type(raw).__name__}")
+    found = []
+    for index, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise ShapeError((*path, index), f"must be an object, got {type(item).__name__}")
+        prefix = item.get("prefix") or ""
+        if not isinstance(prefix, str):
+            raise ShapeError((*path, index, "prefix"), f"must be a string, got {type(prefix).__name__}")
+        if not any(name.startswith(prefix) for name in judged):
+            continue  # every name it sets starts with a prefix no judged name has
+        kind = next((k for k in ENV_FROM_KINDS if isinstance(item.get(k), dict)), "")
+        ref = item.get(kind) if kind else None
+        found.append(EnvSource(kind or "source", str(ref.get("name", "")) if isinstance(ref, dict) else ""))
+    return tuple(found)
+
+
+def container_envs(spec: Mapping[str, Any] | None, base: Path, names: Names) -> tuple[ContainerEnv, ...]:
+    """The containers and init containers (init containers first) that set a judged name or take
+    envFrom that may; ShapeError when what is read is malformed."""
+    if not spec:
+        return ()
+    judged = judged_names(names.env)
+    out = []
+    for group in CONTAINER_GROUPS:
+        items = spec.get(group)
+        if not isinstance(items, list):
+            continue  # container_requests reports a malformed list
+        for index, container in enumerate(items):
+            if not isinstance(container, dict):
+                continue
+            env, env_from = container.get("env"), container.get("envFrom")
+            if not env and not env_from:
+                continue
+            entries: list[EnvEntry] = []
+            if env:
+                if not isinstance(env, list):
+                    raise ShapeError((*base, group, index, "env"), f"must be a list, got {type(env).__name__}")
+                for position, raw in enumerate(env):  # a pod lists dozens: no call for a name not judged
+                    if not isinstance(raw, dict):
+                        raise ShapeError((*base, group, index, "env", position),
+                                         f"must be an object, got {type(raw).__name__}")
+                    name = raw.get("name")
+                    if name in judged:
+                        entries.append(_entry(raw, name, position, (*base, group, index, "env")))
+            sources = _sources(env_from, (*base, group, index, "envFrom"), judged) if env_from else ()
+            if entries or sources:
+                name = container.get("name")
+                out.append(ContainerEnv(group, index, str(name) if name is not None else f"{group}[{index}]",
+                                        tuple(entries), sources))
+    return tuple(out)
+
+
+def _selected_mode(spec: Mapping[str, Any] | None, names: Names) -> str | None:
+    """The mode (ack.node.gpu.schedule) the pod's nodeSelector names, if any."""
+    selector = spec.get("nodeSelector") if spec else None
+    mode = selector.get(names.labels.schedule) if isinstance(selector, dict) else None
+    return mode if isinstance(mode, str) else None
+
+
+def may_run_on_mps(spec: Mapping[str, Any] | None, names: Names) -> bool:
+    """Whether the pod may land on an mps node: its nodeSelector does not name another mode. (Node
+    affinity is not read: a pod kept off mps nodes by affinity alone is judged as if it could go.)"""
+    return _selected_mode(spec, names) in (None, "mps")
+
+
+def env_problems(containers: Sequence[ContainerEnv], requests: Sequence[ContainerRequest],
+                 labels: Mapping[str, str], mps: bool, names: Names) -> Iterator[EnvProblem]:
+    """What GS010 and GS011 report, container by container, entry by entry (every entry of a name:
+    the last one wins at run time, and each one is written by the pod). ``requests``: the
+    containers' GPU requests; ``mps``: the pod may run on mps nodes."""
+    env, mem = names.env, names.resources.gpu_mem
+    spread = cards_per_container(labels, names) or 1
+    gpu = {(r.group, r.index): r for r in requests}
+    for container in containers:
+        request = gpu.get((container.group, container.index))
+        asks_memory = request is not None and request.has(mem)
+        for entry in container.entries:
+            name = entry.name
+            if name in env.device_plugin:
+                share = memory_share(request, spread, names) if name == names.env_mem_container and request else None
+                if share is not None and entry.value == str(share):
+                    continue  # what GM003 writes and the device plugin sets: the mutated pod again
+                yield EnvProblem(container, f"env {entry.shown} {OVERRIDES}; {REMOVE}", entry, False)
+            elif name in env.mps:
+                if asks_memory and mps:
+                    yield EnvProblem(container, f"env {entry.shown} {OVERRIDES} {ON_MPS}; {REMOVE}", entry, False)
+            elif name == env.visible_devices:
+                if entry.exposes_gpus:
+                    verb = "may expose" if entry.value is None else "exposes"
+                    if request is not None:
+                        yield EnvProblem(container, f"env {entry.shown} {verb} {EXPOSES_ASSIGNED}", entry, False)
+                    else:
+                        yield EnvProblem(container, f"env {entry.shown} {verb} {EXPOSES_UNASKED}", entry, True)
+            elif name == env.disable_isolation and asks_memory and entry.true:  # cGPU isolates gpu-mem only
+                verb = "may turn" if entry.value is None else "turns"
+                yield EnvProblem(container, f"env {entry.shown} {verb} {DISABLES}", entry, True)
+        if request is not None and container.env_from:
+            first, more = container.env_from[0].shown, len(container.env_from) - 1
+            listed = f"{first} and {more} more" if more else first
+            yield EnvProblem(container, f"envFrom {listed} {ENV_FROM}", None, False)
+
+
+@dataclass(frozen=True, slots=True)
+class PodEnv:
+    """What a pod of the cluster sets that GS010 or GS011 report, as the cluster state keeps it for the
+    audit: the containers that set judged names, the GPU resources each names (the judged value as
+    text), and the mode its nodeSelector names."""
+
+    containers: tuple[ContainerEnv, ...]
+    resources: tuple[tuple[tuple[str, str], ...], ...]  # per container, as in ``containers``
+    mode: str | None  # the nodeSelector's ack.node.gpu.schedule
+
+
+def pod_env(spec: Mapping[str, Any] | None, requests: Sequence[ContainerRequest], labels: Mapping[str, str],
+            names: Names) -> PodEnv | None:
+    """A running pod's record for the audit, or None when GS010 and GS011 find nothing on it (every
+    GPU pod the webhook mutated carries GM003's own value, which is nothing to keep). A malformed env
+    is none: the API server admits none."""
+    try:
+        containers = container_envs(spec, ("spec",), names)
+    except ShapeError:
+        return None
+    if not containers or not any(env_problems(containers, requests, labels, may_run_on_mps(spec, names), names)):
+        return None
+    gpu = {(r.group, r.index): r for r in requests}
+    return PodEnv(containers, tuple(_named(gpu.get((c.group, c.index))) for c in containers),
+                  _selected_mode(spec, names))
+
+
+def _named(request: ContainerRequest | None) -> tuple[tuple[str, str], ...]:
+    """The GPU resources a container names, each with its judged value (the limit, else the request)."""
+    if request is None:
+        return ()
+    return tuple(sorted((key, str(value.raw)) for key in request.asked() if (value := request.value(key)) is not None))
+
+
+def env_manifest(env: PodEnv) -> dict[str, list[dict[str, Any]]]:
+    """The containers of ``env`` as a pod spec's groups (what the audit judges again)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for container, resources in zip(env.containers, env.resources, strict=True):
+        entries = [{"name": e.name, "value": e.value} if e.value is not None
+                   else {"name": e.name, "valueFrom": {e.source: {}} if e.source else {}} for e in container.entries]
+        built: dict[str, Any] = {"name": container.name, "env": entries}
+        if resources:
+            built["resources"] = {"limits": dict(resources)}
+        if container.env_from:
+            built["envFrom"] = [{s.kind: {"name": s.name}} for s in container.env_from]
+        groups.setdefault(container.group, []).append(built)
+    return groups

@@ -1,0 +1,100 @@
+"""GS010-GS011: what a pod sets in the environment variables the GPU-sharing device plugin and cGPU own.
+
+- GS010 (deny): a pod does not forge what the device plugin sets. The open-source device plugin
+  (AliyunContainerService/gpushare-device-plugin, pkg/gpu/nvidia/allocate.go) sets
+  NVIDIA_VISIBLE_DEVICES, ALIYUN_COM_GPU_MEM_IDX, _POD, _CONTAINER and _DEV, and with --mps the
+  CUDA_MPS_* variables (pkg/gpu/nvidia/const.go names them all); cGPU sizes a container's memory from
+  _DEV and _CONTAINER (ACK "Configure GPU sharing without GPU memory isolation"), picks its cards
+  from ALIYUN_COM_GPU_VISIBLE_DEVICES (Elastic GPU Service "Install and use cGPU by using Docker") and
+  weights its compute by ALIYUN_COM_GPU_SCHD_WEIGHT (ACK "Configure Shared GPU Scheduling cGPU
+  Computing Power Scheduling Policy"). A container's own value comes after the device plugin's and
+  wins, so it may not set them; ALIYUN_COM_GPU_MEM_CONTAINER equal to what GM003 writes passes (a
+  validating webhook sees the mutated pod). NVIDIA_VISIBLE_DEVICES is judged by value in a container
+  that uses GPUs. envFrom there is warned (``isolation.env_from: deny`` refuses it).
+- GS011 (warn): lifting isolation is an admin's decision. CGPU_DISABLE=true is ACK's own way to switch
+  memory isolation off for one container ("Disable the memory isolation capability of cGPU"), and
+  GPU-free containers of the NVIDIA device plugin and monitoring DaemonSets set
+  NVIDIA_VISIBLE_DEVICES=all; so both warn, and a cluster that wants them only where admins grant
+  them sets GS011 to deny and grants those namespaces (exemptions.grants).
+
+The reading and the judging are in policies/isolation.py, shared with the cluster state's records
+(the audit judges running pods alike); docs/isolation.md lists every variable with its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ..isolation import EnvProblem, container_envs, env_problems, may_run_on_mps
+from ..relevance import Relevance
+from ..resources import POD_SPEC_PATHS
+from ..subject import Subject
+from .base import Found, rule
+
+POD_KINDS = tuple(POD_SPEC_PATHS)
+_MEMO = "isolation"
+GPU_RESOURCES = ("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive")
+# A container that sets a judged name, or takes envFrom beside a GPU resource (policies/relevance.py).
+SETS_ISOLATION_ENV = Relevance(env_names=("device_plugin", "mps", "visible_devices", "disable_isolation"),
+                               env_from=GPU_RESOURCES)
+DEVICE_PLUGIN = "source code: github.com/AliyunContainerService/gpushare-device-plugin"
+CGPU_DOCS = ('ACK documentation: "Configure Shared GPU Scheduling cGPU Computing Power Scheduling Policy", '
+             'Elastic GPU Service documentation: "Install and use cGPU by using Docker"')
+NVIDIA_TOOLKIT = 'NVIDIA Container Toolkit documentation: "Specialized Configurations with Docker"'
+DISABLE_PAGE = 'ACK documentation: "Disable the memory isolation capability of cGPU"'
+
+
+def problems(subject: Subject) -> list[EnvProblem]:
+    """What the pod (template) sets that GS010 and GS011 report, worked out once for both."""
+    found = subject.memo.get(_MEMO)
+    if found is None:
+        spec, base = subject.pod_spec
+        containers = container_envs(spec, base, subject.names)
+        found = list(env_problems(containers, subject.containers, subject.pod_labels,
+                                  may_run_on_mps(spec, subject.names), subject.names)) if containers else []
+        subject.memo[_MEMO] = found
+    return found  # type: ignore[return-value]
+
+
+def sets_isolation_env(subject: Subject) -> bool:
+    """Whether any container sets something GS010 or GS011 judges (their family test)."""
+    return bool(problems(subject))
+
+
+def _found(subject: Subject, problem: EnvProblem, advisory: bool = False) -> Found:
+    container = problem.container
+    path = (*subject.pod_spec[1], container.group, container.index)
+    path = (*path, "env", problem.entry.index) if problem.entry is not None else (*path, "envFrom")
+    return Found(f'{subject.label} {container.noun} "{container.name}": {problem.text}', path, advisory)
+
+
+@rule("GS010", severity="deny", seed=f"004, {DEVICE_PLUGIN}, {CGPU_DOCS}, {NVIDIA_TOOLKIT}", kinds=POD_KINDS,
+      applies=sets_isolation_env, relevance=SETS_ISOLATION_ENV,
+      title="Pods do not set what the GPU-sharing device plugin sets",
+      doc="A container may not set ALIYUN_COM_GPU_MEM_DEV, ALIYUN_COM_GPU_MEM_CONTAINER (unless it equals "
+          "what GM003 writes), ALIYUN_COM_GPU_MEM_IDX, ALIYUN_COM_GPU_MEM_POD, ALIYUN_COM_GPU_VISIBLE_DEVICES, "
+          "ALIYUN_COM_GPU_SCHD_WEIGHT (names.env.device_plugin), nor, asking for gpu-mem where it may run on "
+          "mps nodes, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PIPE_DIRECTORY: its own value overrides "
+          "the device plugin's. NVIDIA_VISIBLE_DEVICES exposing GPUs (all, indices, UUIDs; a valueFrom) is "
+          "refused in a container that uses GPUs; none, void and empty pass. envFrom in such a container is "
+          "warned (isolation.env_from: deny refuses it).")
+def device_plugin_values(subject: Subject) -> Iterator[Found]:
+    advisory = subject.settings is None or subject.settings.isolation.env_from == "warn"
+    for problem in problems(subject):
+        if not problem.lifts:
+            yield _found(subject, problem, advisory and problem.entry is None)
+
+
+@rule("GS011", severity="warn", seed=f"{DISABLE_PAGE}, {NVIDIA_TOOLKIT}", kinds=POD_KINDS,
+      applies=sets_isolation_env, relevance=SETS_ISOLATION_ENV,
+      title="Lifting GPU isolation is an admin's decision",
+      doc="CGPU_DISABLE=true (or 1, or a valueFrom) in a container asking for gpu-mem switches cGPU's memory "
+          "isolation off for it; NVIDIA_VISIBLE_DEVICES exposing GPUs in a container that requests none gives "
+          "it the node's GPUs outside any accounting. Warned by default (ACK documents the first, and the "
+          "NVIDIA device plugin and monitoring DaemonSets need the second); rules: {GS011: {severity: deny}} "
+          "refuses both except where an admin grants them (exemptions.grants, or the annotation where "
+          "allowed).")
+def isolation_lifted(subject: Subject) -> Iterator[Found]:
+    for problem in problems(subject):
+        if problem.lifts:
+            yield _found(subject, problem)
