@@ -135,7 +135,8 @@ def many_nodes_snapshot(path: Path, nodes: int) -> Path:
 def costly_pod(tag: str, terms: int) -> dict[str, Any]:
     """A legal Pod whose GC001 check reads every node once per term: ``terms`` required node
     affinity terms, each on a label no node has (``tag`` makes the labels new, so nothing the
-    webhook remembers from an earlier review helps). Its cost grows with terms x nodes."""
+    webhook remembers from an earlier review helps). Its cost grows with terms x nodes, up to
+    capacity.max_work ("too costly to evaluate")."""
     required = [{"matchExpressions": [{"key": f"example.com/absent-{tag}-{i}", "operator": "Exists"}]}
                 for i in range(terms)]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"costly-{tag}", "namespace": "default"},

@@ -67,14 +67,17 @@ def closed_by_server(sock: socket.socket) -> bool:
 
 # A review that costs seconds to evaluate (GC001 reads every node once per affinity term) and
 # is over overload.inline_max_bytes, so a thread evaluates it in the only evaluation slot.
-COSTLY_NODES, COSTLY_TERMS = 2000, 2000
+COSTLY_NODES, COSTLY_TERMS = 2000, 4000
+# GC001 stops a pod like that at capacity.max_work ("too costly to evaluate"); these servers lift
+# the cap so that it costs its full price.
+UNCAPPED = {"GPUSHARE_CAPACITY__MAX_WORK": str(10**12)}
 
 
 @contextmanager
-def one_slot_server(tmp_path, env: dict[str, str] | None = None) -> Iterator[RunningServer]:
-    snapshot = many_nodes_snapshot(tmp_path / "cluster.json", COSTLY_NODES)
+def one_slot_server(tmp_path, env: dict[str, str] | None = None, nodes: int = COSTLY_NODES) -> Iterator[RunningServer]:
+    snapshot = many_nodes_snapshot(tmp_path / "cluster.json", nodes)
     with gpushare_server(tmp_path, "--snapshot", str(snapshot),
-                         env={"GPUSHARE_OVERLOAD__APP_CONCURRENCY": "1", **(env or {})}) as server:
+                         env={"GPUSHARE_OVERLOAD__APP_CONCURRENCY": "1", **UNCAPPED, **(env or {})}) as server:
         yield server
 
 

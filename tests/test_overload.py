@@ -291,53 +291,6 @@ def test_slow_headers_bodies_and_handshakes_hold_no_thread(tmp_path):
                 sock.recv(1)
 
 
-def _answered(server, session, endpoint: str) -> int:
-    """Reviews the server has answered on ``endpoint``, from its /metrics."""
-    text = session.get(server.url + "/metrics", timeout=10).text
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("gpushare_admission_requests_total{") and f'endpoint="{endpoint}"' in line))
-
-
-def test_a_client_that_stops_reading_its_answers_blocks_nobody_and_loses_nothing(tmp_path):
-    """Reviews are evaluated by the poller itself and their answers written without blocking. A
-    client sends reviews one at a time (each once the last was answered, by the server's count)
-    and reads none of the answers: once its socket is full, the rest of an answer is finished by
-    a thread and the server stops reading from that client, while another connection's review
-    is answered at once; when the client reads, every answer is there, whole and in order, and
-    the connection serves on."""
-    pod = load_json("pod-realistic.json")
-    pod["spec"]["containers"] = [dict(pod["spec"]["containers"][0], name=f"cuda-{i}") for i in range(40)]
-    # A client that reads nothing for overload.client_timeout_seconds is dropped; here it reads
-    # well within that, however slow the host.
-    with gpushare_server(tmp_path, env={"GPUSHARE_OVERLOAD__CLIENT_TIMEOUT_SECONDS": "60"}) as server, \
-            ExitStack() as stack:
-        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
-        raw.settimeout(15)
-        raw.connect(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
-        stalled = stack.enter_context(ssl.create_default_context(cafile=server.ca).wrap_socket(
-            raw, server_hostname="localhost"))
-        scrapes = server.session()
-        uids: list[str] = []
-        while len(uids) < 500:
-            uid = f"stalled-{len(uids)}"
-            stalled.sendall(request(json.dumps(admission_review(pod, uid=uid)).encode(), path="/mutate"))
-            uids.append(uid)
-            try:  # one review at a time: the next goes once the server has answered this one
-                wait_until(lambda: _answered(server, scrapes, "mutate") == len(uids), timeout=3,
-                           what="the stalled connection's review answered")
-            except TimeoutError:
-                break  # its answer could not be written: the server stopped reading from it
-        assert 1 < len(uids) < 500, f"{len(uids)} reviews: the client's socket never filled up"
-        other = server.post_json("/validate", admission_review(load_json("pod-realistic.json"), uid="other"))
-        assert other.status_code == 200 and other.json()["response"]["uid"] == "other"
-        for uid in uids:
-            status, _, body = read_response(stalled)
-            assert status == 200 and json.loads(body)["response"]["uid"] == uid
-        stalled.sendall(request(json.dumps(admission_review(pod, uid="after")).encode(), path="/mutate"))
-        assert json.loads(read_response(stalled)[2])["response"]["uid"] == "after"
-
-
 def test_new_connections_are_issued_no_tls_session_tickets(server):
     """kube-apiserver's Go client keeps no TLS session cache (client-go's TLS configuration sets
     none), so it never resumes a session: issuing tickets would only add work to every new
