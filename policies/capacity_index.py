@@ -321,6 +321,7 @@ class CapacityIndex:
     Safe to share between threads: one lock covers a refresh and the question asked after it."""
 
     MAX_PROJECTIONS = 16  # key sets kept (a cluster's pods use a few); the oldest is dropped first
+    MAX_VERDICTS = 1024
 
     def __init__(self, names: Names) -> None:
         self.names = names
@@ -331,6 +332,9 @@ class CapacityIndex:
         self._next_order = 0
         self._modes: dict[str, int] = {}  # nodes per mode label
         self._projections: dict[tuple[frozenset[str], bool], Projection] = {}
+        # Verdicts while the state does not change, by what a pod asks: the pods of one workload
+        # ask the same, and a quiet cluster's reviews then cost a look-up.
+        self._verdicts: dict[tuple[Any, ...], CapacityVerdict] = {}
 
     # -- keeping up with the state
 
@@ -341,6 +345,7 @@ class CapacityIndex:
         changes_since = getattr(state, "changes_since", None)
         if generation is not None and state is self._state and generation == self._seen:
             return
+        self._verdicts = {}
         changed = changes_since(self._seen) if changes_since is not None and state is self._state else None
         if changed is None:
             self._rebuild(state)
@@ -399,7 +404,15 @@ class CapacityIndex:
             return CapacityVerdict()
         with self._lock:
             self.refresh(state)
-            return self._verdict(replace(demand, key=""), selector, budget)
+            # The pod's own key only matters to a pod already on a node, which GC001's (a pod at
+            # CREATE) never is: pods of one workload share the verdict.
+            key = (demand.gpus, demand.whole_gpus, demand.topology_gpus, demand.refused, selector)
+            found = self._verdicts.get(key)
+            if found is None:
+                found = self._verdict(replace(demand, key=""), selector, budget)
+                if len(self._verdicts) < self.MAX_VERDICTS:
+                    self._verdicts[key] = found
+            return found
 
     def _verdict(self, demand: PodDemand, selector: NodeSelector, budget: WorkBudget) -> CapacityVerdict:
         names = self.names

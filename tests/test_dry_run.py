@@ -196,8 +196,11 @@ def test_the_answer_is_bounded_by_the_question(tmp_path):
         reply = dry_run(server, session, many)
         assert reply.status_code == 413
         assert reply.json()["error"]["reason"] == (
-            "the body holds 6 objects; /dry-run judges at most 5 per request (dry_run.max_documents): send them "
-            "in smaller batches, or judge any number offline with `gpushare check`")
+            "the body holds more than 5 objects; /dry-run judges at most 5 per request (dry_run.max_documents): "
+            "send them in smaller batches, or judge any number offline with `gpushare check`")
+        listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(SEED_JOB)] * 6})
+        reply = dry_run(server, session, listed, "application/json")
+        assert reply.status_code == 413 and "more than 5 objects" in reply.json()["error"]["reason"]
 
         padded = yaml.safe_load(SEED_JOB)
         padded["metadata"]["annotations"] = {"note": "x" * 20_000}  # echoed in `mutated`: 4 x 20 KB answered
@@ -207,5 +210,5 @@ def test_the_answer_is_bounded_by_the_question(tmp_path):
         assert reason.startswith("the answer would be ") and "more than dry_run.max_answer_bytes (65536)" in reason
         assert len(ok(dry_run(server, session, yaml.safe_dump(padded)))) == 1
         metrics = session.get(server.url + "/metrics", timeout=10).text
-        assert 'gpushare_admission_requests_total{endpoint="dry-run",kind="",operation="",outcome="too_large"} 2.0' \
+        assert 'gpushare_admission_requests_total{endpoint="dry-run",kind="",operation="",outcome="too_large"} 3.0' \
             in metrics

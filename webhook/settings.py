@@ -92,6 +92,12 @@ class OverloadSettings(_Section):
     # with each other and with the poller that reads, refuses and dispatches requests (at 16,
     # overload starved the poller and answers took 10 s).
     app_concurrency: int = Field(2, ge=1, le=64)
+    # /metrics scrapes rendered at once (on helper threads, never in an evaluation slot): at 5,000
+    # nodes a scrape is megabytes, and clients that pipeline scrapes must not multiply them.
+    scrape_concurrency: int = Field(2, ge=1, le=64)
+    # Python's thread switch interval in the worker (sys.setswitchinterval): how long an evaluating
+    # thread keeps the GIL while the poller waits for it (default Python: 0.005).
+    switch_interval_seconds: float = Field(0.001, gt=0, le=0.1)
     # The review-time estimate behind refusals halves every this many seconds without a new
     # evaluation to measure (webhook.server.scheduling.ReviewTime): it forgets a burst.
     estimate_half_life_seconds: float = Field(1.0, gt=0, le=60)

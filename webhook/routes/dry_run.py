@@ -23,6 +23,7 @@ from policies.resources import ShapeError
 from policies.rules.base import Finding
 from policies.scoring import ranking_entry
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
+from webhook.documents.reader import TooManyDocuments
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
 from webhook.server.body import BodyError, read_body
@@ -105,15 +106,16 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
     cut to its best ``ranking_nodes`` (the local dashboard shows them all)."""
     _check_node(node, state)
     try:
-        manifests = parse_manifests(text, BODY_SOURCE, limits)
+        # With bounds, counted as the body is read: past the bound, nothing more is made of it.
+        manifests = parse_manifests(text, BODY_SOURCE, limits, bounds.max_documents if bounds is not None else None)
+    except TooManyDocuments as exc:
+        raise Refusal(413, f"the body holds more than {exc.limit} objects; /dry-run judges at most {exc.limit} per "
+                           "request (dry_run.max_documents): send them in smaller batches, or judge any number "
+                           "offline with `gpushare check`") from None
     except ManifestError as exc:
         raise DryRunInputError(str(exc)) from None
     if not manifests:
         raise DryRunInputError("the body holds no Kubernetes object")
-    if bounds is not None and len(manifests) > bounds.max_documents:
-        raise Refusal(413, f"the body holds {len(manifests)} objects; /dry-run judges at most "
-                           f"{bounds.max_documents} per request (dry_run.max_documents): send them in smaller "
-                           "batches, or judge any number offline with `gpushare check`")
     results = []
     for manifest in manifests:
         kind = manifest.kind

@@ -14,7 +14,8 @@ declares its class where it is registered (``declare``):
   slots of their own; past ``overload.max_waiting_tools`` waiting, a fast 503.
 - ``probe``: /healthz, /readyz, and anything no route declares (its 404 or 405 costs nothing):
   answered by the poller itself, ahead of the reviews it evaluates; no slot, never refused.
-- ``scrape``: /metrics, on a thread of its own; no slot, never refused.
+- ``scrape``: /metrics, on a helper thread, ``overload.scrape_concurrency`` at a time (a scrape
+  of a large cluster renders megabytes); no evaluation slot, never refused.
 
 Slots are for evaluation only: a request holds one from the moment it starts evaluating until
 its answer is built, never while it is read or written.
@@ -130,8 +131,9 @@ class Scheduler(Generic[T]):
         self.limits = limits
         self.clock = clock
         self.estimate = ReviewTime(limits.estimate_half_life_seconds)
-        self._free = {Work.REVIEW: limits.app_concurrency, Work.TOOL: limits.auxiliary_concurrency}
-        self._queued: dict[Work, deque[Waiting[T]]] = {Work.REVIEW: deque(), Work.TOOL: deque()}
+        self._free = {Work.REVIEW: limits.app_concurrency, Work.TOOL: limits.auxiliary_concurrency,
+                      Work.SCRAPE: limits.scrape_concurrency}
+        self._queued: dict[Work, deque[Waiting[T]]] = {work: deque() for work in self._free}
         self._probes: deque[T] = deque()
         self._inline: deque[Waiting[T]] = deque()  # reviews the poller evaluates, oldest first
         self.evaluating = 0  # requests holding a slot, plus the poller's review while it runs
@@ -142,15 +144,15 @@ class Scheduler(Generic[T]):
         """Requests waiting to be evaluated (reviews and tools; probes are answered at once)."""
         return len(self._inline) + len(self._queued[Work.REVIEW]) + len(self._queued[Work.TOOL])
 
+    def busy(self) -> bool:
+        """Anything waiting or running (a draining worker waits for this to end)."""
+        return bool(self.waiting() or self._queued[Work.SCRAPE] or self._probes or self.evaluating)
+
     def reviews_ahead(self) -> int:
         return len(self._inline) + len(self._queued[Work.REVIEW])
 
     def reviews_in_threads(self) -> int:
         return self.limits.app_concurrency - self._free[Work.REVIEW]
-
-    def busy(self) -> bool:
-        """Anything waiting or evaluating (a draining worker waits for this to end)."""
-        return bool(self.waiting() or self._probes or self.evaluating)
 
     # -- refusing at the door
 
@@ -222,15 +224,12 @@ class Scheduler(Generic[T]):
         if work is Work.PROBE:
             self._probes.append(item)
             return Route.POLLER
-        if work is Work.SCRAPE:
-            return Route.THREAD
         if work is Work.REVIEW and inline and self.limits.inline_admission and not self._queued[work] \
                 and not self.reviews_in_threads():
             self._inline.append(Waiting(item, work, now, timeout, behind=bool(self._inline)))
             return Route.POLLER
         if not self._queued[work] and self._free[work]:
-            self._free[work] -= 1
-            self.evaluating += 1
+            self._take(work)
             return Route.THREAD
         self._queued[work].append(Waiting(item, work, now, timeout, behind=True))
         return Route.QUEUED
@@ -261,18 +260,20 @@ class Scheduler(Generic[T]):
         refused instead because their wait has used up their deadline (they hold none)."""
         started: list[tuple[T, Work]] = []
         refused: list[Refusal[T]] = []
-        for work in (Work.REVIEW, Work.TOOL):
-            queue = self._queued[work]
+        for work, queue in self._queued.items():
             while queue and self._free[work]:
                 waiting = queue.popleft()
                 why = self._late(waiting, now) if work is Work.REVIEW else None
                 if why is not None:
                     refused.append(Refusal(waiting.item, why))
                     continue
-                self._free[work] -= 1
-                self.evaluating += 1
+                self._take(work)
                 started.append((waiting.item, work))
         return started, refused
+
+    def _take(self, work: Work) -> None:
+        self._free[work] -= 1
+        self.evaluating += work is not Work.SCRAPE  # a scrape holds a slot of its own, not an evaluation slot
 
     def evaluating_in_poller(self, running: bool) -> None:
         """The poller starts (True) or ends (False) evaluating one of its reviews."""
@@ -283,6 +284,6 @@ class Scheduler(Generic[T]):
         the estimate (probes, scrapes and tools never do)."""
         if in_thread and work in self._free:
             self._free[work] += 1
-            self.evaluating -= 1
+            self.evaluating -= work is not Work.SCRAPE
         if work is Work.REVIEW:
             self.estimate.observe(seconds, now)

@@ -54,6 +54,7 @@ import queue
 import selectors
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections import deque
@@ -330,6 +331,10 @@ class WebhookWorker(Worker):  # type: ignore[misc]
         # used per request once (they do not change while the worker runs).
         self._keepalive = self.cfg.keepalive
         self._pre_request, self._post_request = self.cfg.pre_request, self.cfg.post_request
+        # Threads evaluating hold the GIL for this long before the poller may take it back (each of
+        # its socket calls gives it up): shorter than Python's 5 ms keeps probes and handshakes quick
+        # while threads evaluate. With only the poller running it changes nothing.
+        sys.setswitchinterval(self.limits.switch_interval_seconds)
         self.poller = selectors.DefaultSelector()
         self.poller.register(self.PIPE[0], selectors.EVENT_READ, self._wake)
         for listener in self.sockets:
@@ -734,10 +739,13 @@ class WebhookWorker(Worker):  # type: ignore[misc]
                 if review:
                     scheduler.evaluating_in_poller(True)
                 answer, keep = self._evaluate(conn)
+                took = time.monotonic() - now
                 if review:
                     scheduler.evaluating_in_poller(False)
-                    scheduler.finished(work, time.monotonic() - now, time.monotonic(), in_thread=False)
+                    scheduler.finished(work, took, now + took, in_thread=False)
                 self._answer(conn, answer, keep)
+                if took >= self.limits.inline_slice_seconds / 4:
+                    return  # a costly one: look at the connections (probes, handshakes) before the next
             if time.monotonic() >= stop:
                 return
 
@@ -976,9 +984,9 @@ class WebhookWorker(Worker):  # type: ignore[misc]
             read, conn = job
             if read:
                 self._report(self._read_request(conn))
-            else:
+            else:  # a scrape, in a scrape slot (webhook.server.scheduling)
                 answer, keep = self._evaluate(conn)
-                self._report(_Outcome(conn, answer, keep))
+                self._report(_Outcome(conn, answer, keep, slot=True))
 
     def _read_request(self, conn: Conn) -> _Outcome:
         """Parse a request whose body the poller did not buffer and read the body into memory
