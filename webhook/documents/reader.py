@@ -157,7 +157,8 @@ def check_yaml(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS,
                 anchors.clear()  # anchors are scoped to their document
                 documents += 1
                 if max_documents is not None and documents > max_documents:
-                    raise TooManyDocuments(source, event.start_mark.line + 1, max_documents)
+                    mark = event.start_mark
+                    raise TooManyDocuments(source, mark.line + 1 if mark is not None else None, max_documents)
     finally:
         parser.dispose()
 
