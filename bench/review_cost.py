@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.admission import api_server_json, review_for  # noqa: E402
 from bench.attack import INLINE_MAX, _largest, failing_terms_review, many_containers_review, snapshot  # noqa: E402
+from bench.processes import host_speed  # noqa: E402
 from policies.capacity_index import WorkBudget, capacity_index  # noqa: E402
 from policies.cluster import pod_from_manifest  # noqa: E402
 from policies.engine import Engine  # noqa: E402
@@ -151,14 +152,6 @@ def ordinary_under_churn(engine: Engine, state: object, nodes: list[str], repeat
             state.remove_pod("default", f"churn-{i - 4}")  # type: ignore[attr-defined]
         times.append(evaluate(engine, state, body))
     return statistics.median(times)
-
-
-def host_speed() -> float:
-    """ns per iteration of an empty Python loop: how loaded the host is (about 15 when idle here)."""
-    started = time.perf_counter()
-    for _ in range(1_000_000):
-        pass
-    return (time.perf_counter() - started) * 1000
 
 
 def main() -> None:
