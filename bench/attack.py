@@ -452,6 +452,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=40000)
     parser.add_argument("--attacks", default=",".join(ATTACKS))
     parser.add_argument("--pin", action="store_true", help="server on CPU 0, clients and attackers on CPU 1")
+    parser.add_argument("--log", type=Path, help="keep the server's log here")
     args = parser.parse_args()
     body = realistic_review_body()
     gpushare = Path(sys.executable).parent / "gpushare"
@@ -469,7 +470,7 @@ def main() -> None:
             import os
 
             os.sched_setaffinity(0, {1})
-        with https_server(command, ca, port, Path(tmp, "server.log"), timeout=600) as server:
+        with https_server(command, ca, port, args.log or Path(tmp, "server.log"), timeout=600) as server:
             warm_up = Legit(port, str(ca), body, True, 1.0, "/validate?timeout=30s")
             warm_up.thread.start()  # a first review, as any server sees before it is measured
             warm_up.thread.join()
