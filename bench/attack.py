@@ -245,16 +245,30 @@ def _dry_run_bodies() -> Iterator[bytes]:
     return itertools.cycle([b"---\n".join([doc] * count) for count in (10_000, 400, 100)])
 
 
-def _threads_attack(kind: str, port: int, ca: str, seconds: float) -> int:
+VARIANTS = 24  # distinct bodies of each costly shape, with their own names and keys (more than the
+# 16 selector groupings the server keeps), made before the attack: making them costs the attacker
+# more CPU than the server spends on them, and the host has two cores for both.
+
+
+def costly_bodies(kind: str) -> dict[str, list[bytes]]:
+    bodies: dict[str, list[bytes]] = {}
+    if kind in ("inline-stall", "shed-latch"):
+        bodies["inline"] = [make() for _ in range(VARIANTS) for make in INLINE_STALL]
+    if kind in ("probe-starvation", "shed-latch"):
+        bodies["large"] = [failing_terms_review(105_000) for _ in range(VARIANTS)]
+    return bodies
+
+
+def _threads_attack(kind: str, port: int, ca: str, seconds: float, bodies: dict[str, list[bytes]]) -> int:
     stop = time.monotonic() + seconds
     opened = [0]
     targets: list[tuple] = []
-    if kind in ("inline-stall", "shed-latch"):
-        targets += [(_one_by_one, (port, ca, stop, (make() for make in itertools.cycle(INLINE_STALL)), opened))
-                    for _ in range(2)]
-    if kind in ("probe-starvation", "shed-latch"):
-        targets += [(_one_by_one, (port, ca, stop, iter(lambda: failing_terms_review(105_000), None), opened))
-                    for _ in range(3)]
+    if "inline" in bodies:
+        targets += [(_one_by_one, (port, ca, stop, itertools.cycle(bodies["inline"][i::2]), opened))
+                    for i in range(2)]
+    if "large" in bodies:
+        targets += [(_one_by_one, (port, ca, stop, itertools.cycle(bodies["large"][i::3]), opened))
+                    for i in range(3)]
     if kind == "unread-pipelining":
         metrics = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"
         pod = json.loads((ROOT / "tests" / "data" / "pod-realistic.json").read_text())
@@ -354,11 +368,12 @@ async def _attack(kind: str, port: int, ca: str, seconds: float) -> int:
     return opened[0]
 
 
-def _attacker(kind: str, port: int, ca: str, seconds: float, out: multiprocessing.Queue) -> None:
+def _attacker(kind: str, port: int, ca: str, seconds: float, out: multiprocessing.Queue,
+              bodies: dict[str, list[bytes]]) -> None:
     if kind in COUNTS or kind == "nested-yaml":
         out.put(asyncio.run(_attack(kind, port, ca, seconds)))
     else:
-        out.put(_threads_attack(kind, port, ca, seconds))
+        out.put(_threads_attack(kind, port, ca, seconds, bodies))
 
 
 class Legit:
@@ -485,10 +500,11 @@ def main() -> None:
                 attacker = None
                 build_up, opened = 0.0, 0
                 path = "/validate?timeout=5s"
+                bodies = costly_bodies(kind)
                 with PeakRss(server.pid) as rss:
                     if kind != "none":
                         attacker = multiprocessing.Process(target=_attacker, args=(kind, port, str(ca), args.seconds,
-                                                                                   out))
+                                                                                   out, bodies))
                         attacker.start()
                         build_up = min(3.0, args.seconds / 10)
                         time.sleep(build_up)  # let the attack build up before measuring
