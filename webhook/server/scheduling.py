@@ -23,9 +23,8 @@ its answer is built, never while it is read or written.
 
 from __future__ import annotations
 
-import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
@@ -127,9 +126,8 @@ class Scheduler(Generic[T]):
     (``next_for_poller``) and what threads may start (``grants``), and reports each finished
     evaluation (``finished``)."""
 
-    def __init__(self, limits: OverloadSettings, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limits: OverloadSettings) -> None:
         self.limits = limits
-        self.clock = clock
         self.estimate = ReviewTime(limits.estimate_half_life_seconds)
         self._free = {Work.REVIEW: limits.app_concurrency, Work.TOOL: limits.auxiliary_concurrency,
                       Work.SCRAPE: limits.scrape_concurrency}
