@@ -11,6 +11,7 @@ from flask import Flask, Response, request
 
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options
+from webhook.server.scheduling import Work, declare
 from webhook.settings import load_settings
 
 
@@ -23,9 +24,11 @@ def create_bare_app() -> Flask:
                 "response": {"uid": review["request"]["uid"], "allowed": True}}
         return Response(json.dumps(body), mimetype="application/json")
 
-    app.add_url_rule("/validate", "validate", allow, methods=["POST"])
-    app.add_url_rule("/mutate", "mutate", allow, methods=["POST"])
-    app.add_url_rule("/healthz", "healthz", lambda: Response('{"status":"ok"}', mimetype="application/json"))
+    # Scheduled as the webhook's own routes are (webhook.server.scheduling).
+    app.add_url_rule(declare("/validate", Work.REVIEW, ["POST"]), "validate", allow, methods=["POST"])
+    app.add_url_rule(declare("/mutate", Work.REVIEW, ["POST"]), "mutate", allow, methods=["POST"])
+    app.add_url_rule(declare("/healthz", Work.PROBE, ["GET"]), "healthz",
+                     lambda: Response('{"status":"ok"}', mimetype="application/json"))
     return app
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .cards import CORE_PER_CARD
+from .cards import Card
 from .placement import SHARED_MODES, NodeProfile, PodDemand, judge
 from .selectors import NodeSelector
 from .settings import Names
@@ -92,18 +92,29 @@ def judge_capacity(demand: PodDemand, selector: NodeSelector, profiles: Sequence
 def _not_now(demand: PodDemand, candidates: Sequence[NodeProfile], names: Names) -> str:
     """Why no node holds the pod right now, naming what does not fit: memory, or compute when some
     card has the memory (a core+mem pod's compute is as scarce as its memory)."""
-    unit = names.memory_unit
-    need = max(demand.gpus, key=lambda g: g.mem_per_card)
+    need = max(demand.gpus, key=lambda g: g.mem_per_card).mem_per_card
     cards = [(p.name, c) for p in candidates for c in p.cards.cards]
-    roomy = [(node, c) for node, c in cards if c.free_mem >= need.mem_per_card]
-    core = max(demand.gpus, key=lambda g: g.core_per_card)
-    if roomy and core.core_per_card:
-        node, card = max(roomy, key=lambda nc: CORE_PER_CARD - nc[1].used_core)  # the first, on ties
-        return (f'container "{core.container}" ({names.resources.gpu_core}={core.core_per_card}) fits no card of the '
-                f"nodes that could take it right now: the most compute free is {CORE_PER_CARD - card.used_core}% "
-                f"on GPU{card.index} of node {node}; it stays Pending until compute is freed")
-    closest = max(((node, c) for node, c in cards if c.total_mem >= need.mem_per_card),
+    roomy = [(node, c) for node, c in cards if c.free_mem >= need]
+    most_compute = max(roomy, key=lambda nc: nc[1].free_core) if roomy else None  # the first, on ties
+    if most_compute is not None and max(g.core_per_card for g in demand.gpus):
+        return not_now_text(demand, most_compute, None, names)
+    closest = max(((node, c) for node, c in cards if c.total_mem >= need),
                   key=lambda nc: nc[1].free_mem, default=None)  # the first, on ties
+    return not_now_text(demand, None, closest, names)
+
+
+def not_now_text(demand: PodDemand, most_compute: tuple[str, Card] | None, closest: tuple[str, Card] | None,
+                 names: Names) -> str:
+    """GC001's "not now" words: the card with the most compute free among those with the memory when
+    the pod asks for compute and one has it, else the card closest to fitting (either may be None)."""
+    unit = names.memory_unit
+    if most_compute is not None:
+        core = max(demand.gpus, key=lambda g: g.core_per_card)
+        node, card = most_compute
+        return (f'container "{core.container}" ({names.resources.gpu_core}={core.core_per_card}) fits no card of the '
+                f"nodes that could take it right now: the most compute free is {card.free_core}% "
+                f"on GPU{card.index} of node {node}; it stays Pending until compute is freed")
+    need = max(demand.gpus, key=lambda g: g.mem_per_card)
     shown = (f"; the closest is GPU{closest[1].index} of node {closest[0]} with {closest[1].free_mem} of "
              f"{closest[1].total_mem} {unit} free" if closest is not None else "")
     return (f'container "{need.container}" ({names.resources.gpu_mem}={need.mem}) fits no card of the nodes that '

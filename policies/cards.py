@@ -62,6 +62,10 @@ class Card:
     def free_mem(self) -> int:
         return self.total_mem - self.used_mem
 
+    @property
+    def free_core(self) -> int:
+        return CORE_PER_CARD - self.used_core
+
     def copy(self) -> Card:
         return Card(self.index, self.total_mem, self.used_mem, self.used_core, self.pods)
 

@@ -405,6 +405,16 @@ class BackstopSettings(_Section):
     excluded_namespaces: tuple[str, ...] = ("kube-system", "gpushare-system")
 
 
+class CapacitySettings(_Section):
+    """What GC001 may do for one review (policies/capacity_index.py; docs/operations.md, "What one
+    review may cost")."""
+
+    # Units of work (a group or node looked at, a selector requirement matched, a label read, a
+    # card compared, a container placed on a card) per review at most; past it the pod is "too
+    # costly to evaluate" (GC001's severity). A real pod takes a few hundred at 5,000 nodes.
+    max_work: int = Field(100_000, ge=1_000)
+
+
 class PolicySettings(_Section):
     """What the domain reads: names, rule overrides and the sections rules, placement, audit,
     exemptions and the backstop use. The edge's settings object (``webhook.settings.Settings``)
@@ -420,3 +430,4 @@ class PolicySettings(_Section):
     exemptions: ExemptionSettings = Field(default_factory=ExemptionSettings.model_construct)
     isolation: IsolationSettings = Field(default_factory=IsolationSettings.model_construct)
     backstop: BackstopSettings = Field(default_factory=BackstopSettings.model_construct)
+    capacity: CapacitySettings = Field(default_factory=CapacitySettings.model_construct)

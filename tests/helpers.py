@@ -124,3 +124,26 @@ def admission_review(obj: dict[str, Any] | None, *, kind: str | None = None, ope
     if sub_resource:
         request["subResource"] = sub_resource
     return {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}
+
+
+def many_nodes_snapshot(path: Path, nodes: int) -> Path:
+    """A snapshot file of ``nodes`` GPU nodes (half cgpu, half core_mem, 4 x 15 GiB cards each)."""
+    from .cluster_builders import gpu_node
+
+    items = [gpu_node(f"node-{i:05d}", "core_mem" if i % 2 else "cgpu") for i in range(nodes)]
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return path
+
+
+def costly_pod(tag: str, terms: int) -> dict[str, Any]:
+    """A legal Pod whose GC001 check reads every node once per term: ``terms`` required node
+    affinity terms, each on a label no node has (``tag`` makes the labels new, so nothing the
+    webhook remembers from an earlier review helps). Its cost grows with terms x nodes, up to
+    capacity.max_work ("too costly to evaluate")."""
+    required = [{"matchExpressions": [{"key": f"example.com/absent-{tag}-{i}", "operator": "Exists"}]}
+                for i in range(terms)]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"costly-{tag}", "namespace": "default"},
+            "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": required}}},
+                "containers": [{"name": "cuda", "image": "cuda:12",
+                                "resources": {"limits": {"aliyun.com/gpu-mem": 1}}}]}}

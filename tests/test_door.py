@@ -1,4 +1,4 @@
-"""What the poller may refuse by itself: exactly one complete, plain HTTP/1.x request."""
+"""The poller's one look at a request: is it all here, what is it, may the door answer it itself."""
 
 from __future__ import annotations
 
@@ -6,14 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.server.door import MAX_HEAD_BYTES, RequestHead, read_state
+from webhook.server.door import MAX_HEAD_BYTES, read_state, without_expect
 
-
-def head_of(data: bytes) -> RequestHead | None:
-    """The head the poller may answer by itself: ``data`` is one complete, plain request."""
-    state, head = read_state(data, 1024)
-    assert head is None or state == "complete"
-    return head
+BUFFERED, MAX_BODY = 1024, 4096
 
 
 def _request(body: bytes = b'{"a":1}', extra: bytes = b"", version: bytes = b"HTTP/1.1") -> bytes:
@@ -21,9 +16,21 @@ def _request(body: bytes = b'{"a":1}', extra: bytes = b"", version: bytes = b"HT
             + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
+def _door_may_answer(data: bytes) -> bool:
+    """What the door answers itself: exactly one complete, plain request."""
+    reading = read_state(data, BUFFERED, MAX_BODY)
+    return (reading.state == "complete" and reading.head is not None and reading.head.plain
+            and reading.size == len(data))
+
+
 def test_a_complete_request_is_recognised():
-    head = head_of(_request())
-    assert head is not None and (head.method, head.path, head.close) == ("POST", "/validate", False)
+    data = _request()
+    reading = read_state(data, BUFFERED, MAX_BODY)
+    assert reading.state == "complete" and reading.size == len(data)
+    head = reading.head
+    assert head is not None and (head.method, head.path, head.close, head.timeout) == ("POST", "/validate", False,
+                                                                                       "10s")
+    assert _door_may_answer(data)
 
 
 @pytest.mark.parametrize(("extra", "version", "close"), [
@@ -32,7 +39,7 @@ def test_a_complete_request_is_recognised():
     (b"Connection: keep-alive\r\n", b"HTTP/1.0", False),
 ])
 def test_connection_close_is_honoured(extra, version, close):
-    head = head_of(_request(extra=extra, version=version))
+    head = read_state(_request(extra=extra, version=version), BUFFERED, MAX_BODY).head
     assert head is not None and head.close is close
 
 
@@ -48,41 +55,71 @@ def test_connection_close_is_honoured(extra, version, close):
     b"GARBAGE\r\n\r\n",
 ])
 def test_anything_unusual_is_left_to_the_normal_path(data):
-    assert head_of(data) is None
+    assert not _door_may_answer(data)
+
+
+def test_a_pipelined_request_is_complete_and_knows_where_it_ends():
+    first = _request()
+    reading = read_state(first + _request(), BUFFERED, MAX_BODY)
+    assert reading.state == "complete" and reading.size == len(first)
+
+
+def test_a_body_over_the_limit_is_refused_before_it_arrives_with_or_without_expect():
+    """Content-Length over the server's limit: refused unread, before any 100 Continue."""
+    head = b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n"
+    assert read_state(head + b"\r\n", BUFFERED, MAX_BODY).state == "too_large"
+    assert read_state(head + b"Expect: 100-continue\r\n\r\n", BUFFERED, MAX_BODY).state == "too_large"
+    within = bytearray(head.replace(b"5000000", b"2000") + b"Expect: 100-continue\r\n\r\n")
+    assert read_state(within, BUFFERED, MAX_BODY).state == "expect"  # the poller says 100 Continue
+    without_expect(within)
+    assert read_state(within, BUFFERED, MAX_BODY).state == "thread"  # over what the poller buffers
+
+
+def test_an_answered_expectation_leaves_an_ordinary_request():
+    data = bytearray(_request(extra=b"Expect: 100-continue\r\nX-Other: 1\r\n"))
+    without_expect(data)
+    assert b"Expect" not in data and b"X-Other: 1\r\n" in data
+    assert _door_may_answer(bytes(data))
 
 
 # The door parses each distinct head once (the API server's heads repeat). Its answers must be
 # those of a plain scan of every request, whatever the order of the headers and however often a
 # head comes back: a reference scan, written out here, judges generated requests alike.
 
-def _reference_state(data: bytes, max_body: int) -> str:
+def _reference_state(data: bytes) -> str:
     end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
     if end < 0:
         return "incomplete" if len(data) <= MAX_HEAD_BYTES else "thread"
-    length, chunked = 0, False
-    for line in data[:end].split(b"\r\n")[1:]:
+    lines = data[:end].split(b"\r\n")
+    version = lines[0].split(b" ")[-1]
+    length, chunked, expect = 0, False, False
+    for line in lines[1:]:
         name, _, value = line.partition(b":")
-        name = name.strip().lower()
+        name, value = name.strip().lower(), value.strip()
         if name == b"content-length":
-            value = value.strip()
             if not value.isdigit():
                 return "complete"
             length = int(value)
         elif name == b"transfer-encoding":
             chunked = True
-        elif name == b"expect":
-            return "thread"
+        elif name == b"expect" and value.lower() == b"100-continue" and version == b"HTTP/1.1":
+            expect = True
+    if length > MAX_BODY and not chunked:
+        return "too_large"
+    if expect:
+        return "expect"
     if chunked:
         return "chunked"
-    if length > max_body:
+    if length > BUFFERED:
         return "thread"
     return "complete" if len(data) >= end + 4 + length else "incomplete"
 
 
 _HEADER_LINES = st.sampled_from([
     b"Host: localhost", b"Content-Type: application/json", b"Content-Length: 7", b"Content-Length: 3",
-    b"Content-Length: x1", b"Content-Length:  7 ", b"Expect: 100-continue", b"Transfer-Encoding: chunked",
-    b"Connection: close", b"Connection: keep-alive", b"Upgrade: h2c", b"Broken header line", b"X-Long: " + b"a" * 3000,
+    b"Content-Length: x1", b"Content-Length:  7 ", b"Content-Length: 2000", b"Content-Length: 9000",
+    b"Expect: 100-continue", b"Expect: something", b"Transfer-Encoding: chunked", b"Connection: close",
+    b"Connection: keep-alive", b"Upgrade: h2c", b"Broken header line", b"X-Long: " + b"a" * 3000,
 ])
 
 
@@ -95,10 +132,10 @@ def test_the_door_judges_every_head_as_a_plain_scan_does(start, lines, body, rep
     if pipelined:
         data += data
     for _ in range(repeat):  # the second time round the head comes from the door's memory
-        expected = _reference_state(data, 1024)
-        state, head = read_state(data, 1024)
-        assert state == expected or (expected == "chunked" and state in ("complete", "incomplete", "thread"))
-        if head is not None:
-            assert state == "complete"
+        expected = _reference_state(data)
+        reading = read_state(data, BUFFERED, MAX_BODY)
+        assert reading.state == expected or (expected == "chunked" and reading.state in
+                                             ("complete", "incomplete", "thread"))
+        if _door_may_answer(data):
             assert not pipelined and b"Expect" not in data and b"chunked" not in data
-            assert head.method == start.split(b" ")[0].decode()
+            assert reading.head is not None and reading.head.method == start.split(b" ")[0].decode()

@@ -9,7 +9,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from .helpers import DATA, admission_review, load_json
+from .helpers import DATA, admission_review, gpushare_server, load_json
 
 CORE_MEM_NODE = "cn-beijing.192.168.1.10"  # demo: core_mem, 4 x 15 GiB, runs a 2 GiB + 30 % job
 CGPU_NODE = "cn-hangzhou.192.168.2.20"  # demo: cgpu, 2 x 31 GiB Tesla-V100-SXM2-32GB
@@ -175,3 +175,40 @@ def test_a_pod_pinned_to_an_unknown_node_gets_a_warning(server, session):
     [warning] = result["warnings"]
     assert warning["rule"] == "state" and warning["path"] == "spec.nodeName"
     assert "node node-the-state-lacks is not in the cluster state" in warning["message"]
+
+
+def test_the_answer_is_bounded_by_the_question(tmp_path):
+    """A hundred tiny documents once drew a ranking of every node each: an answer thousands of times
+    its question. Rankings show the best dry_run.ranking_nodes nodes and count the rest; a body of
+    more than dry_run.max_documents objects, or an answer over dry_run.max_answer_bytes, is a 413
+    that names the bound; the server that read them answers on."""
+    env = {"GPUSHARE_DRY_RUN__MAX_DOCUMENTS": "5", "GPUSHARE_DRY_RUN__RANKING_NODES": "2",
+           "GPUSHARE_DRY_RUN__MAX_ANSWER_BYTES": "65536"}
+    with gpushare_server(tmp_path, env=env) as server:
+        session = server.session()
+        [job] = ok(dry_run(server, session, SEED_JOB))
+        assert len(job["ranking"]) == 2 and job["rankingOmitted"] == 2  # the demo snapshot has 4 nodes
+        assert job["ranking"][0]["node"] == CORE_MEM_NODE  # the best come first
+        config_map = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+        assert "rankingOmitted" not in ok(dry_run(server, session, config_map))[0]  # nothing ranked
+
+        many = "---\n".join([SEED_JOB] * 6)
+        reply = dry_run(server, session, many)
+        assert reply.status_code == 413
+        assert reply.json()["error"]["reason"] == (
+            "the body holds more than 5 objects; /dry-run judges at most 5 per request (dry_run.max_documents): "
+            "send them in smaller batches, or judge any number offline with `gpushare check`")
+        listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": [yaml.safe_load(SEED_JOB)] * 6})
+        reply = dry_run(server, session, listed, "application/json")
+        assert reply.status_code == 413 and "more than 5 objects" in reply.json()["error"]["reason"]
+
+        padded = yaml.safe_load(SEED_JOB)
+        padded["metadata"]["annotations"] = {"note": "x" * 20_000}  # echoed in `mutated`: 4 x 20 KB answered
+        reply = dry_run(server, session, "---\n".join([yaml.safe_dump(padded)] * 4))
+        assert reply.status_code == 413
+        reason = reply.json()["error"]["reason"]
+        assert reason.startswith("the answer would be ") and "more than dry_run.max_answer_bytes (65536)" in reason
+        assert len(ok(dry_run(server, session, yaml.safe_dump(padded)))) == 1
+        metrics = session.get(server.url + "/metrics", timeout=10).text
+        assert 'gpushare_admission_requests_total{endpoint="dry-run",kind="",operation="",outcome="too_large"} 3.0' \
+            in metrics

@@ -33,6 +33,7 @@ __all__ = [
     "CertSettings",
     "CheckSettings",
     "ConfigFileError",
+    "DryRunSettings",
     "InputSettings",
     "LeaderSettings",
     "LogSettings",
@@ -89,18 +90,29 @@ class OverloadSettings(_Section):
     # max_connections callers wait in the kernel's listen backlog, unseen by the deadline check,
     # so sustained overload is refused here, long before the deadline (docs/operations.md).
     max_waiting_requests: int = Field(500, ge=1)
-    # Requests evaluated at once per process. Threads past this wait on a semaphore, not the
-    # GIL: with the GIL more would only contend with each other and with the poller that reads,
-    # refuses and dispatches requests (at 16, overload starved the poller and answers took 10 s).
+    # Reviews evaluated at once in threads (each holds an evaluation slot, on a thread of its
+    # own; the others wait in the poller, not in a thread). With the GIL more would only contend
+    # with each other and with the poller that reads, refuses and dispatches requests (at 16,
+    # overload starved the poller and answers took 10 s).
     app_concurrency: int = Field(2, ge=1, le=64)
+    # /metrics scrapes rendered at once (on helper threads, never in an evaluation slot): at 5,000
+    # nodes a scrape is megabytes, and clients that pipeline scrapes must not multiply them.
+    scrape_concurrency: int = Field(2, ge=1, le=64)
+    # Python's thread switch interval in the worker (sys.setswitchinterval): how long an evaluating
+    # thread keeps the GIL while the poller waits for it (default Python: 0.005).
+    switch_interval_seconds: float = Field(0.001, gt=0, le=0.1)
+    # The review-time estimate behind refusals halves every this many seconds without a new
+    # evaluation to measure (webhook.server.scheduling.ReviewTime): it forgets a burst.
+    estimate_half_life_seconds: float = Field(1.0, gt=0, le=60)
     # An admission review that arrived whole is evaluated by the poller thread itself while no
-    # request is in a thread: no hand-off between threads (each costs futex calls, a context
+    # review is with a thread: no hand-off between threads (each costs futex calls, a context
     # switch and the GIL's convoy), so a review costs less CPU and a refusal under overload costs
-    # little more than reading it. Off: every request goes to a thread, as other requests do.
+    # little more than reading it. Off: every review goes to a thread. What a review may cost is
+    # bounded by the rules' own caps (GC001's work count), which bounds the poller's stall.
     inline_admission: bool = True
     # Larger reviews go to a thread: the poller evaluates one review at a time and cannot be
-    # interrupted, so a huge object would stall every connection (a 64 KiB Pod, about a hundred
-    # containers, is evaluated in a few milliseconds; real Pods are a few KiB).
+    # interrupted (a 64 KiB Pod, about a hundred containers, is evaluated in a few milliseconds;
+    # real Pods are a few KiB).
     inline_max_bytes: int = Field(64 * 1024, ge=0)
     # Seconds the poller evaluates queued reviews before it looks at its connections again
     # (accepts, timeouts, health probes); a review is never cut short.
@@ -108,12 +120,21 @@ class OverloadSettings(_Section):
     # /dry-run and the scheduler extender evaluate at most this many at once, in slots apart from
     # the admission reviews', so an expensive body there never holds the API server's reviews.
     auxiliary_concurrency: int = Field(1, ge=1, le=64)
+    # Tool requests waiting for those slots at most; past it, a fast 503. Each holds a connection
+    # and its body in memory.
+    max_waiting_tools: int = Field(16, ge=1)
+    # Answers written but not yet taken by their clients, in bytes, over all connections. A client
+    # that does not read keeps its answer here (never a thread or a slot) until
+    # client_timeout_seconds pass; past this total the connection whose answer waited longest is
+    # closed first, so clients that never read cannot grow the server's memory.
+    max_unsent_bytes: int = Field(64 * 1024 * 1024, ge=64 * 1024)
     # Bodies up to this many bytes are read in full before a request takes an evaluation slot,
     # so a slow sender holds a thread but never a slot; the poller refuses requests this size
     # at the door when the queue is over budget (docs/operations.md).
     buffer_body_bytes: int = Field(1024 * 1024, ge=0)
     # On a kept-alive connection, a request's headers and body must arrive within this many seconds
     # of its first byte (slowloris); the first request of a new connection: new_connection_seconds.
+    # An answer must be taken by its client within as long, or the connection is closed.
     client_timeout_seconds: float = Field(5.0, gt=0, le=60)
     # Open connections per worker process. A new connection past it closes the oldest idle one
     # (one that sent nothing yet, else a kept-alive one); only when all are busy is it refused.
@@ -147,6 +168,19 @@ class InputSettings(_Section):
     # Bytes that YAML aliases may add to what is written, over one input: a billion-laughs
     # body is refused before it is expanded in memory or in an answer.
     max_alias_bytes: int = Field(1024 * 1024, ge=0)
+
+
+class DryRunSettings(_Section):
+    """Bounds on what ``POST /dry-run`` answers: an answer never outgrows its question. (The local
+    ``gpushare score`` and ``gpushare explain`` keep full rankings.)"""
+
+    # Objects judged per request at most; a body with more gets a 413 (send smaller batches, or
+    # judge any number offline with `gpushare check`).
+    max_documents: int = Field(100, ge=1)
+    # Nodes listed in each object's ranking: the best this many; ``rankingOmitted`` counts the rest.
+    ranking_nodes: int = Field(10, ge=0)
+    # Bytes of the whole answer at most; a larger one is a 413 instead.
+    max_answer_bytes: int = Field(8 * 1024 * 1024, ge=64 * 1024)
 
 
 class LogSettings(_Section):
@@ -235,6 +269,7 @@ class Settings(PolicySettings):
     cert_rotation: CertRotationSettings = Field(default_factory=CertRotationSettings.model_construct)
     check: CheckSettings = Field(default_factory=CheckSettings.model_construct)
     overload: OverloadSettings = Field(default_factory=OverloadSettings.model_construct)
+    dry_run: DryRunSettings = Field(default_factory=DryRunSettings.model_construct)
     logging: LogSettings = Field(default_factory=LogSettings.model_construct)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings.model_construct)
     auth: AuthSettings = Field(default_factory=AuthSettings.model_construct)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Iterator
 
-from ..capacity import CapacityVerdict, judge_capacity
-from ..placement import NodeProfile, PodDemand, demand_from_containers
+from ..capacity_index import TooCostly, WorkBudget, capacity_index, too_costly
+from ..placement import demand_from_containers
 from ..relevance import Relevance
 from ..resources import POD_SPEC_PATHS
-from ..scoring import Scorer
-from ..selectors import NodeSelector, node_selector_from_spec
-from ..settings import Names
+from ..selectors import node_selector_from_spec
+from ..settings import CapacitySettings
 from ..subject import Subject
 from .base import Found, rule
 from .placement_rules import placement_of
@@ -25,51 +23,6 @@ def asks_gpu_memory(subject: Subject) -> bool:
     return subject.names.resources.gpu_mem in subject.asked
 
 
-class VerdictCache:
-    """GC001's verdicts for one version of the node profiles, by what a pod asks.
-
-    ``judge_capacity`` reads every node, so a cluster of thousands of nodes would cost every review
-    milliseconds; the pods of one workload ask the same thing, and the profiles change only when a
-    node or its pods do (the scoring engine then builds a new tuple, and the verdicts start
-    afresh). The entry is replaced in one assignment, so threads never see verdicts of another
-    version of the profiles."""
-
-    MAX_ENTRIES = 1024
-
-    def __init__(self) -> None:
-        self._entry: tuple[Sequence[NodeProfile] | None, dict[tuple[object, ...], CapacityVerdict]] = (None, {})
-
-    def verdict(self, demand: PodDemand, selector: NodeSelector, profiles: Sequence[NodeProfile],
-                names: Names) -> CapacityVerdict:
-        held, verdicts = self._entry
-        if held is not profiles:
-            verdicts = {}
-            self._entry = (profiles, verdicts)
-        # The pod's own key only matters to a pod already on a node, which GC001's (a pod at
-        # CREATE, named "Pod ns/name") never is: pods of one workload share the verdict.
-        key = (demand.gpus, demand.whole_gpus, demand.topology_gpus, demand.refused, selector)
-        found = verdicts.get(key)
-        if found is None:
-            found = judge_capacity(replace(demand, key=""), selector, profiles, names)
-            if len(verdicts) < self.MAX_ENTRIES:
-                verdicts[key] = found
-        return found
-
-
-# One node-profile cache per configuration (as the scheduler extender keeps one per process) and
-# the verdicts over it, by the identity of the configuration's names (hashing them costs more).
-_TOOLS: dict[int, tuple[Names, Scorer, VerdictCache]] = {}
-
-
-def _capacity_tools(names: Names) -> tuple[Scorer, VerdictCache]:
-    tools = _TOOLS.get(id(names))
-    if tools is None or tools[0] is not names:
-        if len(_TOOLS) >= 8:
-            _TOOLS.clear()
-        tools = _TOOLS[id(names)] = (names, Scorer(names), VerdictCache())
-    return tools[1], tools[2]
-
-
 @rule("GC001", severity="warn", seed="000, 003", kinds=POD_KINDS, operations=("CREATE",), stateful=True,
       applies=asks_gpu_memory, relevance=Relevance(resources=("gpu_mem",)),
       title="Some node of the cluster can hold the pod",
@@ -77,7 +30,8 @@ def _capacity_tools(names: Names) -> tuple[Scorer, VerdictCache]:
           "its card-model selectors); core+mem pods need a core_mem node. A pod no such card can ever "
           "hold gets this rule's severity (warn by default: a node pool that scales from zero may bring "
           "bigger cards; set deny to refuse it); one that fits no card now gets a warning naming the "
-          "closest card.")
+          "closest card. A pod whose check would cost more than capacity.max_work (thousands of affinity "
+          "terms or GPU containers) is too costly to evaluate, with this rule's severity.")
 def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     if placement_of(subject) is not None:
         return  # a pod pinned by spec.nodeName skips the scheduler: GB004 judges its node
@@ -87,10 +41,16 @@ def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
         return
     state = subject.usable_state(SWITCH, f"{subject.label}: whether any node can hold it")
     # The cluster as the watch shows it (an admission view adds assumed bindings on top, which an
-    # advisory "not now" can do without): its profiles are kept up to date per node change.
-    scorer, verdicts = _capacity_tools(subject.names)
-    _, profiles = scorer.profiles(getattr(state, "base", state))
-    verdict = verdicts.verdict(demand, node_selector_from_spec(spec, base), profiles, subject.names)
+    # advisory "not now" can do without), in an index kept up to date per node change; the work
+    # is counted, and past the cap the pod is not judged but called too costly (capacity_index).
+    selector = node_selector_from_spec(spec, base)
+    cap = subject.settings.capacity.max_work if subject.settings is not None else CapacitySettings().max_work
+    try:
+        verdict = capacity_index(subject.names).verdict(getattr(state, "base", state), demand, selector,
+                                                        WorkBudget(cap))
+    except TooCostly:
+        yield Found(too_costly(subject.label, selector, demand, cap), base)
+        return
     path = base
     if verdict.never:
         decided = f"{subject.label} cannot run on any node the cluster has: {verdict.never}"

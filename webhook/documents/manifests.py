@@ -15,7 +15,15 @@ import yaml
 from policies.resources import Path
 from webhook.settings import InputSettings
 
-from .reader import DEFAULT_LIMITS, DocumentError, construct, looks_like_json, read_json, yaml_nodes
+from .reader import (
+    DEFAULT_LIMITS,
+    DocumentError,
+    TooManyDocuments,
+    construct,
+    looks_like_json,
+    read_json,
+    yaml_nodes,
+)
 
 # An unreadable input: names the source and line (one error type for every reader).
 ManifestError = DocumentError
@@ -94,10 +102,12 @@ def _flatten(obj: Any, source: str, line: int, lines: dict[Path, int], foreign: 
     return [Manifest(obj, source, line, lines)]
 
 
-def parse_manifests(text: str, source: str = "<stdin>", limits: InputSettings = DEFAULT_LIMITS) -> list[Manifest]:
+def parse_manifests(text: str, source: str = "<stdin>", limits: InputSettings = DEFAULT_LIMITS,
+                    max_objects: int | None = None) -> list[Manifest]:
     """Every Kubernetes object in ``text``; empty documents are skipped. ManifestError names the
-    line of anything unreadable or past ``limits`` (webhook.documents)."""
-    return _read(text, source, limits, None, own_files=False)
+    line of anything unreadable or past ``limits`` (webhook.documents); TooManyDocuments past
+    ``max_objects``, found before more of the text is read into objects than that."""
+    return _read(text, source, limits, None, own_files=False, max_objects=max_objects)
 
 
 @dataclass
@@ -129,15 +139,20 @@ RENDER_HINT = "helm template CHART | gpushare check -"
 
 
 def _read(text: str, source: str, limits: InputSettings, foreign: list[int] | None, *,
-          own_files: bool) -> list[Manifest]:
+          own_files: bool, max_objects: int | None = None) -> list[Manifest]:
     if looks_like_json(text):
-        return _flatten(read_json(text, source, limits), source, 1, {}, foreign)
-    out: list[Manifest] = []
-    for node, loader in yaml_nodes(text, source, limits, own_files=own_files):
+        out = _flatten(read_json(text, source, limits), source, 1, {}, foreign)
+        if max_objects is not None and len(out) > max_objects:
+            raise TooManyDocuments(source, None, max_objects)
+        return out
+    out = []
+    for node, loader in yaml_nodes(text, source, limits, own_files=own_files, max_documents=max_objects):
         line = node.start_mark.line + 1
         lines = _field_lines(node)
         obj = construct(loader, node, text, source)
         if obj is None:
             continue
         out.extend(_flatten(obj, source, line, lines, foreign))
+        if max_objects is not None and len(out) > max_objects:
+            raise TooManyDocuments(source, line, max_objects)
     return out

@@ -49,6 +49,14 @@ class DocumentError(ValueError):
         self.source, self.line, self.reason = source, line, message
 
 
+class TooManyDocuments(DocumentError):
+    """More documents (or objects) than the reader was asked to take: found before reading them."""
+
+    def __init__(self, source: str, line: int | None, limit: int) -> None:
+        super().__init__(source, line, f"more than {limit} objects")
+        self.limit = limit
+
+
 # -- pass 1: events
 
 
@@ -70,8 +78,10 @@ _STARTS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
 _ENDS = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
 
-def check_yaml(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS) -> None:
-    """Stream ``text``'s YAML events and raise DocumentError at the first one past a bound.
+def check_yaml(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS,
+               max_documents: int | None = None) -> None:
+    """Stream ``text``'s YAML events and raise DocumentError at the first one past a bound
+    (TooManyDocuments past ``max_documents`` documents).
 
     Sizes are counted as the document would be written out with every alias expanded: a
     scalar's length plus 2, a collection's 2 plus its items. Syntax errors are left to the
@@ -81,6 +91,7 @@ def check_yaml(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS) -
     stack: list[_Open] = []
     anchors: dict[str, tuple[int, int]] = {}  # name -> (expanded size, height)
     alias_bytes = 0
+    documents = 0
     max_depth, budget = limits.max_depth, limits.max_alias_bytes
     try:
         while True:
@@ -144,6 +155,10 @@ def check_yaml(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS) -
                     stack[-1].height = max(stack[-1].height, closed.height + 1)
             elif isinstance(event, yaml.DocumentStartEvent):
                 anchors.clear()  # anchors are scoped to their document
+                documents += 1
+                if max_documents is not None and documents > max_documents:
+                    mark = event.start_mark
+                    raise TooManyDocuments(source, mark.line + 1 if mark is not None else None, max_documents)
     finally:
         parser.dispose()
 
@@ -229,8 +244,8 @@ def _check_nodes(node: yaml.Node, source: str, max_depth: int) -> None:
         stack.extend((child, depth + 1) for child in reversed(children))
 
 
-def yaml_nodes(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS, *,
-               own_files: bool = False) -> Iterator[tuple[yaml.Node, GuardedLoader]]:
+def yaml_nodes(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS, *, own_files: bool = False,
+               max_documents: int | None = None) -> Iterator[tuple[yaml.Node, GuardedLoader]]:
     """Each non-empty document's node graph, with the loader that constructs it; DocumentError for
     anything unreadable or past a bound (construct with ``construct``).
 
@@ -243,7 +258,7 @@ def yaml_nodes(text: str, source: str, limits: InputSettings = DEFAULT_LIMITS, *
     it is refused, a cost a server must not take from a client but a CI job can."""
     fast = own_files and yaml.__with_libyaml__ and "&" not in text
     if not fast:
-        check_yaml(text, source, limits)
+        check_yaml(text, source, limits, max_documents)
     loader = GuardedLoader(text)
     try:
         while True:

@@ -22,6 +22,7 @@ from webhook.routes.review import AdmissionReview, ReviewError, build_response, 
 from webhook.routes.services import Services
 from webhook.server.http_errors import error_response, json_response
 from webhook.server.metrics import register_endpoint
+from webhook.server.scheduling import Work, declare
 from webhook.state.leader import LeaderElector
 
 Mode = Literal["mutate", "validate"]
@@ -78,6 +79,7 @@ def admission_routes(services: Services, observer: Observer, read_json: Callable
         return json_response(body)
 
     for mode in ("validate", "mutate"):
-        register_endpoint(f"/{mode}")
-        routes.add_url_rule(f"/{mode}", mode, partial(review_route, mode), methods=["POST"])
+        path = declare(f"/{mode}", Work.REVIEW, ["POST"])  # the API server's calls
+        register_endpoint(path)
+        routes.add_url_rule(path, mode, partial(review_route, mode), methods=["POST"])
     return routes

@@ -9,6 +9,7 @@ from functools import partial
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from policies.capacity_index import capacity_index
 from policies.dryrun import DryRun
 from policies.scoring import Scorer
 from webhook.routes.admission import admission_routes
@@ -68,6 +69,7 @@ def create_app(services: Services) -> Flask:
     scorer = Scorer(settings.names)  # one per process: its per-node cache serves /dry-run and the extender
     if services.state is not None:
         scorer.profiles(services.state)  # build the per-node cache now, not on the scheduler's first call
+        capacity_index(services.engine.names).warm(services.state)  # GC001's, not in the first review
     app.register_blueprint(ops_routes(services, metrics))
     app.register_blueprint(admission_routes(services, observer, read_json))
     app.register_blueprint(dry_run_routes(services, observer, DryRun(services.engine, scorer)))

@@ -3,12 +3,18 @@
 The body is parsed by ``webhook.documents.manifests.parse_manifests`` (multi-document YAML, a JSON
 object, a ``List`` or an AdmissionReview); the policy work is ``policies.dryrun``. Nothing
 is written: not the state, not the binding assume-cache.
+
+The answer is bounded (``dry_run`` settings): at most ``max_documents`` objects per request, the
+best ``ranking_nodes`` nodes of each ranking with a count of the rest, and ``max_answer_bytes``
+in all; past a bound, a 413 that names it. Without the bounds a hundred tiny documents drew a
+ranking of every node each: an answer thousands of times the size of its question.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from flask import Blueprint, request
 
 from policies.cluster import ClusterState
@@ -17,13 +23,16 @@ from policies.resources import ShapeError
 from policies.rules.base import Finding
 from policies.scoring import ranking_entry
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
+from webhook.documents.reader import TooManyDocuments
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
 from webhook.server.body import BodyError, read_body
 from webhook.server.metrics import register_endpoint
-from webhook.settings import InputSettings
+from webhook.server.scheduling import Work, declare
+from webhook.settings import DryRunSettings, InputSettings
 
 BODY_SOURCE = "body"
+_ENCODER = msgspec.json.Encoder()
 
 
 class DryRunInputError(ValueError):
@@ -49,7 +58,7 @@ def _finding(finding: Finding, manifest: Manifest) -> dict[str, Any]:
             "path": finding.path_text, "line": manifest.line_of(finding.path)}
 
 
-def _render(report: ObjectReport, manifest: Manifest) -> dict[str, Any]:
+def _render(report: ObjectReport, manifest: Manifest, ranking_nodes: int | None) -> dict[str, Any]:
     verdict = report.verdict
     out: dict[str, Any] = {
         "kind": verdict.kind, "name": verdict.name, "namespace": verdict.namespace, "line": manifest.line,
@@ -68,7 +77,10 @@ def _render(report: ObjectReport, manifest: Manifest) -> dict[str, Any]:
                               "mutatedTemplate": preview.mutated_template}
     if report.ranking is not None and report.request is not None:
         demand = report.request.demand
-        out["ranking"] = [ranking_entry(score, demand) for score in report.ranking]
+        shown = report.ranking if ranking_nodes is None else report.ranking[:ranking_nodes]
+        out["ranking"] = [ranking_entry(score, demand) for score in shown]
+        if ranking_nodes is not None:
+            out["rankingOmitted"] = len(report.ranking) - len(shown)
     return out
 
 
@@ -88,11 +100,18 @@ def _check_node(node: str, state: ClusterState | None) -> None:
 
 
 def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: str,
-                 limits: InputSettings) -> list[dict[str, Any]]:
-    """One result per object in the body, in order; DryRunInputError for input that cannot be judged."""
+                 limits: InputSettings, bounds: DryRunSettings | None = None) -> list[dict[str, Any]]:
+    """One result per object in the body, in order; DryRunInputError for input that cannot be
+    judged. With ``bounds`` (the server's), Refusal 413 past ``max_documents`` and each ranking
+    cut to its best ``ranking_nodes`` (the local dashboard shows them all)."""
     _check_node(node, state)
     try:
-        manifests = parse_manifests(text, BODY_SOURCE, limits)
+        # With bounds, counted as the body is read: past the bound, nothing more is made of it.
+        manifests = parse_manifests(text, BODY_SOURCE, limits, bounds.max_documents if bounds is not None else None)
+    except TooManyDocuments as exc:
+        raise Refusal(413, f"the body holds more than {exc.limit} objects; /dry-run judges at most {exc.limit} per "
+                           "request (dry_run.max_documents): send them in smaller batches, or judge any number "
+                           "offline with `gpushare check`") from None
     except ManifestError as exc:
         raise DryRunInputError(str(exc)) from None
     if not manifests:
@@ -111,9 +130,9 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
             results.append({"kind": kind, "name": _name_of(manifest.obj), "line": manifest.line, "allowed": False,
                             "error": f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}"})
             continue
-        results.append(_render(report, manifest))
+        results.append(_render(report, manifest, bounds.ranking_nodes if bounds is not None else None))
     if all("error" in result for result in results):  # nothing could be judged: the body is bad
-        raise DryRunInputError("; ".join(result["error"] for result in results))
+        raise DryRunInputError("; ".join(str(result["error"]) for result in results))
     return results
 
 
@@ -123,14 +142,20 @@ def dry_run_routes(services: Services, observer: Observer, dry_run: DryRun) -> B
 
     def answer() -> Any:
         node = request.args.get("node", "")
+        settings = services.settings
+        bounds = settings.dry_run
         try:
-            settings = services.settings
             results = dry_run_body(read_text_body(settings.server.max_body_bytes), dry_run, services.state, node,
-                                   settings.input)
+                                   settings.input, bounds)
         except DryRunInputError as exc:
             raise Refusal(400, str(exc)) from None
-        return {"state": services.state_source, "cluster": services.state_description, "results": results}
+        encoded = _ENCODER.encode({"state": services.state_source, "cluster": services.state_description,
+                                   "results": results})
+        if len(encoded) > bounds.max_answer_bytes:
+            raise Refusal(413, f"the answer would be {len(encoded)} bytes, more than dry_run.max_answer_bytes "
+                               f"({bounds.max_answer_bytes}): send fewer objects per request")
+        return msgspec.Raw(encoded)  # encoded once: the answer's JSON as it is
 
-    routes.add_url_rule("/dry-run", "dry_run", observed(observer, register_endpoint("/dry-run"), answer),
-                        methods=["POST"])
+    path = declare("/dry-run", Work.TOOL, ["POST"])
+    routes.add_url_rule(path, "dry_run", observed(observer, register_endpoint(path), answer), methods=["POST"])
     return routes

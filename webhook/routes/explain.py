@@ -11,6 +11,7 @@ from policies.explain import explain_pod
 from policies.scoring import Scorer
 from webhook.routes.observe import Refusal, observed
 from webhook.server.metrics import register_endpoint
+from webhook.server.scheduling import Work, declare
 
 if TYPE_CHECKING:
     from webhook.routes.observe import Observer
@@ -34,6 +35,6 @@ def explain_routes(services: Services, observer: Observer, scorer: Scorer) -> Bl
             raise Refusal(404, f"pod {namespace}/{name}: {why}")
         return {"state": services.state_source, **explain_pod(pod, state, scorer).as_dict()}
 
-    routes.add_url_rule("/explain", "explain", observed(observer, register_endpoint("/explain"), answer),
-                        methods=["GET"])
+    path = declare("/explain", Work.TOOL, ["GET"])
+    routes.add_url_rule(path, "explain", observed(observer, register_endpoint(path), answer), methods=["GET"])
     return routes

@@ -23,6 +23,7 @@ from policies.scoring import NodeScore, Scorer, pod_request, unusable_values
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
 from webhook.server.metrics import register_endpoint
+from webhook.server.scheduling import Work, declare
 from webhook.settings import Settings
 
 
@@ -149,7 +150,7 @@ def extender_routes(services: Services, observer: Observer, extender: Extender,
             raise Refusal(400, str(exc)) from None
 
     for path, call in (("/scheduler/filter", extender.filter), ("/scheduler/prioritize", extender.prioritize)):
-        label = register_endpoint(path)
+        label = register_endpoint(declare(path, Work.TOOL, ["POST"]))
         routes.add_url_rule(path, label.replace("-", "_"), observed(observer, label, partial(answer, call)),
                             methods=["POST"])
     return routes

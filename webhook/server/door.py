@@ -1,12 +1,14 @@
-"""Refusing a request at the door: read it in the poller and answer 503 without a thread.
+"""The poller's look at a request as it is read: is it all here, what is it, may the door answer it.
 
 Under overload the refusal has to be much cheaper than an answer, or refusing the excess
 costs as much as serving it and nobody gets answered in time. A refusal from a worker thread
 still pays the thread hand-off, gunicorn's HTTP parser and the WSGI request (measured: about
-half the cost of an evaluated review). Here the poller reads what a kept-alive connection has
-sent, and if that is exactly one complete, plain HTTP/1.1 request, answers it with prepared
-bytes. Anything unusual (partial, pipelined, chunked, ``Expect``) goes the normal way, where
-the strict parser and the thread-side budget check deal with it.
+half the cost of an evaluated review). Here the poller reads what a connection has sent, and
+if that is exactly one complete, plain HTTP/1.1 request that cannot be answered in time, answers
+it with prepared bytes. Anything unusual (pipelined, chunked, ``Expect``) goes the normal way,
+where the strict parser and the scheduler's check at the start of evaluation deal with it.
+A body announced over the server's limit is refused before it is read (with ``Expect:
+100-continue``, before the client is told to send it).
 """
 
 from __future__ import annotations
@@ -26,17 +28,38 @@ class RequestHead:
     path: str
     close: bool  # the client asked to close the connection after this request
     timeout: str | None  # the API server's ?timeout= (webhook.server.deadline), if any
+    # Framed by Content-Length (or no body), with nothing the door cannot answer for itself
+    # (chunked, Expect, Upgrade, conflicting lengths, a malformed header line).
+    plain: bool
 
 
 @dataclass(frozen=True, slots=True)
 class _Head:
-    """What the door needs of a request head, parsed once per distinct head (see ``_parse``)."""
+    """What the poller needs of a request head, parsed once per distinct head (see ``_parse``)."""
 
     length: int | None  # Content-Length, if given and valid (the last one, if several)
     bad_length: bool  # a Content-Length that is not a number: the parser answers 400
     chunked: bool
-    expect: bool  # an Expect header before any bad Content-Length (a thread then reads the body)
-    plain: RequestHead | None  # the head of a plain request (the door may answer it), else None
+    expect: bool  # Expect: 100-continue in HTTP/1.1, before any bad Content-Length
+    request: RequestHead | None  # None when the request line is not HTTP/1.x
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What the poller has of a connection's next request, from one look at its bytes.
+
+    ``state``: ``incomplete`` (more bytes are due), ``complete`` (the first request is all
+    here), ``expect`` (its head asks for ``100 Continue`` before the body is sent), ``too_large``
+    (it announces a body over the server's limit: refused before it is read), or ``thread``
+    (what a thread reads on: a body over what the poller buffers, a head over MAX_HEAD_BYTES)."""
+
+    state: str
+    head: RequestHead | None = None
+    size: int | None = None  # bytes of the first request, when its framing says (Content-Length)
+
+
+_INCOMPLETE = Reading("incomplete")
+_THREAD = Reading("thread")
 
 
 # The API server's heads repeat: same method, path, ?timeout=, Host and Content-Type on every
@@ -64,10 +87,8 @@ def _scan(head: bytes) -> _Head:
     bad_length = chunked = expect = False
     plain = True
     parts = lines[0].split(b" ")
-    if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
-        plain = False
-        parts = [b"", b"", b""]
-    method, target, version = parts
+    valid = len(parts) == 3 and parts[2] in (b"HTTP/1.1", b"HTTP/1.0")
+    method, target, version = parts if valid else [b"", b"", b""]
     close = version == b"HTTP/1.0"
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
@@ -87,7 +108,8 @@ def _scan(head: bytes) -> _Head:
             chunked = True
             plain = False
         elif name == b"expect":
-            expect = expect or not bad_length
+            # gunicorn's parser: 100-continue in HTTP/1.1 only (1.0 ignores it), any other a 417.
+            expect = expect or (not bad_length and value.lower() == b"100-continue" and version == b"HTTP/1.1")
             plain = False
         elif name == b"upgrade":
             plain = False
@@ -95,11 +117,11 @@ def _scan(head: bytes) -> _Head:
             tokens = {t.strip() for t in value.lower().split(b",")}
             close = b"close" in tokens or (close and b"keep-alive" not in tokens)
     request: RequestHead | None = None
-    if plain:
+    if valid:
         try:
             path, _, query = target.decode("ascii").partition("?")
             request = RequestHead(method.decode("ascii", "replace"), path, close,
-                                  timeout_parameter(query) if query else None)
+                                  timeout_parameter(query) if query else None, plain)
         except UnicodeDecodeError:
             request = None
     return _Head(length, bad_length, chunked, expect, request)
@@ -113,34 +135,41 @@ def send_now(sock: socket.socket, data: bytes) -> bool:
         return False
 
 
-def read_state(data: bytes | bytearray, max_body: int) -> tuple[str, RequestHead | None]:
-    """Whether ``data`` holds the first request of a connection in full, as the poller reads it:
-    ``"incomplete"`` while more bytes are due, ``"complete"`` once it is all here, ``"thread"``
-    for what the poller leaves to a thread and gunicorn's parser (``Expect``, a head over
-    MAX_HEAD_BYTES, a body over ``max_body``: the parser refuses or streams those). With
-    ``"complete"`` comes the request's head when ``data`` is exactly one plain HTTP/1.x request with
-    a Content-Length body (or none), which the poller may answer by itself; else None."""
+def read_state(data: bytes | bytearray, max_buffered: int, max_body: int) -> Reading:
+    """How far ``data`` holds a connection's next request (see ``Reading``). Bodies up to
+    ``max_buffered`` bytes are read here; one announced over ``max_body`` is refused unread."""
     end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
     if end < 0:
-        return ("incomplete" if len(data) <= MAX_HEAD_BYTES else "thread"), None
+        return _INCOMPLETE if len(data) <= MAX_HEAD_BYTES else _THREAD
     head = _parse(bytes(data[:end]))
-    if head.expect:
-        return "thread", None
+    request = head.request
     if head.bad_length:
-        return "complete", None  # malformed: all of the head is here, the parser answers 400
+        return Reading("complete", request)  # malformed: all of the head is here, the parser answers 400
+    length = head.length or 0
+    if length > max_body and not head.chunked:
+        return Reading("too_large", request)
+    if head.expect:
+        return Reading("expect", request)
     body = end + 4
     if head.chunked:
         if _chunked_complete(data, body):
-            return "complete", None
-        return ("incomplete" if len(data) - body <= max_body else "thread"), None
-    length = head.length or 0
-    if length > max_body:
-        return "thread", None
+            return Reading("complete", request)
+        return _INCOMPLETE if len(data) - body <= max_buffered else Reading("thread", request)
+    if length > max_buffered:
+        return Reading("thread", request)
     size = body + length
     if len(data) < size:
-        return "incomplete", None
-    # Answerable by the poller: the separator within MAX_HEAD_BYTES, nothing after the body.
-    return "complete", (head.plain if len(data) == size and body <= MAX_HEAD_BYTES else None)
+        return _INCOMPLETE
+    return Reading("complete", request, size)
+
+
+def without_expect(data: bytearray) -> None:
+    """Remove the Expect header lines from the request head at the start of ``data``: the
+    poller has answered the expectation itself (``100 Continue``)."""
+    end = data.find(b"\r\n\r\n", 0, MAX_HEAD_BYTES + 4)
+    lines = bytes(data[:end]).split(b"\r\n")
+    kept = [line for line in lines[1:] if line.partition(b":")[0].strip().lower() != b"expect"]
+    data[:end] = b"\r\n".join([lines[0], *kept])
 
 
 def _chunked_complete(data: bytes | bytearray, pos: int) -> bool:

@@ -30,7 +30,7 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
     return {
         # The admission port, and the ops port when configured (webhook.server.listeners).
         "bind": [bind_address(server.host, p) for p in (server.port, server.ops_port) if p is not None],
-        "worker_class": worker_class(settings.overload),
+        "worker_class": worker_class(settings.overload, server.max_body_bytes),
         "workers": server.workers,
         "threads": server.threads,
         "worker_connections": settings.overload.max_connections,

@@ -170,19 +170,24 @@ class Metrics:
         # named in a grant, so the set stays as small as the admins keep it.
         self.exemptions = Counter("gpushare_exemptions", "Answers in which an honoured exemption set a rule "
                                   "aside, by rule id and namespace.", ["rule", "namespace"], registry=r)
-        self.in_flight = Gauge("gpushare_in_flight_requests", "Requests being handled by a worker thread.",
-                               registry=r)
-        self.waiting = Gauge("gpushare_waiting_requests", "Connections with a request waiting for a worker thread.",
+        self.in_flight = Gauge("gpushare_in_flight_requests", "Requests being evaluated (holding an evaluation "
+                               "slot, or a review the poller evaluates).", registry=r)
+        self.waiting = Gauge("gpushare_waiting_requests", "Reviews and tool requests waiting to be evaluated.",
                              registry=r)
-        self.queue_wait = Histogram("gpushare_queue_wait_seconds", "Time a request waited for a worker thread.",
+        self.review_estimate = Gauge("gpushare_review_seconds_estimate", "The recent time one review's evaluation "
+                                     "takes, as the refusals by deadline estimate it.", registry=r)
+        self.queue_wait = Histogram("gpushare_queue_wait_seconds", "Time a request waited to be evaluated.",
                                     buckets=LATENCY_BUCKETS, registry=r)
         self.client_timeouts = Counter("gpushare_client_timeouts", "Connections closed because the client was too "
-                                       "slow, by stage (handshake, headers, body).", ["stage"], registry=r)
+                                       "slow, by stage (handshake, headers, body; answer: it did not read its "
+                                       "answer).", ["stage"], registry=r)
         self.open_connections = Gauge("gpushare_open_connections", "Open client connections of this process.",
                                       registry=r)
-        self.evicted = Counter("gpushare_connections_evicted", "Idle connections closed to make room for new ones, by "
-                               "kind (unrequested: no complete request yet; idle: kept-alive; busy: the new one, "
-                               "every other connection being busy).", ["kind"], registry=r)
+        self.evicted = Counter("gpushare_connections_evicted", "Connections closed to make room, by kind "
+                               "(unrequested: no complete request yet; idle: kept-alive; slow: in a handshake or "
+                               "request too long; busy: the new one, every other connection being busy; unread: "
+                               "its answer waited longest while unsent answers were over their limit).", ["kind"],
+                               registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}  # labels() validates on every call; look up once
         self._before_scrape: list[Callable[[], None]] = []
         self._rendered: list[Callable[[], bytes]] = []
