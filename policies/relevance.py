@@ -13,9 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .near_miss import near_misses
+from .near_miss import near_misses, near_misses_in
 from .resources import CONTAINER_GROUPS, POD_SPEC_PATHS
 from .settings import LabelNames, Names, PolicySettings, ResourceNames
+from .workloads import WorkloadKind, group_of, patch_strings, pod_sites, workload_table
 
 _RESOURCE_FIELDS = frozenset(ResourceNames.model_fields)
 _LABEL_FIELDS = frozenset(LabelNames.model_fields)
@@ -47,9 +48,15 @@ class Relevance:
     # What the rule finds the API server refuses itself, before any webhook runs (GS004's extended
     # resource requests): nothing to send.
     api_server_refuses_first: bool = False
+    # A custom workload's container names one of these in its requests: the API server judges no
+    # custom resource's pod templates, so what it refuses in a Pod (GS004) is sent for them.
+    custom_requests: tuple[str, ...] = ()
+    # A custom workload's pod spec patch strings (Argo's podSpecPatch) mention one of these names.
+    patch_mentions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        unknown = [*(set(self.resources) | set(self.placed_resources)) - _RESOURCE_FIELDS,
+        resource_fields = {*self.resources, *self.placed_resources, *self.custom_requests, *self.patch_mentions}
+        unknown = [*resource_fields - _RESOURCE_FIELDS,
                    *set(self.node_labels) - _LABEL_FIELDS, *set(self.annotations) - _NAME_FIELDS]
         if unknown:
             raise ValueError(f"relevance names unknown settings fields: {sorted(unknown)}")
@@ -69,14 +76,20 @@ class Triggers:
     env: frozenset[str] = frozenset()
     node_labels: frozenset[str] = frozenset()
     gpushare_daemonsets: frozenset[str] = frozenset()
+    custom_requests: frozenset[str] = frozenset()
+    patch_mentions: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
         return any((self.resources, self.near_miss, self.placed_resources, self.annotations, self.env,
-                    self.node_labels, self.gpushare_daemonsets))
+                    self.node_labels, self.gpushare_daemonsets, self.custom_requests, self.patch_mentions))
 
     def sends(self, kind: str, obj: dict[str, Any], settings: PolicySettings, *, operation: str = "CREATE",
-              old: dict[str, Any] | None = None) -> bool:
-        """Whether an object of ``kind`` shows any trigger: what the generated matchConditions answer."""
+              old: dict[str, Any] | None = None, group: str | None = None) -> bool:
+        """Whether an object of ``kind`` shows any trigger: what the generated matchConditions answer.
+        ``group`` is the object's API group (None: its apiVersion's)."""
+        workload = workload_table(settings).lookup(group_of(obj) if group is None else group, kind)
+        if workload is not None:
+            return self._sends_workload(workload, obj, settings)
         if kind == "Node":
             return _has_label(obj, self.node_labels) or _has_annotation(obj.get("metadata"), self.annotations) or (
                 operation == "UPDATE" and old is not None and _has_label(old, self.node_labels))
@@ -103,6 +116,21 @@ class Triggers:
             return True
         return self.near_miss and bool(near_misses(spec, path, settings.names, settings.near_miss))
 
+    def _sends_workload(self, workload: WorkloadKind, obj: dict[str, Any], settings: PolicySettings) -> bool:
+        """A custom workload, read as its condition reads it: leniently (a value of an unexpected type
+        holds nothing), its own metadata's annotations, every container of every pod location."""
+        if self.annotations and _has_annotation(obj.get("metadata"), self.annotations):
+            return True
+        sites = [c for pod in pod_sites(workload, obj, strict=False) for c in pod.containers]
+        if any(_names_resource(c.container, self.resources) or _sets_env(c.container, self.env)
+               or _requests(c.container, self.custom_requests) for c in sites):
+            return True
+        if self.near_miss and near_misses_in(((c.container, c.name, c.group, c.resources_path) for c in sites),
+                                             settings.names, settings.near_miss):
+            return True
+        return bool(self.patch_mentions) and any(
+            name in text for _, text in patch_strings(workload, obj, strict=False) for name in self.patch_mentions)
+
 
 def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Triggers:
     """The union of ``declarations`` under ``settings``, as concrete names."""
@@ -112,6 +140,8 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
     annotations: set[str] = set()
     env: set[str] = set()
     labels: set[str] = set()
+    requested: set[str] = set()
+    mentioned: set[str] = set()
     near_miss = daemonsets = False
     for relevance in declarations:
         resources.update(getattr(names.resources, f) for f in relevance.resources)
@@ -119,11 +149,14 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
         annotations.update(getattr(names, f) for f in relevance.annotations)
         env.update(relevance.env)
         labels.update(getattr(names.labels, f) for f in relevance.node_labels)
+        requested.update(getattr(names.resources, f) for f in relevance.custom_requests)
+        mentioned.update(getattr(names.resources, f) for f in relevance.patch_mentions)
         near_miss |= relevance.near_miss
         daemonsets |= relevance.gpushare_daemonsets
     return Triggers(frozenset(resources), near_miss, frozenset(placed - resources), frozenset(annotations),
                     frozenset(env), frozenset(labels),
-                    frozenset(names.gpushare_daemonsets) if daemonsets else frozenset())
+                    frozenset(names.gpushare_daemonsets) if daemonsets else frozenset(),
+                    frozenset(requested - resources), frozenset(mentioned))
 
 
 def _at(obj: Any, path: tuple[str | int, ...]) -> Any:
@@ -138,6 +171,12 @@ def _names_resource(container: dict[str, Any], names: frozenset[str]) -> bool:
         return False
     return any(isinstance(resources.get(s), dict) and not names.isdisjoint(resources[s])
                for s in ("limits", "requests"))
+
+
+def _requests(container: dict[str, Any], names: frozenset[str]) -> bool:
+    resources = container.get("resources")
+    requests = resources.get("requests") if isinstance(resources, dict) else None
+    return bool(names) and isinstance(requests, dict) and not names.isdisjoint(requests)
 
 
 def _sets_env(container: dict[str, Any], names: frozenset[str]) -> bool:

@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (each import registers a family)
     node_rules,
     placement_rules,
     pod_resources,
+    workload_rules,
 )
 from .base import REGISTRY, Finding, Rule
 

@@ -6,17 +6,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from ..capacity import CapacityVerdict, judge_capacity
+from ..cluster import ClusterState
 from ..placement import NodeProfile, PodDemand, demand_from_containers
 from ..relevance import Relevance
-from ..resources import POD_SPEC_PATHS
 from ..scoring import Scorer
 from ..selectors import NodeSelector, node_selector_from_spec
 from ..settings import Names
 from ..subject import Subject
 from .base import Found, rule
 from .placement_rules import placement_of
+from .pod_resources import POD_KINDS
 
-POD_KINDS = tuple(POD_SPEC_PATHS)
 SWITCH = "capacity"
 
 
@@ -81,19 +81,20 @@ def _capacity_tools(names: Names) -> tuple[Scorer, VerdictCache]:
 def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     if placement_of(subject) is not None:
         return  # a pod pinned by spec.nodeName skips the scheduler: GB004 judges its node
-    spec, base = subject.pod_spec
-    demand = demand_from_containers(subject.label, subject.containers, subject.names)
-    if not demand.gpus:
-        return
-    state = subject.usable_state(SWITCH, f"{subject.label}: whether any node can hold it")
-    # The cluster as the watch shows it (an admission view adds assumed bindings on top, which an
-    # advisory "not now" can do without): its profiles are kept up to date per node change.
-    scorer, verdicts = _capacity_tools(subject.names)
-    _, profiles = scorer.profiles(getattr(state, "base", state))
-    verdict = verdicts.verdict(demand, node_selector_from_spec(spec, base), profiles, subject.names)
-    path = base
-    if verdict.never:
-        yield Found(f"{subject.label} cannot run on any node the cluster has: {verdict.never}; accepted: a request "
-                    f"that fits such a card, or add nodes with bigger cards first", path)
-    elif verdict.not_now:
-        yield Found(f"{subject.label} cannot be scheduled now: {verdict.not_now}", path, advisory=True)
+    state: ClusterState | None = None
+    for pod in subject.pods:
+        demand = demand_from_containers(pod.label, pod.containers, subject.names)
+        if not demand.gpus:
+            continue
+        if state is None:
+            state = subject.usable_state(SWITCH, f"{subject.label}: whether any node can hold it")
+        # The cluster as the watch shows it (an admission view adds assumed bindings on top, which an
+        # advisory "not now" can do without): its profiles are kept up to date per node change.
+        scorer, verdicts = _capacity_tools(subject.names)
+        _, profiles = scorer.profiles(getattr(state, "base", state))
+        verdict = verdicts.verdict(demand, node_selector_from_spec(pod.spec, pod.spec_path), profiles, subject.names)
+        if verdict.never:
+            yield Found(f"{pod.label} cannot run on any node the cluster has: {verdict.never}; accepted: a request "
+                        f"that fits such a card, or add nodes with bigger cards first", pod.spec_path)
+        elif verdict.not_now:
+            yield Found(f"{pod.label} cannot be scheduled now: {verdict.not_now}", pod.spec_path, advisory=True)

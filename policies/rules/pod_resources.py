@@ -7,19 +7,20 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import cast
 
 from ..cards import MAX_CARD_GIB
-from ..near_miss import NearMiss, near_misses
+from ..near_miss import NearMiss, near_misses, near_misses_in
 from ..quantity import multiplier_suffix
 from ..relevance import Relevance
-from ..resources import POD_SPEC_PATHS, ContainerRequest, ResourceValue
+from ..resources import CUSTOM_WORKLOADS, POD_SPEC_PATHS, ContainerRequest, ResourceValue
 from ..settings import NearMissSettings
-from ..subject import Subject
+from ..subject import Subject, SubjectPod
 from .base import Found, rule
 
 # What sends an object to the webhook for each family (policies/relevance.py).
 NAMES_GPU_CORE = Relevance(resources=("gpu_core",))
 NAMES_SHARED_GPU = Relevance(resources=("gpu_mem", "gpu_core"))
 
-POD_KINDS = tuple(POD_SPEC_PATHS)
+# Kubernetes' own kinds with a pod spec, and the custom workloads (training jobs, Ray, inference services).
+POD_KINDS = (*POD_SPEC_PATHS, CUSTOM_WORKLOADS)
 
 CORE_STEP, CORE_MIN, CORE_MAX = 5, 5, 100
 GIB = 2**30  # bytes
@@ -155,13 +156,16 @@ def memory_whole_gib(subject: Subject) -> Iterator[Found]:
 
 
 @rule("GS004", severity="deny", seed=K8S_RESOURCES, kinds=POD_KINDS, applies=requests_gpu_resources,
-      relevance=Relevance(api_server_refuses_first=True),
+      relevance=Relevance(api_server_refuses_first=True,
+                          custom_requests=("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive")),
       title="GPU requests equal limits",
       doc="Kubernetes' own rule for extended resources (Kubernetes documentation, \"Managing Resources "
           "for Containers\", extended resources): they cannot be overcommitted, so a request must equal "
           "the limit, and a request needs a limit. The API server refuses such a pod, or a workload whose "
           "pod template breaks it, before validating webhooks run; the rule serves gpushare check and "
-          "/dry-run, which see manifests the API server has not.")
+          "/dry-run, which see manifests the API server has not. A custom resource's templates (a "
+          "PyTorchJob's replicas) are neither checked nor canonicalised by the API server: the webhook "
+          "judges them, or their operator's pods would be refused one by one.")
 def requests_equal_limits(subject: Subject) -> Iterator[Found]:
     r = subject.names.resources
     for container in subject.containers:
@@ -191,12 +195,13 @@ def _names(containers: list[ContainerRequest]) -> str:
           "and compute on one node, so one pod must not mix the two.")
 def no_job_type_mixing(subject: Subject) -> Iterator[Found]:
     core, mem = subject.names.resources.gpu_core, subject.names.resources.gpu_mem
-    mem_only = [c for c in subject.containers if c.has(mem) and not c.has(core)]
-    core_mem = [c for c in subject.containers if c.has(mem) and c.has(core)]
-    if mem_only and core_mem:
-        yield Found(f"{subject.label} mixes mem-only containers ({_names(mem_only)}) with core+mem containers "
-                    f"({_names(core_mem)}); give every GPU container {core} or none of them",
-                    mem_only[0].path)
+    for pod in subject.pods:
+        mem_only = [c for c in pod.containers if c.has(mem) and not c.has(core)]
+        core_mem = [c for c in pod.containers if c.has(mem) and c.has(core)]
+        if mem_only and core_mem:
+            yield Found(f"{pod.label} mixes mem-only containers ({_names(mem_only)}) with core+mem containers "
+                        f"({_names(core_mem)}); give every GPU container {core} or none of them",
+                        mem_only[0].path)
 
 
 @rule("GS006", severity="deny", seed="003", kinds=POD_KINDS, applies=asks_whole_gpus, relevance=NAMES_SHARED_GPU,
@@ -204,11 +209,16 @@ def no_job_type_mixing(subject: Subject) -> Iterator[Found]:
       doc="A node runs one GPU scheduling mode: a pod cannot ask for whole GPUs "
           "(nvidia.com/gpu, aliyun.com/gpu) and shared GPU resources together.")
 def no_exclusive_and_shared(subject: Subject) -> Iterator[Found]:
+    for pod in subject.pods:
+        yield from _exclusive_and_shared(subject, pod)
+
+
+def _exclusive_and_shared(subject: Subject, pod: SubjectPod) -> Iterator[Found]:
     r = subject.names.resources
     whole = (r.gpu_exclusive, r.gpu_topology)
     shared = (r.gpu_mem, r.gpu_core)
-    exclusive_users = [c for c in subject.containers if not c.asked().isdisjoint(whole)]
-    shared_users = [c for c in subject.containers if not c.asked().isdisjoint(shared)]
+    exclusive_users = [c for c in pod.containers if not c.asked().isdisjoint(whole)]
+    shared_users = [c for c in pod.containers if not c.asked().isdisjoint(shared)]
     for container in exclusive_users:
         if container in shared_users:
             asked = [w for w in whole if container.has(w)] + [s for s in shared if container.has(s)]
@@ -218,16 +228,21 @@ def no_exclusive_and_shared(subject: Subject) -> Iterator[Found]:
     only_exclusive = [c for c in exclusive_users if c not in shared_users]
     only_shared = [c for c in shared_users if c not in exclusive_users]
     if only_exclusive and only_shared:
-        yield Found(f"{subject.label} has containers with whole GPUs ({_names(only_exclusive)}) and containers "
+        yield Found(f"{pod.label} has containers with whole GPUs ({_names(only_exclusive)}) and containers "
                     f"with shared GPU ({_names(only_shared)}); a node runs one GPU mode, so use one kind",
                     only_exclusive[0].path)
 
 
 def _near_misses(subject: Subject) -> list[NearMiss]:
     if "near_misses" not in subject.memo:
-        spec, base = subject.pod_spec
         settings = subject.settings.near_miss if subject.settings is not None else NearMissSettings()
-        subject.memo["near_misses"] = near_misses(spec, base, subject.names, settings)
+        if subject.workload is None:
+            spec, base = subject.pod_spec
+            found = near_misses(spec, base, subject.names, settings)
+        else:
+            found = near_misses_in(((c.container, c.name, c.group, c.resources_path) for pod in subject.pods
+                                    if pod.site is not None for c in pod.site.containers), subject.names, settings)
+        subject.memo["near_misses"] = found
     return cast("list[NearMiss]", subject.memo["near_misses"])
 
 
@@ -244,10 +259,10 @@ def names_a_near_miss(subject: Subject) -> bool:
           "would stay Pending forever (project choice: deny it and name the resource meant). Real "
           "Alibaba resources (near_miss.allowed, e.g. aliyun.com/fpga) are never near misses.")
 def no_near_miss_names(subject: Subject) -> Iterator[Found]:
-    noun = {"initContainers": "init container", "containers": "container"}
     for miss in _near_misses(subject):
         section = miss.path[-2]
-        yield Found(f'{subject.label} {noun.get(miss.group, "container")} "{miss.container}": '
+        container_path = miss.path[:-2] if miss.group == "resources" else miss.path[:-3]
+        yield Found(f"{subject.naming(miss.group, miss.container, container_path)}: "
                     f"{section}.{miss.key} is not a resource any node offers, so the pod would stay Pending "
                     f"forever; did you mean {miss.meant}? (accepted: {subject.names.resources.gpu_mem}, "
                     f"{subject.names.resources.gpu_core}; a real resource of that name can be listed in "
