@@ -38,10 +38,11 @@ REPORT_KINDS = ("auto", "openreports", "policyreport")
               help="Write the report objects to this YAML file instead of (or besides) the cluster.")
 def audit(snapshot: Path | None, kubeconfig: Path | None, context: str | None, fmt: str, fail_on: str | None,
           config: Path | None, write_reports: bool, report_kind: str | None, reports_file: Path | None) -> None:
-    """Judge every node and GPU pod of the cluster: every rule, plus what only a running cluster
-    can get wrong (over-committed or crowded cards, mixed job types, stale assignments...)."""
+    """Judge every node and GPU pod of the cluster, and its custom workloads (training jobs, Ray,
+    inference services...): every rule, plus what only a running cluster can get wrong
+    (over-committed or crowded cards, mixed job types, stale assignments...)."""
     from policies.audit import audit_state
-    from webhook.cli.cluster_source import read_state
+    from webhook.cli.cluster_source import read_state, read_workloads
     from webhook.report import render
     from webhook.report.audit_report import audit_report
 
@@ -49,11 +50,14 @@ def audit(snapshot: Path | None, kubeconfig: Path | None, context: str | None, f
     if write_reports and snapshot is not None:
         raise UsageFailure("--write-reports writes to a cluster; with --snapshot use --reports-file")
     state, source = read_state(snapshot, kubeconfig, context, settings.names)
+    workloads, notes = read_workloads(snapshot, kubeconfig, context, settings)
     now = time.time()
     try:
-        engine_result = audit_state(state, settings, now)
+        engine_result = audit_state(state, settings, now, workloads=workloads)
     except ValueError as exc:  # the config names rules that do not exist
         raise UsageFailure(str(exc)) from None
+    for note in [*notes, *engine_result.unjudged]:
+        click.echo(f"gpushare: note: {note}", err=True)
     report = audit_report(engine_result, source, fail_on or settings.check.fail_on)  # type: ignore[arg-type]
     render(report, fmt, sys.stdout, settings=settings)
     sys.stdout.flush()

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from policies.cluster import ClusterSnapshot
-from policies.settings import Names
+from policies.settings import Names, PolicySettings
+from webhook.cli.common import ClusterFailure, UsageFailure
 from webhook.cli.inspect import _live_state, _snapshot_state
 
 
@@ -26,3 +27,33 @@ def custom_objects_api(kubeconfig: Path | None, context: str | None) -> Any:
     from webhook.state.kube_client import api_client
 
     return client.CustomObjectsApi(api_client(kubeconfig, context))
+
+
+def read_workloads(snapshot: Path | None, kubeconfig: Path | None, context: str | None,
+                   settings: PolicySettings) -> tuple[list[dict[str, Any]], list[str]]:
+    """The custom workloads (training jobs, Ray clusters...) of the snapshot file or the live cluster,
+    and notes on what could not be read."""
+    from policies.workloads import group_of, workload_table
+
+    table = workload_table(settings)
+    if snapshot is not None:
+        from webhook.state.snapshot import SnapshotError, snapshot_objects
+
+        try:
+            items = snapshot_objects(snapshot.read_text(encoding="utf-8"), str(snapshot))
+        except (OSError, UnicodeDecodeError, SnapshotError) as exc:
+            raise UsageFailure(str(exc)) from None
+        return [i for i in items if table.lookup(group_of(i), str(i.get("kind", ""))) is not None], []
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from webhook.state.cluster_read import read_workloads as read_live
+    from webhook.state.kube_client import api_client
+
+    try:
+        return read_live(api_client(kubeconfig, context), table.kinds())
+    except ApiException as exc:
+        raise ClusterFailure(f"the API server refused to list custom workloads: HTTP {exc.status} "
+                             f"{exc.reason}") from None
+    except HTTPError as exc:
+        raise ClusterFailure(f"cannot reach the API server: {exc}") from None

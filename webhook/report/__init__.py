@@ -47,5 +47,23 @@ def summary_line(report: Report) -> str:
     where = report.origin or n(c["files"], "file")
     line = f"{', '.join(found)} in {n(c['objects'], 'object')} from {where}"
     if c["skipped"]:
-        line += f" (and {n(c['skipped'], 'object')} of kinds no rule checks)"
+        line += f" (and {n(c['skipped'], 'object')} of kinds no rule checks{_skipped_kinds(report)})"
     return line
+
+
+SKIPPED_SHOWN = 6
+
+
+def _skipped_kinds(report: Report) -> str:
+    """": Service, ConfigMap, MyJob.example.com; ..." with how to have a custom resource checked."""
+    from webhook.report.checking import is_custom
+
+    kinds = [kind for kind, _ in report.skipped_kinds.most_common()]
+    if not kinds:
+        return ""
+    more = f" and {len(kinds) - SKIPPED_SHOWN} more" if len(kinds) > SKIPPED_SHOWN else ""
+    text = f": {', '.join(kinds[:SKIPPED_SHOWN])}{more}"
+    if any(is_custom(kind) for kind in kinds):
+        text += ("; a custom resource that holds pod templates is checked once listed under workloads.kinds "
+                 "in the config (docs/workloads.md)")
+    return text
