@@ -14,6 +14,7 @@ from .catalog import build_catalog
 from .cluster import ClusterState, pod_from_manifest
 from .grants import NamespaceLabels
 from .mutations import MUTATIONS, Op, plan_patch
+from .resources import CUSTOM_WORKLOADS
 from .rules.base import REGISTRY, Finding, Rule
 from .rules.placement_rules import placed_pod, placement_of
 from .settings import PolicySettings, Severity
@@ -144,7 +145,9 @@ class Engine:
         ``group`` is the object's API group (None: read from its apiVersion)."""
         if namespaces is None and hasattr(state, "namespace_labels"):
             namespaces = state  # type: ignore[assignment]
-        workload = self.workload(kind, group_of(obj) if group is None else group)
+        if group is None:
+            group = group_of(obj)
+        workload = self.workloads.lookup(group, kind) if group else None  # core kinds (Pod): no call
         return Subject(kind=kind, obj=obj, names=self.names, operation=operation, request_namespace=namespace,
                        old=old, user=user or UserInfo(), state=state, settings=self.settings,
                        catalog=self.catalog, namespaces=namespaces, known_ids=self._known_ids, workload=workload)
@@ -162,7 +165,9 @@ class Engine:
         # Rules that could not run for the same reason are reported together, once.
         unavailable: dict[tuple[str, str, str], tuple[StateUnavailable, list[str]]] = {}
         applicable: dict[Any, bool] = {}  # each family test once per subject
-        for applies, run in self._plan(subject.rule_kind, subject.operation):
+        # A custom workload's rules are those registered for all of them (inline: this runs per review).
+        rule_kind = subject.kind if subject.workload is None else CUSTOM_WORKLOADS
+        for applies, run in self._plan(rule_kind, subject.operation):
             if applies is not None:
                 ok = applicable.get(applies)
                 if ok is None:

@@ -94,49 +94,55 @@ def meant_resource(key: str, gpu_mem: str, gpu_core: str, domains: tuple[str, ..
 def near_misses(spec: dict[str, Any] | None, base: Path, names: Names, settings: NearMissSettings) -> list[NearMiss]:
     """Every resource key in the pod spec's containers that narrowly misses a shared-GPU name.
 
-    Malformed shapes are skipped here: the rules that read GPU requests report them.
+    Malformed shapes are skipped here: the rules that read GPU requests report them. (The loop is
+    ``_scan``'s, written out: this runs for every admitted pod.)
     """
     if not isinstance(spec, dict):
         return []
+    mem, core = names.resources.gpu_mem, names.resources.gpu_core
+    known = {mem, core, names.resources.gpu_topology, names.resources.gpu_exclusive, names.resources.gpu_count}
     found: list[NearMiss] = []
     for group in CONTAINER_GROUPS:
         items = spec.get(group)
         if not isinstance(items, list):
             continue
         for index, container in enumerate(items):
-            if isinstance(container, dict):
-                name = container.get("name")
-                _scan(container, str(name) if name is not None else f"{group}[{index}]", group,
-                      (*base, group, index, "resources"), names, settings, found)
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if not isinstance(resources, dict):
+                continue
+            for section in ("limits", "requests"):
+                block = resources.get(section)
+                if not isinstance(block, dict):
+                    continue
+                for key in block:
+                    if not isinstance(key, str) or key in known:
+                        continue
+                    meant = meant_resource(key, mem, core, settings.lookalike_domains, settings.allowed)
+                    if meant is not None:
+                        name = container.get("name")
+                        found.append(NearMiss(str(name) if name is not None else f"{group}[{index}]", group, key,
+                                              meant, (*base, group, index, "resources", section, key)))
     return found
 
 
 def near_misses_in(containers: Iterable[tuple[dict[str, Any], str, str, Path]], names: Names,
                    settings: NearMissSettings) -> list[NearMiss]:
     """Near misses in (container, name, group, path of its resources) of a custom workload's pod."""
-    found: list[NearMiss] = []
-    for container, name, group, resources_path in containers:
-        _scan(container, name, group, resources_path, names, settings, found)
-    return found
-
-
-def _scan(container: dict[str, Any], name: str, group: str, resources_path: Path, names: Names,
-          settings: NearMissSettings, found: list[NearMiss]) -> None:
-    resources = container.get("resources")
-    if not isinstance(resources, dict):
-        return
     mem, core = names.resources.gpu_mem, names.resources.gpu_core
     known = {mem, core, names.resources.gpu_topology, names.resources.gpu_exclusive, names.resources.gpu_count}
-    for section in ("limits", "requests"):
-        block = resources.get(section)
-        if not isinstance(block, dict):
+    found: list[NearMiss] = []
+    for container, name, group, resources_path in containers:
+        resources = container.get("resources")
+        if not isinstance(resources, dict):
             continue
-        for key in block:
-            if not isinstance(key, str) or key in known:
-                continue
-            meant = meant_resource(key, mem, core, settings.lookalike_domains, settings.allowed)
-            if meant is not None:
-                found.append(NearMiss(name, group, key, meant, (*resources_path, section, key)))
+        for section in ("limits", "requests"):
+            block = resources.get(section)
+            if isinstance(block, dict):
+                found.extend(NearMiss(name, group, key, meant, (*resources_path, section, key)) for key in block
+                             if isinstance(key, str) and key not in known
+                             and (meant := meant_resource(key, mem, core, settings.lookalike_domains,
+                                                          settings.allowed)) is not None)
+    return found
 
 
 # Kubernetes' own container resources without a prefix (hugepages-<size> aside, a family): the

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .exemptions import Exemption, annotations_path, read_exemption
 from .grants import GrantOutcome, NamespaceLabels, annotation_permission, matching_grants
 from .resources import (
-    CUSTOM_WORKLOADS,
     POD_SPEC_PATHS,
     ContainerRequest,
     Path,
@@ -114,6 +113,9 @@ class Subject:
     name: str = field(init=False)
     # Where the object lives: its metadata.namespace, else the request's namespace.
     namespace: str = field(init=False)
+    # The kind whose pod template the built-in paths know ("" for a custom workload, whose own
+    # metadata carries its exemption and labels).
+    template_kind: str = field(init=False)
 
     def __post_init__(self) -> None:
         meta = self.obj.get("metadata")
@@ -125,6 +127,7 @@ class Subject:
         self.name = name
         ns = meta.get("namespace")
         self.namespace = ns if isinstance(ns, str) and ns else self.request_namespace
+        self.template_kind = self.kind if self.workload is None else ""
 
     def usable_state(self, switch: str, what: str) -> ClusterState:
         """The cluster state, or StateUnavailable naming what could not be checked and why."""
@@ -143,17 +146,6 @@ class Subject:
         if self.workload is not None and kind in POD_SPEC_PATHS:
             kind = self.workload.name
         return f"{kind} {self.namespace}/{self.name}" if self.namespace else f"{kind} {self.name}"
-
-    @property
-    def rule_kind(self) -> str:
-        """The kind the rules are registered for: a custom workload's stand for all of them."""
-        return self.kind if self.workload is None else CUSTOM_WORKLOADS
-
-    @property
-    def template_kind(self) -> str:
-        """The kind whose pod template the built-in paths know ("" for a custom workload, whose own
-        metadata carries its exemption and labels)."""
-        return self.kind if self.workload is None else ""
 
     @computed_once
     def pod_spec(self) -> tuple[dict[str, Any] | None, Path]:

@@ -5,18 +5,23 @@ requests (a ResourceRequirements) is either a path of the table or set aside wit
 
 from __future__ import annotations
 
+import contextlib
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policies.field_paths import EVERY_ITEM, EVERY_VALUE, Pattern, render_pattern
+from policies.resources import ShapeError
 from policies.workloads import BUILT_IN, TEMPLATE, Holder, Location, WorkloadKind
 
 from .crds import invalid, prune
 from .helpers import DATA
+from .profiles import examples
 from .workload_cases import CASES
 
 CRDS = DATA / "workload-crds"
@@ -205,3 +210,33 @@ def test_the_documented_table_of_kinds_is_the_table():
     start = text.index("<!-- generated from policies/workloads.py")
     block = text[text.index("\n", start) + 1:text.index("<!-- end of generated table -->", start)]
     assert block == kinds_table(), "regenerate docs/workloads.md's table of kinds (tests/test_workload_schemas.py)"
+
+
+JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=3)),
+                    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(
+                        ["spec", "template", "containers", "initContainers", "resources", "limits", "requests", "name",
+                         "aliyun.com/gpu-mem", "schedulerName", "podSpecPatch", "x"]), inner, max_size=4)),
+                    max_leaves=16)
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(data=st.data())
+def test_any_shape_at_any_place_of_a_custom_workload_is_judged_or_named_malformed(data, engine):
+    # What a minimal CRD lets through, wherever the table looks: the engine judges it or raises the
+    # ShapeError the webhook answers with a 400 and check with exit 2, never anything else.
+    case = data.draw(st.sampled_from(CASES))
+    obj = case.manifest()
+    pattern = data.draw(st.sampled_from([loc.pattern for loc in case.kind.locations] + list(case.kind.patches)))
+    node: Any = obj
+    for part in pattern[:data.draw(st.integers(0, len(pattern) - 1))]:
+        if isinstance(node, list) and node:
+            node = node[0]
+        elif isinstance(node, dict) and part not in (EVERY_ITEM, EVERY_VALUE):
+            node = node.setdefault(part, {})
+        elif isinstance(node, dict) and node:
+            node = next(iter(node.values()))
+    if isinstance(node, dict):
+        field = data.draw(st.sampled_from(["template", "spec", "containers", "resources", pattern[-1]]))
+        node[field] = data.draw(JSON)
+    with contextlib.suppress(ShapeError):
+        engine.validate(engine.subject(obj["kind"], obj, namespace="default"))

@@ -56,6 +56,8 @@ def test_check_denies_the_mistake_naming_the_replica_passes_the_sample_and_says_
     assert denial["rule"] == "GS003"
     assert f" {where}" in denial["message"] and "aliyun.com/gpu-mem=2Gi carries a unit" in denial["message"], denial
     assert denial["field"] == render_path((*case.resources, "limits", MEM))
+    # A cluster-scoped kind (ClusterTrainingRuntime, ClusterWorkflowTemplate) has no namespace.
+    assert (denial["object"]["namespace"] == "") is (not case.kind.namespaced)
     lines = Path(denial["file"]).read_text().splitlines()
     assert lines[denial["line"] - 1].strip().startswith(f"{MEM}: 2Gi")  # the offending line itself
     assert [f["rule"] for f in checked.get(("sample", case.file), [])] == (["GW001"] if case.file in VOLCANO else [])
@@ -229,16 +231,18 @@ def test_the_configuration_cannot_redefine_kubernetes_own_kinds(tmp_path):
 
 
 def test_the_server_admits_an_object_whose_configured_path_is_wrong_saying_why_it_was_not_checked(tmp_path):
-    from .helpers import gpushare_server
+    from .helpers import gpushare_server, wait_until
 
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"workloads": {"kinds": [
         {"group": "example.com", "kind": "TrainingRun", "paths": ["spec.sidecar", "spec.roles.*.template"]}]}}))
     with gpushare_server(tmp_path, "--config", str(tmp_path / "config.yaml")) as running, running.session() as http:
         body = admission_review(MY_JOB, group="example.com", resource="trainingruns")
         response = http.post(running.url + "/validate", json=body, timeout=10).json()["response"]
+        said = "TrainingRun ml/run-1 was not checked: configuration workloads.kinds[0]"
+        wait_until(lambda: said in running.log_path.read_text(), what="the warning in the server's log")
     assert response["allowed"] is True
     [warning] = response["warnings"]
-    assert warning.startswith("gpushare: TrainingRun ml/run-1 was not checked: configuration workloads.kinds[0]")
+    assert warning.startswith(f"gpushare: {said}")
 
 
 def test_the_group_decides_between_a_kind_of_the_table_and_a_namesake(engine):

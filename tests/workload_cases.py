@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ class Case:
         return WORKLOADS / self.file
 
     def manifest(self) -> dict[str, Any]:
-        return yaml.safe_load(self.path.read_text())
+        """A fresh copy of the sample (parsed once per test process)."""
+        return copy.deepcopy(_parsed(self.path))
 
     @property
     def kind(self) -> WorkloadKind:
@@ -56,6 +58,11 @@ class Case:
     def without_gpus(self) -> dict[str, Any]:
         """The sample without any GPU resource."""
         return strip_gpus(self.manifest())
+
+
+@cache
+def _parsed(path: Path) -> dict[str, Any]:
+    return yaml.load(path.read_text(), Loader=yaml.CSafeLoader)
 
 
 def strip_gpus(obj: Any) -> Any:

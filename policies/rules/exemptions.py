@@ -65,8 +65,8 @@ def _grant_problems(subject: Subject) -> Iterator[Found]:
     """Config grants covering the object that are not (fully) honoured, and why: for an object a
     shared-GPU rule judges (a grant covers a namespace; elsewhere its news is noise)."""
     r = subject.names.resources
-    judges_pods = subject.workload is not None or subject.kind in POD_SPEC_PATHS
-    if not subject.grants or (judges_pods and r.gpu_mem not in subject.asked
+    if not subject.grants or ((subject.workload is not None or subject.kind in POD_SPEC_PATHS)
+                              and r.gpu_mem not in subject.asked
                               and r.gpu_core not in subject.asked and not names_a_near_miss(subject)):
         return
     for outcome in subject.grants:

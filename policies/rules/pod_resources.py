@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from decimal import ROUND_HALF_UP, Decimal
 from typing import cast
 
@@ -12,7 +12,7 @@ from ..quantity import multiplier_suffix
 from ..relevance import Relevance
 from ..resources import CUSTOM_WORKLOADS, POD_SPEC_PATHS, ContainerRequest, ResourceValue
 from ..settings import NearMissSettings
-from ..subject import Subject, SubjectPod
+from ..subject import Subject
 from .base import Found, rule
 
 # What sends an object to the webhook for each family (policies/relevance.py).
@@ -185,6 +185,14 @@ def requests_equal_limits(subject: Subject) -> Iterator[Found]:
                             f"or leave it out", request.path)
 
 
+def _each_pod(subject: Subject) -> Iterable[tuple[str, list[ContainerRequest]]]:
+    """(how messages name it, its GPU containers) of each pod the object makes; a Pod's or a Kubernetes
+    workload's one pod without building a SubjectPod (this runs for every pod asking for compute)."""
+    if subject.workload is None:
+        return ((subject.label, subject.containers),)
+    return ((pod.label, pod.containers) for pod in subject.pods)
+
+
 def _names(containers: list[ContainerRequest]) -> str:
     return ", ".join(f'"{c.name}"' for c in containers)
 
@@ -195,11 +203,11 @@ def _names(containers: list[ContainerRequest]) -> str:
           "and compute on one node, so one pod must not mix the two.")
 def no_job_type_mixing(subject: Subject) -> Iterator[Found]:
     core, mem = subject.names.resources.gpu_core, subject.names.resources.gpu_mem
-    for pod in subject.pods:
-        mem_only = [c for c in pod.containers if c.has(mem) and not c.has(core)]
-        core_mem = [c for c in pod.containers if c.has(mem) and c.has(core)]
+    for label, containers in _each_pod(subject):
+        mem_only = [c for c in containers if c.has(mem) and not c.has(core)]
+        core_mem = [c for c in containers if c.has(mem) and c.has(core)]
         if mem_only and core_mem:
-            yield Found(f"{pod.label} mixes mem-only containers ({_names(mem_only)}) with core+mem containers "
+            yield Found(f"{label} mixes mem-only containers ({_names(mem_only)}) with core+mem containers "
                         f"({_names(core_mem)}); give every GPU container {core} or none of them",
                         mem_only[0].path)
 
@@ -209,16 +217,16 @@ def no_job_type_mixing(subject: Subject) -> Iterator[Found]:
       doc="A node runs one GPU scheduling mode: a pod cannot ask for whole GPUs "
           "(nvidia.com/gpu, aliyun.com/gpu) and shared GPU resources together.")
 def no_exclusive_and_shared(subject: Subject) -> Iterator[Found]:
-    for pod in subject.pods:
-        yield from _exclusive_and_shared(subject, pod)
+    for label, containers in _each_pod(subject):
+        yield from _exclusive_and_shared(subject, label, containers)
 
 
-def _exclusive_and_shared(subject: Subject, pod: SubjectPod) -> Iterator[Found]:
+def _exclusive_and_shared(subject: Subject, label: str, containers: list[ContainerRequest]) -> Iterator[Found]:
     r = subject.names.resources
     whole = (r.gpu_exclusive, r.gpu_topology)
     shared = (r.gpu_mem, r.gpu_core)
-    exclusive_users = [c for c in pod.containers if not c.asked().isdisjoint(whole)]
-    shared_users = [c for c in pod.containers if not c.asked().isdisjoint(shared)]
+    exclusive_users = [c for c in containers if not c.asked().isdisjoint(whole)]
+    shared_users = [c for c in containers if not c.asked().isdisjoint(shared)]
     for container in exclusive_users:
         if container in shared_users:
             asked = [w for w in whole if container.has(w)] + [s for s in shared if container.has(s)]
@@ -228,7 +236,7 @@ def _exclusive_and_shared(subject: Subject, pod: SubjectPod) -> Iterator[Found]:
     only_exclusive = [c for c in exclusive_users if c not in shared_users]
     only_shared = [c for c in shared_users if c not in exclusive_users]
     if only_exclusive and only_shared:
-        yield Found(f"{pod.label} has containers with whole GPUs ({_names(only_exclusive)}) and containers "
+        yield Found(f"{label} has containers with whole GPUs ({_names(only_exclusive)}) and containers "
                     f"with shared GPU ({_names(only_shared)}); a node runs one GPU mode, so use one kind",
                     only_exclusive[0].path)
 

@@ -208,7 +208,9 @@ class Checker:
 
     def check_manifest(self, manifest: Manifest) -> CheckedObject:
         kind, obj = manifest.kind, manifest.obj
-        namespace = "" if kind in CLUSTER_SCOPED else self.namespace
+        workload = self.engine.workload(kind, group_of(obj))
+        cluster_scoped = kind in CLUSTER_SCOPED if workload is None else not workload.namespaced
+        namespace = "" if cluster_scoped else self.namespace
         old = self.known_nodes.get(_name(obj)) if kind == "Node" else None
         subject = self.engine.subject(kind, obj, operation="UPDATE" if old is not None else "CREATE",
                                       namespace=namespace, old=old, state=self.state,

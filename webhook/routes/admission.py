@@ -3,6 +3,7 @@ no policy is decided here."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from functools import partial
@@ -26,6 +27,7 @@ from webhook.server.metrics import register_endpoint
 from webhook.state.leader import LeaderElector
 
 Mode = Literal["mutate", "validate"]
+log = logging.getLogger("gpushare.admission")
 
 
 def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState | None,
@@ -60,10 +62,11 @@ def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState |
     except ShapeError as exc:
         raise ReviewError(f"request.object: {kind} {subject.label.split(' ', 1)[-1]}: {exc}") from None
     except WorkloadConfigError as exc:
-        # The admin's configuration, not the user's object, is wrong: admitted unjudged, and said so
-        # (gpushare check fails on it, where the configuration is tested).
-        return build_response(review, None, allowed=True,
-                              warnings=[f"gpushare: {subject.label} was not checked: {exc}"])
+        # The admin's configuration, not the user's object, is wrong: admitted unjudged, and said so to
+        # both (gpushare check fails on it, where the configuration is tested).
+        said = f"{subject.label} was not checked: {exc}"
+        log.warning(said)
+        return build_response(review, None, allowed=True, warnings=[f"gpushare: {said}"])
     return build_response(review, verdict)
 
 
