@@ -167,6 +167,8 @@ def test_a_review_that_cannot_meet_its_deadline_is_refused_at_the_door_and_one_t
         holder = start_costly(server, stack, "door")
         queued = tls(server, stack, timeout=120)
         queued.sendall(request(body, path="/validate?timeout=60s"))
+        wait_until(lambda: metric(server, "gpushare_waiting_requests") >= 1, interval=0.01,
+                   what="the review queued behind the costly one")  # a busy host reads it late
         threading.Event().wait(0.5)  # the queued review's wait passes what timeout=1s allows: the stimulus
         short.sendall(request(body, path="/validate?timeout=1s"))
         status, headers, reply = read_response(short)  # while the costly review still holds the slot
