@@ -39,8 +39,51 @@ class CapacityVerdict:
     accepted: str = "a request that fits such a card, or add nodes with bigger cards first"
 
 
-def _modes_for(demand: PodDemand) -> frozenset[str]:
+def modes_for(demand: PodDemand) -> frozenset[str]:
     return frozenset({"core_mem"}) if demand.is_core_mem else SHARED_MODES
+
+
+# GC001's "never" words, one place for the walk below and the index (capacity_index), which
+# must say the same thing; each is asked in this order, the first that holds is the verdict.
+NO_MATCHING_NODE = CapacityVerdict(never="no node of the cluster matches its node selectors or affinity",
+                                   accepted="a node selector or affinity that a node of the cluster matches")
+NO_CARDS_SHOWN = CapacityVerdict(never="no node that could take it shows its GPU cards (gpu-mem and gpu-count)")
+
+
+def no_core_mem_node(names: Names) -> CapacityVerdict:
+    return CapacityVerdict(never=f"it asks for {names.resources.gpu_core} and the cluster has no core_mem node "
+                                 f"(computing power allocation needs a core_mem node pool)")
+
+
+def no_node_of_its_mode(demand: PodDemand, selector: NodeSelector) -> CapacityVerdict:
+    kind = "core_mem" if demand.is_core_mem else f"shared-mode ({', '.join(sorted(SHARED_MODES))})"
+    constraint = "" if selector.empty else " that matches its node selectors or affinity"
+    return CapacityVerdict(never=f"the cluster has no {kind} node{constraint}",
+                           accepted=f"add a {kind} node{constraint} first")
+
+
+def larger_than_every_card(demand: PodDemand, largest: CardAt, names: Names) -> CapacityVerdict | None:
+    """The container asking most per card, when even the largest card could not hold it."""
+    need = max(demand.gpus, key=lambda g: g.mem_per_card)
+    if need.mem_per_card <= largest.total_mem:
+        return None
+    unit = names.memory_unit
+    share = f"{need.mem_per_card} {unit} on each of {need.cards} cards" if need.cards > 1 else \
+        f"{names.resources.gpu_mem}={need.mem}"
+    return CapacityVerdict(never=f'container "{need.container}" asks for {share}, more than the largest card of '
+                                 f"any node that could take it: {largest.total_mem} {unit} ({largest.where})")
+
+
+def spread_over_more_cards_than_any_node(demand: PodDemand, node: str, cards: int,
+                                         names: Names) -> CapacityVerdict | None:
+    """The container spread over most cards, when ``node``, with the most cards (``cards``), has fewer."""
+    spread = max(demand.gpus, key=lambda g: g.cards)
+    if spread.cards <= cards:
+        return None
+    label = names.labels.pod_gpu_count
+    return CapacityVerdict(never=f'container "{spread.container}" spreads over {spread.cards} cards (pod label '
+                                 f"{label}) and the most any node that could take it has is {cards} (node {node})",
+                           accepted=f"a {label} label of at most {cards}")
 
 
 def judge_capacity(demand: PodDemand, selector: NodeSelector, profiles: Sequence[NodeProfile],
@@ -52,37 +95,23 @@ def judge_capacity(demand: PodDemand, selector: NodeSelector, profiles: Sequence
     it advertises (cards.node_mode), as the placement rules judge it."""
     if not demand.gpus:
         return CapacityVerdict()
-    r, unit = names.resources, names.memory_unit
     if demand.is_core_mem and not any(p.mode == "core_mem" for p in profiles):
-        return CapacityVerdict(never=f"it asks for {r.gpu_core} and the cluster has no core_mem node "
-                                     f"(computing power allocation needs a core_mem node pool)")
+        return no_core_mem_node(names)
     matching = [p for p in profiles if selector.empty or selector.mismatch(p.node.labels, p.node.name) is None]
     if not matching:
-        return CapacityVerdict(never="no node of the cluster matches its node selectors or affinity",
-                               accepted="a node selector or affinity that a node of the cluster matches")
-    candidates = [p for p in matching if p.mode in _modes_for(demand)]
+        return NO_MATCHING_NODE
+    candidates = [p for p in matching if p.mode in modes_for(demand)]
     if not candidates:
-        kind = "core_mem" if demand.is_core_mem else f"shared-mode ({', '.join(sorted(SHARED_MODES))})"
-        constraint = "" if selector.empty else " that matches its node selectors or affinity"
-        return CapacityVerdict(never=f"the cluster has no {kind} node{constraint}",
-                               accepted=f"add a {kind} node{constraint} first")
+        return no_node_of_its_mode(demand, selector)
     largest = max((CardAt(p.name, c.index, c.total_mem) for p in candidates for c in p.cards.cards),
                   key=lambda c: (c.total_mem, c.node), default=None)
     if largest is None:
-        return CapacityVerdict(never="no node that could take it shows its GPU cards (gpu-mem and gpu-count)")
-    need = max(demand.gpus, key=lambda g: g.mem_per_card)
-    if need.mem_per_card > largest.total_mem:
-        share = f"{need.mem_per_card} {unit} on each of {need.cards} cards" if need.cards > 1 else \
-            f"{r.gpu_mem}={need.mem}"
-        return CapacityVerdict(never=f'container "{need.container}" asks for {share}, more than the largest card of '
-                                     f"any node that could take it: {largest.total_mem} {unit} ({largest.where})")
-    spread = max(demand.gpus, key=lambda g: g.cards)
+        return NO_CARDS_SHOWN
     most = max(candidates, key=lambda p: (len(p.cards.cards), p.name))
-    if spread.cards > len(most.cards.cards):
-        return CapacityVerdict(never=f'container "{spread.container}" spreads over {spread.cards} cards (pod label '
-                                     f"{names.labels.pod_gpu_count}) and the most any node that could take it has is "
-                                     f"{len(most.cards.cards)} (node {most.name})",
-                               accepted=f"a {names.labels.pod_gpu_count} label of at most {len(most.cards.cards)}")
+    never = (larger_than_every_card(demand, largest, names)
+             or spread_over_more_cards_than_any_node(demand, most.name, len(most.cards.cards), names))
+    if never is not None:
+        return never
     for profile in candidates:
         if judge(demand, profile, names).fits:
             return CapacityVerdict()

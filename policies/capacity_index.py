@@ -30,10 +30,21 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .capacity import CapacityVerdict, CardAt, _modes_for, not_now_text
+from .capacity import (
+    NO_CARDS_SHOWN,
+    NO_MATCHING_NODE,
+    CapacityVerdict,
+    CardAt,
+    larger_than_every_card,
+    modes_for,
+    no_core_mem_node,
+    no_node_of_its_mode,
+    not_now_text,
+    spread_over_more_cards_than_any_node,
+)
 from .cards import Card
 from .cluster import ClusterState
-from .placement import SHARED_MODES, NodeProfile, PodDemand, judge, node_profile
+from .placement import NodeProfile, PodDemand, judge, node_profile
 from .selectors import NodeSelector, Requirement
 from .settings import Names
 
@@ -435,39 +446,25 @@ class CapacityIndex:
 
     def _verdict(self, demand: PodDemand, selector: NodeSelector, budget: WorkBudget) -> CapacityVerdict:
         names = self.names
-        r, unit = names.resources, names.memory_unit
         if demand.is_core_mem and not self._modes.get("core_mem"):
-            return CapacityVerdict(never=f"it asks for {r.gpu_core} and the cluster has no core_mem node "
-                                         f"(computing power allocation needs a core_mem node pool)")
+            return no_core_mem_node(names)
         matching = list(self._projection(selector, budget).matching(selector, budget))
         if not matching:
-            return CapacityVerdict(never="no node of the cluster matches its node selectors or affinity",
-                                   accepted="a node selector or affinity that a node of the cluster matches")
-        modes = _modes_for(demand)
+            return NO_MATCHING_NODE
+        modes = modes_for(demand)
         budget.charge(GROUP * len(matching))
         groups = [g for g in matching if g.mode in modes]
         if not groups:
-            kind = "core_mem" if demand.is_core_mem else f"shared-mode ({', '.join(sorted(SHARED_MODES))})"
-            constraint = "" if selector.empty else " that matches its node selectors or affinity"
-            return CapacityVerdict(never=f"the cluster has no {kind} node{constraint}",
-                                   accepted=f"add a {kind} node{constraint} first")
+            return no_node_of_its_mode(demand, selector)
         largest = self._largest(groups, budget)
         if largest is None:
-            return CapacityVerdict(never="no node that could take it shows its GPU cards (gpu-mem and gpu-count)")
-        need = max(demand.gpus, key=lambda g: g.mem_per_card)
-        if need.mem_per_card > largest.total_mem:
-            share = f"{need.mem_per_card} {unit} on each of {need.cards} cards" if need.cards > 1 else \
-                f"{r.gpu_mem}={need.mem}"
-            return CapacityVerdict(never=f'container "{need.container}" asks for {share}, more than the largest card '
-                                         f"of any node that could take it: {largest.total_mem} {unit} "
-                                         f"({largest.where})")
-        spread = max(demand.gpus, key=lambda g: g.cards)
-        most, cards = self._most_cards(groups, budget)
-        if spread.cards > cards:
-            label = names.labels.pod_gpu_count
-            return CapacityVerdict(never=f'container "{spread.container}" spreads over {spread.cards} cards (pod '
-                                         f"label {label}) and the most any node that could take it has is {cards} "
-                                         f"(node {most})", accepted=f"a {label} label of at most {cards}")
+            return NO_CARDS_SHOWN
+        never = larger_than_every_card(demand, largest, names)
+        if never is None:
+            most, cards = self._most_cards(groups, budget)
+            never = spread_over_more_cards_than_any_node(demand, most, cards, names)
+        if never is not None:
+            return never
         judged: set[Shape] = set()  # shapes that do not hold it
         for name in self._candidates(groups, demand, budget):
             node = self._nodes[name]
