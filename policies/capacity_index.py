@@ -544,7 +544,8 @@ class CapacityIndex:
                     budget.charge(1)
                     yield next(iter(names))  # any of them holds it
             return
-        total = sum(g.mem for g in demand.gpus)
+        # What placing puts on cards: a spread container N/M (rounded down) on each of its M cards.
+        total = sum(g.mem_per_card * g.cards for g in demand.gpus)
         for group in groups:
             budget.charge(len(group.shapes))
             for names in group.shapes.values():
