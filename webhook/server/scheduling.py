@@ -53,6 +53,11 @@ def declare(path: str, work: Work, methods: Iterable[str]) -> str:
     return path
 
 
+def declared_paths() -> frozenset[str]:
+    """Every path a route has declared so far."""
+    return frozenset(_DECLARED)
+
+
 def work_of(method: str, path: str) -> Work:
     """The class of a request; anything undeclared is answered at once by the app (404, 405)."""
     declared = _DECLARED.get(path)
