@@ -52,6 +52,12 @@ class ServerSettings(_Section):
     port: int = Field(8443, ge=0, le=65535)
     cert_dir: Path = Path("certs-dev")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # Which gunicorn worker runs the app: ``webhook``, the project's own (a poller reads and
+    # writes every connection without blocking; docs/operations.md, "Overload and slow
+    # clients"), or ``gthread``, stock gunicorn's threaded worker with the same admission
+    # scheduling as WSGI middleware: the supported way out of a transport bug, at the cost of
+    # the hostile-client targets it does not meet (docs/operations.md, "The stock worker").
+    worker: Literal["webhook", "gthread"] = "webhook"
     # One process keeps the binding assume-cache exact (GB001); threads serve keep-alive.
     workers: int = Field(1, ge=1)
     threads: int = Field(16, ge=1)

@@ -274,6 +274,16 @@ class Scheduler(Generic[T]):
                 started.append((waiting.item, work))
         return started, refused
 
+    def withdraw(self, item: T) -> bool:
+        """Take ``item`` out of its queue if it is still waiting for a slot (its wait outlived
+        its deadline where nothing else would answer it: ``webhook.server.scheduling_middleware``)."""
+        for queue in self._queued.values():
+            for waiting in queue:
+                if waiting.item is item:
+                    queue.remove(waiting)
+                    return True
+        return False
+
     def _take(self, work: Work) -> None:
         self._free[work] -= 1
         self.evaluating += work is not Work.SCRAPE  # a scrape holds a slot of its own, not an evaluation slot
