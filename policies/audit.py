@@ -25,8 +25,10 @@ from .cluster import ClusterState, NodeInfo, PodGPU, PodInfo
 from .engine import Engine
 from .isolation import env_manifest
 from .placement import UNRESOLVABLE_RULES, PodDemand, mode_problems, node_profile
+from .resources import ShapeError
 from .rules.base import REGISTRY, Finding
 from .settings import Names, PolicySettings, Severity
+from .workloads import WorkloadConfigError
 
 SHOWN = 3  # pods named in one message before "and N more"
 # Rules reported once per running pod (policies/isolation.py: every env entry is one finding at admission).
@@ -42,12 +44,13 @@ class AuditFinding:
     rule: str
     severity: Severity
     message: str
-    kind: str  # Node or Pod
+    kind: str  # Node, Pod, or a custom workload's kind (PyTorchJob...)
     name: str
     namespace: str = ""  # "" for nodes
     node: str = ""  # the node the finding concerns (a pod's node)
     exempted: bool = False
     exemption_reason: str = ""
+    api_version: str = "v1"  # a custom workload's own
 
     @property
     def label(self) -> str:
@@ -59,6 +62,8 @@ class AuditResult:
     findings: list[AuditFinding] = field(default_factory=list)
     nodes: int = 0
     pods: int = 0
+    workloads: int = 0  # custom workloads judged (training jobs, Ray clusters...)
+    unjudged: list[str] = field(default_factory=list)  # custom workloads that could not be judged, and why
 
     @property
     def active(self) -> list[AuditFinding]:
@@ -105,9 +110,13 @@ class Auditor:
             out.append(AuditFinding(rule_id, severity, f"{rule_id}: {message}", kind, name, namespace, node))
 
     # -- the run ----------------------------------------------------------------------------
-    def audit(self, state: ClusterState, now: float) -> AuditResult:
-        """Every finding on every node and GPU pod of ``state``; ``now`` is Unix time (GA006)."""
+    def audit(self, state: ClusterState, now: float, workloads: Iterable[dict[str, Any]] = ()) -> AuditResult:
+        """Every finding on every node and GPU pod of ``state``, and on the custom workloads given (a
+        PyTorchJob's templates, judged as at admission); ``now`` is Unix time (GA006)."""
         result = AuditResult()
+        for obj in workloads:
+            result.workloads += 1
+            self._workload_rules(obj, state, result.findings, result.unjudged)
         out = result.findings
         nodes = state.nodes()
         result.nodes = len(nodes)
@@ -161,6 +170,24 @@ class Auditor:
         for f in exempted:
             out.append(AuditFinding(f.rule, f.severity, f.message.replace(_PLACEHOLDER_LABEL, label), "Pod",
                                     pod.name, pod.namespace, pod.node_name, True, reason))
+
+    def _workload_rules(self, obj: dict[str, Any], state: ClusterState, out: list[AuditFinding],
+                        unjudged: list[str]) -> None:
+        kind = str(obj.get("kind", ""))
+        subject = self.engine.subject(kind, obj, state=state)
+        try:
+            verdict = self.engine.validate(subject)
+        except (ShapeError, WorkloadConfigError) as exc:  # said, not fatal: the others are still judged
+            unjudged.append(f"{subject.label} could not be judged: {exc}")
+            return
+        api_version = str(obj.get("apiVersion", ""))
+        for f in verdict.findings:
+            out.append(AuditFinding(f.rule, f.severity, f.message, kind, subject.name, subject.namespace,
+                                    api_version=api_version))
+        for f in verdict.exempted:
+            out.append(AuditFinding(f.rule, f.severity, f.message, kind, subject.name, subject.namespace,
+                                    exempted=True, exemption_reason=verdict.exemption_reason,
+                                    api_version=api_version))
 
     # -- invariants -------------------------------------------------------------------------
     def _node_invariants(self, node: NodeInfo, pods: list[PodInfo], out: list[AuditFinding], now: float) -> None:
@@ -248,9 +275,10 @@ class Auditor:
                                     f"(audit.expected_scheduler)", "Pod", pod.name, pod.namespace, pod.node_name)
 
 
-def audit_state(state: ClusterState, settings: PolicySettings, now: float, engine: Engine | None = None) -> AuditResult:
-    """One audit of ``state`` (see ``Auditor``)."""
-    return Auditor(settings, engine).audit(state, now)
+def audit_state(state: ClusterState, settings: PolicySettings, now: float, engine: Engine | None = None,
+                workloads: Iterable[dict[str, Any]] = ()) -> AuditResult:
+    """One audit of ``state`` and of the custom workloads given (see ``Auditor``)."""
+    return Auditor(settings, engine).audit(state, now, workloads)
 
 
 def node_manifest(node: NodeInfo) -> dict[str, Any]:

@@ -14,10 +14,12 @@ from .catalog import build_catalog
 from .cluster import ClusterState, pod_from_manifest
 from .grants import NamespaceLabels
 from .mutations import MUTATIONS, Op, plan_patch
+from .resources import CUSTOM_WORKLOADS
 from .rules.base import REGISTRY, Finding, Rule
 from .rules.placement_rules import placed_pod, placement_of
 from .settings import PolicySettings, Severity
 from .subject import StateUnavailable, Subject, UserInfo
+from .workloads import WorkloadKind, group_of, workload_table
 
 
 @dataclass(slots=True)
@@ -93,6 +95,7 @@ class Engine:
         self._mutations = frozenset(m for m in MUTATIONS if self.mutation_enabled(m))
         self._known_ids = frozenset(REGISTRY) | frozenset(MUTATIONS)
         self._handled = frozenset(k for a in self._active for k in a.rule.kinds) | {"Pod", "DaemonSet"}
+        self.workloads = workload_table(settings)
 
     @property
     def known_ids(self) -> frozenset[str]:
@@ -126,18 +129,28 @@ class Engine:
         override = self.settings.rules.get(mutation_id)
         return override is None or override.enabled
 
-    def handles(self, kind: str) -> bool:
-        return kind in self._handled
+    def handles(self, kind: str, group: str = "") -> bool:
+        """Whether any rule or mutation judges objects of this kind (a custom workload's: ``group``)."""
+        return kind in self._handled or self.workload(kind, group) is not None
+
+    def workload(self, kind: str, group: str) -> WorkloadKind | None:
+        """The workload table's entry for a custom resource kind, None for Kubernetes' own kinds."""
+        return self.workloads.lookup(group, kind)
 
     def subject(self, kind: str, obj: dict[str, Any], *, operation: str = "CREATE", namespace: str = "",
                 old: dict[str, Any] | None = None, user: UserInfo | None = None,
-                state: ClusterState | None = None, namespaces: NamespaceLabels | None = None) -> Subject:
-        """The subject; namespace labels come from ``namespaces``, else from the state when it has them."""
+                state: ClusterState | None = None, namespaces: NamespaceLabels | None = None,
+                group: str | None = None) -> Subject:
+        """The subject; namespace labels come from ``namespaces``, else from the state when it has them.
+        ``group`` is the object's API group (None: read from its apiVersion)."""
         if namespaces is None and hasattr(state, "namespace_labels"):
             namespaces = state  # type: ignore[assignment]
+        if group is None:
+            group = group_of(obj)
+        workload = self.workloads.lookup(group, kind) if group else None  # core kinds (Pod): no call
         return Subject(kind=kind, obj=obj, names=self.names, operation=operation, request_namespace=namespace,
                        old=old, user=user or UserInfo(), state=state, settings=self.settings,
-                       catalog=self.catalog, namespaces=namespaces, known_ids=self._known_ids)
+                       catalog=self.catalog, namespaces=namespaces, known_ids=self._known_ids, workload=workload)
 
     def validate(self, subject: Subject) -> Verdict:
         """Run every active rule for the subject's kind and operation.
@@ -152,7 +165,9 @@ class Engine:
         # Rules that could not run for the same reason are reported together, once.
         unavailable: dict[tuple[str, str, str], tuple[StateUnavailable, list[str]]] = {}
         applicable: dict[Any, bool] = {}  # each family test once per subject
-        for applies, run in self._plan(subject.kind, subject.operation):
+        # A custom workload's rules are those registered for all of them (inline: this runs per review).
+        rule_kind = subject.kind if subject.workload is None else CUSTOM_WORKLOADS
+        for applies, run in self._plan(rule_kind, subject.operation):
             if applies is not None:
                 ok = applicable.get(applies)
                 if ok is None:

@@ -24,7 +24,7 @@ Read here, judged as the runtimes read them:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,7 @@ class ContainerEnv:
     name: str
     entries: tuple[EnvEntry, ...]
     env_from: tuple[EnvSource, ...]
+    path: Path = ()  # the container's own place in the object
 
     @property
     def noun(self) -> str:
@@ -163,38 +164,44 @@ def _sources(raw: Any, path: Path, judged: frozenset[str]) -> tuple[EnvSource, .
 
 
 def container_envs(spec: Mapping[str, Any] | None, base: Path, names: Names) -> tuple[ContainerEnv, ...]:
-    """The containers and init containers (init containers first) that set a judged name or take
-    envFrom that may; ShapeError when what is read is malformed."""
+    """The containers and init containers (init containers first) of the pod spec at ``base`` that set
+    a judged name or take envFrom that may; ShapeError when what is read is malformed."""
     if not spec:
         return ()
+    items: list[tuple[str, int, Any, Path]] = []
+    for group in CONTAINER_GROUPS:
+        found = spec.get(group)
+        if isinstance(found, list):  # container_requests reports a malformed list
+            items.extend((group, index, container, (*base, group, index)) for index, container in enumerate(found))
+    return envs_of(items, names)
+
+
+def envs_of(items: Iterable[tuple[str, int, Any, Path]], names: Names) -> tuple[ContainerEnv, ...]:
+    """``container_envs`` over (group, index, container, its path): a pod spec's containers, or a
+    custom workload's, wherever its pods keep them."""
     judged = judged_names(names.env)
     out = []
-    for group in CONTAINER_GROUPS:
-        items = spec.get(group)
-        if not isinstance(items, list):
-            continue  # container_requests reports a malformed list
-        for index, container in enumerate(items):
-            if not isinstance(container, dict):
-                continue
-            env, env_from = container.get("env"), container.get("envFrom")
-            if not env and not env_from:
-                continue
-            entries: list[EnvEntry] = []
-            if env:
-                if not isinstance(env, list):
-                    raise ShapeError((*base, group, index, "env"), f"must be a list, got {type(env).__name__}")
-                for position, raw in enumerate(env):  # a pod lists dozens: no call for a name not judged
-                    if not isinstance(raw, dict):
-                        raise ShapeError((*base, group, index, "env", position),
-                                         f"must be an object, got {type(raw).__name__}")
-                    name = raw.get("name")
-                    if name in judged:
-                        entries.append(_entry(raw, name, position, (*base, group, index, "env")))
-            sources = _sources(env_from, (*base, group, index, "envFrom"), judged) if env_from else ()
-            if entries or sources:
-                name = container.get("name")
-                out.append(ContainerEnv(group, index, str(name) if name is not None else f"{group}[{index}]",
-                                        tuple(entries), sources))
+    for group, index, container, path in items:
+        if not isinstance(container, dict):
+            continue
+        env, env_from = container.get("env"), container.get("envFrom")
+        if not env and not env_from:
+            continue
+        entries: list[EnvEntry] = []
+        if env:
+            if not isinstance(env, list):
+                raise ShapeError((*path, "env"), f"must be a list, got {type(env).__name__}")
+            for position, raw in enumerate(env):  # a pod lists dozens: no call for a name not judged
+                if not isinstance(raw, dict):
+                    raise ShapeError((*path, "env", position), f"must be an object, got {type(raw).__name__}")
+                name = raw.get("name")
+                if name in judged:
+                    entries.append(_entry(raw, name, position, (*path, "env")))
+        sources = _sources(env_from, (*path, "envFrom"), judged) if env_from else ()
+        if entries or sources:
+            name = container.get("name")
+            out.append(ContainerEnv(group, index, str(name) if name is not None else f"{group}[{index}]",
+                                    tuple(entries), sources, path))
     return tuple(out)
 
 

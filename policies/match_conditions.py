@@ -29,9 +29,11 @@ from .mutations import MUTATIONS
 from .near_miss import skipped_keys
 from .near_miss_regex import domain_regex, name_part_regex
 from .relevance import Relevance, Triggers, resolve
-from .resources import CONTAINER_GROUPS, POD_SPEC_PATHS
+from .resources import CONTAINER_GROUPS, CUSTOM_WORKLOADS, POD_SPEC_PATHS
 from .rules.base import REGISTRY
 from .settings import PolicySettings
+from .workload_conditions import container_test, workload_terms
+from .workloads import workload_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,8 @@ class WebhookScope:
     # The narrow webhook for the GPU-sharing DaemonSets (GM002) carries that trigger alone; the
     # others never carry it (they exclude kube-system, where those DaemonSets run).
     daemonsets: bool = False
+    # The opt-in kustomize component that registers the webhook ("": the base, webhooks.yaml).
+    component: str = ""
 
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController")
@@ -60,6 +64,9 @@ SCOPES: tuple[WebhookScope, ...] = (
     WebhookScope("workloads.validate.gpushare.io", "gpushare-relevant", False, WORKLOAD_KINDS, CREATE_UPDATE),
     WebhookScope("cronjobs.validate.gpushare.io", "gpushare-relevant", False, ("CronJob",), CREATE_UPDATE),
     WebhookScope("nodes.validate.gpushare.io", "gpu-scheduling-labels", False, ("Node",), CREATE_UPDATE),
+    # Opt-in: custom resources holding pod templates (policies/workloads.py), registered at install.
+    WebhookScope("custom-workloads.validate.gpushare.io", "gpushare-relevant", False, (CUSTOM_WORKLOADS,),
+                 CREATE_UPDATE, component="custom-workloads"),
 )
 
 
@@ -178,6 +185,17 @@ def _node_condition(t: Triggers) -> str:
     return _any(terms, LINES)
 
 
+def _workload_condition(t: Triggers, settings: PolicySettings) -> str:
+    """Custom workloads: a container of a pod location shows a trigger, a pod spec patch string mentions
+    one, or the object's own metadata carries an annotation trigger (their exemption is read there)."""
+    key_test = _key_test(t.resources, settings, t.near_miss)
+    container = container_test(t.resources, t.custom_requests, t.env, key_test, t.env_from)
+    terms = workload_terms(workload_table(settings).kinds(), container, t.patch_mentions)
+    if t.annotations:
+        terms.append(_annotation_test("object.metadata", t.annotations))
+    return _any(terms, LINES)
+
+
 def _daemonset_condition(t: Triggers) -> str:
     names = string_list(t.gpushare_daemonsets)
     return (f"request.resource.resource == 'daemonsets' ? object.metadata.name in {names} : "
@@ -192,6 +210,8 @@ def condition(scope: WebhookScope, settings: PolicySettings) -> str:
         return _daemonset_condition(t)
     if scope.kinds == ("Node",):
         return _node_condition(t)
+    if scope.kinds == (CUSTOM_WORKLOADS,):
+        return _workload_condition(t, settings)
     return _pod_spec_condition(scope, t, settings)
 
 
@@ -205,7 +225,36 @@ def kustomize_patches(settings: PolicySettings) -> list[dict[str, Any]]:
     conditions = match_conditions(settings)
     patches = []
     for kind, mutating in (("MutatingWebhookConfiguration", True), ("ValidatingWebhookConfiguration", False)):
-        webhooks = [{"name": s.name, "matchConditions": conditions[s.name]} for s in SCOPES if s.mutating is mutating]
+        webhooks = [{"name": s.name, "matchConditions": conditions[s.name]} for s in SCOPES
+                    if s.mutating is mutating and not s.component]
         patches.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
                         "metadata": {"name": "gpushare-webhook"}, "webhooks": webhooks})
     return patches
+
+
+CUSTOM_WORKLOADS_WEBHOOK = next(s.name for s in SCOPES if s.component == "custom-workloads")
+
+
+def custom_workload_kinds(settings: PolicySettings) -> list[dict[str, Any]]:
+    """What the custom workloads' webhook can be registered for: each kind of the workload table with
+    its API group, versions, resource and scope (the Helm chart picks from these by name)."""
+    return [{"name": k.name, "group": k.group, "versions": list(k.versions), "resource": k.plural,
+             "scope": "Namespaced" if k.namespaced else "Cluster"} for k in workload_table(settings).kinds()]
+
+
+def custom_workloads_patch(settings: PolicySettings, namespace: str = "gpushare-system",
+                           excluded: tuple[str, ...] = ("kube-system", "gpushare-system")) -> dict[str, Any]:
+    """The kustomize component's patch: the custom workloads' webhook, registered for every kind of the
+    workload table (a kind whose CRD the cluster does not serve matches nothing), with its condition."""
+    rules = [{"apiGroups": [k["group"]], "apiVersions": k["versions"], "operations": list(CREATE_UPDATE),
+              "resources": [k["resource"]], "scope": k["scope"]} for k in custom_workload_kinds(settings)]
+    webhook = {"name": CUSTOM_WORKLOADS_WEBHOOK, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+               "timeoutSeconds": 5, "failurePolicy": "Fail", "matchPolicy": "Equivalent",
+               "clientConfig": {"service": {"name": "gpushare-webhook", "namespace": namespace, "path": "/validate",
+                                            "port": 443}},
+               "rules": rules,
+               "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                                           "values": list(excluded)}]},
+               "matchConditions": match_conditions(settings)[CUSTOM_WORKLOADS_WEBHOOK]}
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "gpushare-webhook"}, "webhooks": [webhook]}

@@ -160,6 +160,8 @@ def plan_patch(subject: Subject, enabled: Callable[[str], bool] = lambda _id: Tr
     """Every patch operation for the subject, each tagged with the mutation id it serves."""
     if subject.operation != "CREATE" and subject.kind == "Pod":
         return []  # pod specs are immutable after creation
+    if subject.workload is not None:
+        return []  # a custom workload's pods are created by its operator and mutated then, one by one
     planned: list[tuple[str, Op]] = []
     for mutation_id, plan in _PLANNERS:
         if enabled(mutation_id):

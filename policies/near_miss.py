@@ -10,6 +10,7 @@ the name part of ``aliyun.com/gpu-mem`` or ``aliyun.com/gpu-core.percentage``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -93,7 +94,8 @@ def meant_resource(key: str, gpu_mem: str, gpu_core: str, domains: tuple[str, ..
 def near_misses(spec: dict[str, Any] | None, base: Path, names: Names, settings: NearMissSettings) -> list[NearMiss]:
     """Every resource key in the pod spec's containers that narrowly misses a shared-GPU name.
 
-    Malformed shapes are skipped here: the rules that read GPU requests report them.
+    Malformed shapes are skipped here: the rules that read GPU requests report them. (The loop is
+    ``_scan``'s, written out: this runs for every admitted pod.)
     """
     if not isinstance(spec, dict):
         return []
@@ -120,6 +122,26 @@ def near_misses(spec: dict[str, Any] | None, base: Path, names: Names, settings:
                         name = container.get("name")
                         found.append(NearMiss(str(name) if name is not None else f"{group}[{index}]", group, key,
                                               meant, (*base, group, index, "resources", section, key)))
+    return found
+
+
+def near_misses_in(containers: Iterable[tuple[dict[str, Any], str, str, Path]], names: Names,
+                   settings: NearMissSettings) -> list[NearMiss]:
+    """Near misses in (container, name, group, path of its resources) of a custom workload's pod."""
+    mem, core = names.resources.gpu_mem, names.resources.gpu_core
+    known = {mem, core, names.resources.gpu_topology, names.resources.gpu_exclusive, names.resources.gpu_count}
+    found: list[NearMiss] = []
+    for container, name, group, resources_path in containers:
+        resources = container.get("resources")
+        if not isinstance(resources, dict):
+            continue
+        for section in ("limits", "requests"):
+            block = resources.get(section)
+            if isinstance(block, dict):
+                found.extend(NearMiss(name, group, key, meant, (*resources_path, section, key)) for key in block
+                             if isinstance(key, str) and key not in known
+                             and (meant := meant_resource(key, mem, core, settings.lookalike_domains,
+                                                          settings.allowed)) is not None)
     return found
 
 

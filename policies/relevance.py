@@ -13,9 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .near_miss import near_misses
+from .near_miss import near_misses, near_misses_in
 from .resources import CONTAINER_GROUPS, POD_SPEC_PATHS
 from .settings import EnvNames, LabelNames, Names, PolicySettings, ResourceNames
+from .workloads import WorkloadKind, group_of, patch_strings, pod_sites, workload_table
 
 _RESOURCE_FIELDS = frozenset(ResourceNames.model_fields)
 _ENV_FIELDS = frozenset(EnvNames.model_fields)
@@ -27,9 +28,9 @@ _NAME_FIELDS = frozenset(Names.model_fields)
 class Relevance:
     """What an object must show for a rule or mutation to find anything (any one suffices).
 
-    Names are settings fields, resolved per configuration: ``resources``, ``placed_resources`` and
-    ``env_from`` of ``names.resources``, ``annotations`` of ``names``, ``node_labels`` of
-    ``names.labels``, ``env_names`` of ``names.env``."""
+    Names are settings fields, resolved per configuration: ``resources``, ``placed_resources``,
+    ``env_from``, ``custom_requests`` and ``patch_mentions`` of ``names.resources``, ``annotations``
+    of ``names``, ``node_labels`` of ``names.labels``, ``env_names`` of ``names.env``."""
 
     # A container or init container names one of these in its limits or requests.
     resources: tuple[str, ...] = ()
@@ -50,11 +51,17 @@ class Relevance:
     node_labels: tuple[str, ...] = ()
     # One of the GPU-sharing DaemonSets (names.gpushare_daemonsets), or a pod one of them owns.
     gpushare_daemonsets: bool = False
+    # A custom workload's container names one of these in its requests: the API server judges no
+    # custom resource's pod templates, so what it refuses in a Pod (GS004) is sent for them.
+    custom_requests: tuple[str, ...] = ()
+    # A custom workload's pod spec patch strings (Argo's podSpecPatch) mention one of these names.
+    patch_mentions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        unknown = [*(set(self.resources) | set(self.placed_resources) | set(self.env_from)) - _RESOURCE_FIELDS,
-                   *set(self.node_labels) - _LABEL_FIELDS, *set(self.annotations) - _NAME_FIELDS,
-                   *set(self.env_names) - _ENV_FIELDS]
+        resource_fields = {*self.resources, *self.placed_resources, *self.env_from, *self.custom_requests,
+                           *self.patch_mentions}
+        unknown = [*resource_fields - _RESOURCE_FIELDS, *set(self.node_labels) - _LABEL_FIELDS,
+                   *set(self.annotations) - _NAME_FIELDS, *set(self.env_names) - _ENV_FIELDS]
         if unknown:
             raise ValueError(f"relevance names unknown settings fields: {sorted(unknown)}")
 
@@ -76,14 +83,21 @@ class Triggers:
     node_labels: frozenset[str] = frozenset()
     gpushare_daemonsets: frozenset[str] = frozenset()
     env_from: frozenset[str] = frozenset()
+    custom_requests: frozenset[str] = frozenset()
+    patch_mentions: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
         return any((self.resources, self.near_miss, self.placed_resources, self.annotations, self.env,
-                    self.node_labels, self.gpushare_daemonsets, self.env_from))
+                    self.node_labels, self.gpushare_daemonsets, self.env_from, self.custom_requests,
+                    self.patch_mentions))
 
     def sends(self, kind: str, obj: dict[str, Any], settings: PolicySettings, *, operation: str = "CREATE",
-              old: dict[str, Any] | None = None) -> bool:
-        """Whether an object of ``kind`` shows any trigger: what the generated matchConditions answer."""
+              old: dict[str, Any] | None = None, group: str | None = None) -> bool:
+        """Whether an object of ``kind`` shows any trigger: what the generated matchConditions answer.
+        ``group`` is the object's API group (None: its apiVersion's)."""
+        workload = workload_table(settings).lookup(group_of(obj) if group is None else group, kind)
+        if workload is not None:
+            return self._sends_workload(workload, obj, settings)
         if kind == "Node":
             return _has_label(obj, self.node_labels) or _has_annotation(obj.get("metadata"), self.annotations) or (
                 operation == "UPDATE" and old is not None and _has_label(old, self.node_labels))
@@ -111,6 +125,23 @@ class Triggers:
             return True
         return self.near_miss and bool(near_misses(spec, path, settings.names, settings.near_miss))
 
+    def _sends_workload(self, workload: WorkloadKind, obj: dict[str, Any], settings: PolicySettings) -> bool:
+        """A custom workload, read as its condition reads it: leniently (a value of an unexpected type
+        holds nothing), its own metadata's annotations, every container of every pod location."""
+        if self.annotations and _has_annotation(obj.get("metadata"), self.annotations):
+            return True
+        sites = [c for pod in pod_sites(workload, obj, strict=False) for c in pod.containers]
+        if any(_names_resource(c.container, self.resources) or _sets_env(c.container, self.env)
+               or (isinstance(c.container.get("envFrom"), list) and bool(c.container["envFrom"])
+                   and _names_resource(c.container, self.env_from))
+               or _requests(c.container, self.custom_requests) for c in sites):
+            return True
+        if self.near_miss and near_misses_in(((c.container, c.name, c.group, c.resources_path) for c in sites),
+                                             settings.names, settings.near_miss):
+            return True
+        return bool(self.patch_mentions) and any(
+            name in text for _, text in patch_strings(workload, obj, strict=False) for name in self.patch_mentions)
+
 
 def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Triggers:
     """The union of ``declarations`` under ``settings``, as concrete names."""
@@ -121,6 +152,8 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
     env: set[str] = set()
     env_from: set[str] = set()
     labels: set[str] = set()
+    requested: set[str] = set()
+    mentioned: set[str] = set()
     near_miss = daemonsets = False
     for relevance in declarations:
         resources.update(getattr(names.resources, f) for f in relevance.resources)
@@ -132,11 +165,15 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
             env.update((named,) if isinstance(named, str) else named)
         env_from.update(getattr(names.resources, f) for f in relevance.env_from)
         labels.update(getattr(names.labels, f) for f in relevance.node_labels)
+        requested.update(getattr(names.resources, f) for f in relevance.custom_requests)
+        mentioned.update(getattr(names.resources, f) for f in relevance.patch_mentions)
         near_miss |= relevance.near_miss
         daemonsets |= relevance.gpushare_daemonsets
-    return Triggers(frozenset(resources), near_miss, frozenset(placed - resources), frozenset(annotations),
-                    frozenset(env), frozenset(labels),
-                    frozenset(names.gpushare_daemonsets) if daemonsets else frozenset(), frozenset(env_from))
+    return Triggers(resources=frozenset(resources), near_miss=near_miss, placed_resources=frozenset(placed - resources),
+                    annotations=frozenset(annotations), env=frozenset(env), node_labels=frozenset(labels),
+                    gpushare_daemonsets=frozenset(names.gpushare_daemonsets) if daemonsets else frozenset(),
+                    env_from=frozenset(env_from), custom_requests=frozenset(requested - resources),
+                    patch_mentions=frozenset(mentioned))
 
 
 def _at(obj: Any, path: tuple[str | int, ...]) -> Any:
@@ -151,6 +188,12 @@ def _names_resource(container: dict[str, Any], names: frozenset[str]) -> bool:
         return False
     return any(isinstance(resources.get(s), dict) and not names.isdisjoint(resources[s])
                for s in ("limits", "requests"))
+
+
+def _requests(container: dict[str, Any], names: frozenset[str]) -> bool:
+    resources = container.get("resources")
+    requests = resources.get("requests") if isinstance(resources, dict) else None
+    return bool(names) and isinstance(requests, dict) and not names.isdisjoint(requests)
 
 
 def _sets_env(container: dict[str, Any], names: frozenset[str]) -> bool:

@@ -29,6 +29,9 @@ POD_SPEC_PATHS: dict[str, Path] = {
     "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 WORKLOAD_KINDS = frozenset(POD_SPEC_PATHS) - {"Pod"}
+# Stands, in a rule's kinds, for every custom resource of the workload table (policies/workloads.py):
+# training jobs, Ray clusters, inference services... whose pod templates the rule judges too.
+CUSTOM_WORKLOADS = "custom workloads"
 CONTAINER_GROUPS = ("initContainers", "containers")
 
 
@@ -89,8 +92,9 @@ class ContainerRequest:
 
     @property
     def is_app(self) -> bool:
-        """Listed in spec.containers: the containers the GPU-sharing scheduler places on cards."""
-        return self.group == "containers"
+        """Listed in spec.containers, the containers the GPU-sharing scheduler places on cards (or a
+        custom workload's ResourceRequirements standing for them, as TrainJob's resourcesPerNode)."""
+        return self.group in ("containers", "resources")
 
     def value(self, resource: str) -> ResourceValue | None:
         """The effective value: the limit, else the request (as the API server defaults it)."""
@@ -148,8 +152,9 @@ def pod_labels(obj: dict[str, Any], kind: str) -> dict[str, str]:
     return {k: v for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, dict) else {}
 
 
-def _read_values(resources: dict[str, Any], section: str, base: Path,
-                 watched: frozenset[str]) -> dict[str, ResourceValue]:
+def read_values(resources: dict[str, Any], section: str, base: Path,
+                watched: frozenset[str]) -> dict[str, ResourceValue]:
+    """The watched resources of ``resources[section]`` (limits or requests), parsed."""
     block = resources.get(section)
     if not block:
         if block is None or isinstance(block, dict):
@@ -207,8 +212,8 @@ def container_requests(spec: dict[str, Any] | None, base: Path, names: Names) ->
             if not resources:
                 continue
             res_path = (*path, "resources")
-            limits = _read_values(resources, "limits", res_path, watched)
-            requests = _read_values(resources, "requests", res_path, watched)
+            limits = read_values(resources, "limits", res_path, watched)
+            requests = read_values(resources, "requests", res_path, watched)
             if limits or requests:
                 name = container.get("name")
                 out.append(ContainerRequest(str(name) if name is not None else f"{group}[{index}]",

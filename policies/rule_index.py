@@ -8,9 +8,11 @@ from typing import Literal
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .mutations import MUTATIONS
-from .rules.base import REGISTRY
+from .resources import CUSTOM_WORKLOADS
+from .rules.base import REGISTRY, Rule
 from .settings import PolicySettings, Severity
 from .sources import cite
+from .workloads import workload_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +48,20 @@ def rule_entries(settings: PolicySettings) -> list[RuleEntry]:
         severity = override.severity if override is not None and override.severity else rule.severity
         entries.append(RuleEntry(rule.id, "rule", rule.severity, severity,
                                  override is None or override.enabled, rule.seed, rule.title, rule.doc,
-                                 tuple(sorted(rule.kinds)), rule.stateful))
+                                 _kinds(rule, settings), rule.stateful))
     for mutation in sorted(MUTATIONS.values(), key=lambda m: m.id):
         override = settings.rules.get(mutation.id)
         entries.append(RuleEntry(mutation.id, "mutation", None, None, override is None or override.enabled,
                                  mutation.seed, mutation.title, mutation.doc, (), False))
     return entries
+
+
+def _kinds(rule: Rule, settings: PolicySettings) -> tuple[str, ...]:
+    """The kinds a rule judges, the custom workloads named as kubectl names them (PyTorchJob.kubeflow.org)."""
+    kinds = sorted(rule.kinds - {CUSTOM_WORKLOADS})
+    if CUSTOM_WORKLOADS in rule.kinds:
+        kinds += sorted(k.name for k in workload_table(settings).kinds())
+    return tuple(kinds)
 
 
 def known_rule_ids() -> frozenset[str]:

@@ -12,8 +12,16 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .exemptions import Exemption, annotations_path, read_exemption
 from .grants import GrantOutcome, NamespaceLabels, annotation_permission, matching_grants
-from .resources import ContainerRequest, Path, container_requests, pod_spec
+from .resources import (
+    POD_SPEC_PATHS,
+    ContainerRequest,
+    Path,
+    container_requests,
+    pod_spec,
+    render_path,
+)
 from .settings import ExemptionSettings, Names
+from .workloads import PodSite, WorkloadKind, pod_sites, site_requests
 
 if TYPE_CHECKING:
     from .catalog import Catalog
@@ -39,6 +47,21 @@ class StateUnavailable(Exception):
 
 
 T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class SubjectPod:
+    """One pod the object makes: a Pod itself, a workload's template, or one replica's template (or
+    pod spec, or container set) of a custom resource. The rules that judge a pod as a whole (job-type
+    mixing, capacity) judge each of these."""
+
+    # How messages name it: "Job default/train", "PyTorchJob default/x spec.pytorchReplicaSpecs.Worker.template".
+    label: str
+    spec: dict[str, Any] | None  # where nodeSelector, affinity and schedulerName are
+    spec_path: Path
+    containers: list[ContainerRequest]
+    site: PodSite | None = None  # a custom resource's: where it is and its raw containers
+    labels: dict[str, str] = field(default_factory=dict)  # its pods' labels (the multi-GPU label is one)
 
 
 class computed_once(Generic[T]):
@@ -82,6 +105,8 @@ class Subject:
     today: date | None = None
     # Every rule and mutation id: a grant naming another id is not honoured (the engine passes them).
     known_ids: frozenset[str] = frozenset()
+    # A custom resource of the workload table (policies/workloads.py); None for Kubernetes' own kinds.
+    workload: WorkloadKind | None = None
     # Results several rules share (e.g. one placement check feeds GB001-GB005).
     memo: dict[str, object] = field(default_factory=dict)
     # Every verdict names its object, so these are worked out at once (see __post_init__).
@@ -89,6 +114,9 @@ class Subject:
     name: str = field(init=False)
     # Where the object lives: its metadata.namespace, else the request's namespace.
     namespace: str = field(init=False)
+    # The kind whose pod template the built-in paths know ("" for a custom workload, whose own
+    # metadata carries its exemption and labels).
+    template_kind: str = field(init=False)
 
     def __post_init__(self) -> None:
         meta = self.obj.get("metadata")
@@ -100,6 +128,7 @@ class Subject:
         self.name = name
         ns = meta.get("namespace")
         self.namespace = ns if isinstance(ns, str) and ns else self.request_namespace
+        self.template_kind = self.kind if self.workload is None else ""
 
     def usable_state(self, switch: str, what: str) -> ClusterState:
         """The cluster state, or StateUnavailable naming what could not be checked and why."""
@@ -112,18 +141,36 @@ class Subject:
 
     @computed_once
     def label(self) -> str:
-        """How a message names the object: "Job default/cuda-33", "Node gpu-1"."""
-        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+        """How a message names the object: "Job default/cuda-33", "Node gpu-1"; a custom workload whose
+        kind Kubernetes has too by kind.group: "Job.batch.volcano.sh default/mnist"."""
+        kind = self.kind
+        if self.workload is not None and kind in POD_SPEC_PATHS:
+            kind = self.workload.name
+        return f"{kind} {self.namespace}/{self.name}" if self.namespace else f"{kind} {self.name}"
 
     @computed_once
     def pod_spec(self) -> tuple[dict[str, Any] | None, Path]:
-        """The pod spec of a Pod or workload and its path ((None, path) when absent)."""
+        """The pod spec of a Pod or workload and its path ((None, path) when absent); Kubernetes'
+        own kinds only (a custom workload has ``pods``)."""
         return pod_spec(self.obj, self.kind)
 
     @computed_once
     def containers(self) -> list[ContainerRequest]:
-        spec, base = self.pod_spec
-        return container_requests(spec, base, self.names)
+        """Every container asking for a GPU resource, in every pod the object makes."""
+        if self.workload is None:
+            spec, base = self.pod_spec
+            return container_requests(spec, base, self.names)
+        return [c for pod in self.pods for c in pod.containers]
+
+    @computed_once
+    def pods(self) -> list[SubjectPod]:
+        """Every pod the object makes, with its GPU requests."""
+        if self.workload is None:
+            spec, base = self.pod_spec
+            return [SubjectPod(self.label, spec, base, self.containers, labels=self.pod_labels)]
+        return [SubjectPod(f"{self.label} {render_path(site.path)}", site.spec, site.spec_path,
+                           site_requests(site.containers, self.names), site, _string_labels(site.meta))
+                for site in pod_sites(self.workload, self.obj)]
 
     @computed_once
     def asked(self) -> frozenset[str]:
@@ -138,7 +185,7 @@ class Subject:
     def exemption(self) -> Exemption | None:
         """What the object's gpushare.io/exempt annotations ask for, and whether an admin allows
         annotation exemptions in its namespace (the engine and GE001 both read it)."""
-        found = read_exemption(self.obj, self.kind, self.names)
+        found = read_exemption(self.obj, self.template_kind, self.names)
         if found is None:
             return None
         permission = annotation_permission(self.namespace, self._exemption_settings, self.namespaces)
@@ -151,7 +198,7 @@ class Subject:
     @computed_once
     def pod_labels(self) -> dict[str, str]:
         """The labels a grant's selector matches: the pod's own, or a workload's pod template's."""
-        path = (*annotations_path(self.kind)[:-1], "labels")
+        path = (*annotations_path(self.template_kind)[:-1], "labels")
         obj: Any = self.obj
         for part in path:
             obj = obj.get(part) if isinstance(obj, dict) else None
@@ -188,5 +235,20 @@ class Subject:
         return found
 
     def where(self, container: ContainerRequest) -> str:
-        noun = "init container" if container.group == "initContainers" else "container"
-        return f'{self.label} {noun} "{container.name}"'
+        return self.naming(container.group, container.name, container.path)
+
+    def naming(self, group: str, name: str, path: Path) -> str:
+        """How a message names a container: 'Job default/x container "c"'; in a custom workload by its
+        path, which names the replica: 'PyTorchJob default/x spec.pytorchReplicaSpecs.Worker.template
+        .spec.containers[0] (container "pytorch")'."""
+        noun = "init container" if group == "initContainers" else "container"
+        if self.workload is None:
+            return f'{self.label} {noun} "{name}"'
+        if group == "resources":  # a ResourceRequirements standing for the containers it sizes
+            return f"{self.label} {render_path(path)}"
+        return f'{self.label} {render_path(path)} ({noun} "{name}")'
+
+
+def _string_labels(meta: dict[str, Any] | None) -> dict[str, str]:
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return {k: v for k, v in labels.items() if isinstance(v, str)} if isinstance(labels, dict) else {}

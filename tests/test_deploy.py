@@ -44,6 +44,15 @@ def render_kustomize(directory: Path = KUSTOMIZE) -> list[Obj]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
+def render_with_components(directory: Path, *components: Path) -> list[Obj]:
+    """The base with ``components``, as a user's overlay in ``directory`` includes them."""
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(KUSTOMIZE, directory)],
+        "components": [os.path.relpath(c, directory) for c in components]}))
+    return render_kustomize(directory)
+
+
 def render_helm(values: Obj | None = None, namespace: str = NS, *, scheduler: str | None = "ack-co-scheduler"
                 ) -> list[Obj]:
     """The chart rendered; ``scheduler`` is the required choice (None leaves it unset)."""
@@ -599,11 +608,7 @@ PLACEHOLDER = [{"ipBlock": {"cidr": "192.0.2.0/24"}}]
 
 @pytest.fixture(scope="module")
 def with_network_policy(tmp_path_factory) -> list[Obj]:
-    overlay = tmp_path_factory.mktemp("netpol")
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(KUSTOMIZE, overlay)], "components": [os.path.relpath(NETWORK_POLICY, overlay)]}))
-    return render_kustomize(overlay)
+    return render_with_components(tmp_path_factory.mktemp("netpol"), NETWORK_POLICY)
 
 
 def test_the_network_policy_renders_valid_and_the_same_from_both(with_network_policy):
@@ -706,3 +711,67 @@ def test_the_chart_readme_explains_every_value_and_the_scheduler_choice():
 
     assert leaves(yaml.safe_load((CHART / "values.yaml").read_text())) == documented
     assert "`scheduler=ack-co-scheduler`" in readme and "`scheduler=none`" in readme
+
+
+# --- the opt-in custom workloads' webhook (kustomize component / Helm customWorkloads) ------------------
+
+CUSTOM_WORKLOADS = KUSTOMIZE / "components" / "custom-workloads"
+CUSTOM_WEBHOOK = "custom-workloads.validate.gpushare.io"
+
+
+@pytest.fixture(scope="module")
+def with_custom_workloads(tmp_path_factory) -> list[Obj]:
+    return render_with_components(tmp_path_factory.mktemp("custom-workloads"), CUSTOM_WORKLOADS)
+
+
+def test_the_custom_workloads_webhook_is_opt_in_and_the_same_from_kustomize_and_helm(with_custom_workloads,
+                                                                                      kustomized, helm_rendered):
+    from policies.workloads import BUILT_IN
+
+    assert CUSTOM_WEBHOOK not in webhooks(kustomized) and CUSTOM_WEBHOOK not in webhooks(helm_rendered)
+    validating = one(with_custom_workloads, "ValidatingWebhookConfiguration", "gpushare-webhook")
+    # The component adds one webhook to the base's (kustomize puts it first), which it leaves as they were.
+    base = one(kustomized, "ValidatingWebhookConfiguration", "gpushare-webhook")["webhooks"]
+    assert [w for w in validating["webhooks"] if w["name"] != CUSTOM_WEBHOOK] == base
+    assert len(validating["webhooks"]) == len(base) + 1
+    for version in KUBE_VERSIONS:
+        kubernetes_validate.validate(validating, version, strict=True)
+    custom = webhooks(with_custom_workloads)[CUSTOM_WEBHOOK]
+    assert custom["failurePolicy"] == "Fail" and custom["sideEffects"] == "None"
+    assert custom["clientConfig"]["service"] == {"name": "gpushare-webhook", "namespace": NS, "path": "/validate",
+                                                 "port": 443}
+    assert {(r["apiGroups"][0], r["resources"][0], r["scope"]) for r in custom["rules"]} == {
+        (k.group, k.plural, "Namespaced" if k.namespaced else "Cluster") for k in BUILT_IN}
+    helm_objects = render_helm({"namespace": {"create": True}, "customWorkloads": {"enabled": True}})
+    assert webhooks(helm_objects)[CUSTOM_WEBHOOK] == custom
+
+
+def test_helm_registers_the_kinds_it_is_given_and_refuses_one_the_table_does_not_hold():
+    objects = render_helm({"customWorkloads": {"enabled": True,
+                                               "kinds": ["RayCluster.ray.io", "Job.batch.volcano.sh"]}})
+    custom = webhooks(objects)[CUSTOM_WEBHOOK]
+    assert [(r["apiGroups"], r["apiVersions"], r["resources"]) for r in custom["rules"]] == [
+        (["ray.io"], ["v1", "v1alpha1"], ["rayclusters"]), (["batch.volcano.sh"], ["v1alpha1"], ["jobs"])]
+    with pytest.raises(Exception, match=r"customWorkloads\.kinds names Job\.batch, which the workload table does not"):
+        render_helm({"customWorkloads": {"enabled": True, "kinds": ["Job.batch"]}})
+    # A kind of one's own needs the generated values, as other config names do.
+    with pytest.raises(Exception, match="policy export --webhooks helm"):
+        render_helm({"customWorkloads": {"enabled": True}, "config": {"workloads": {"kinds": [
+            {"group": "example.com", "kind": "TrainingRun", "paths": ["spec.template"]}]}}})
+
+
+def test_the_custom_workloads_condition_sends_a_bad_pytorchjob_and_not_a_cpu_one(with_custom_workloads):
+    from .workload_cases import CASES
+
+    (match,) = webhooks(with_custom_workloads)[CUSTOM_WEBHOOK]["matchConditions"]
+    env = celpy.Environment()
+    program = env.program(env.compile(match["expression"]))
+    case = next(c for c in CASES if c.file == "pytorchjob.yaml")
+
+    def sends(obj: Obj) -> bool:
+        request = {"operation": "CREATE", "kind": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"},
+                   "resource": {"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"}}
+        return bool(program.evaluate({"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel(request)}))
+
+    assert sends(case.with_mistake()) and sends(case.manifest())
+    assert not sends(case.without_gpus())

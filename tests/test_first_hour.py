@@ -88,7 +88,7 @@ def test_yaml_that_is_not_kubernetes_is_skipped_and_counted(tmp_path):
     done = run_gpushare("check", tmp_path)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == ("ok: 0 denials, 0 warnings in 1 object from 5 files (and 1 object of kinds no rule "
-                           "checks, 3 documents that are not Kubernetes objects)\n" + NOT_RUN + "\n")
+                           "checks: Service, 3 documents that are not Kubernetes objects)\n" + NOT_RUN + "\n")
 
 
 def test_nothing_to_check_is_an_error_unless_allowed(tmp_path):

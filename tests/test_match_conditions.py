@@ -10,6 +10,7 @@ rule needs (``test_every_trigger_is_needed``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from policies.engine import Engine
 from policies.match_conditions import SCOPES, match_conditions, triggers
 from policies.relevance import Relevance
 from policies.rules.base import REGISTRY, rule
+from policies.workloads import pod_sites
 from webhook.settings import Settings
 
 from .check_helpers import run_gpushare
@@ -31,11 +33,13 @@ from .cluster_builders import gpu_node, gpu_pod, snapshot
 from .near_miss_cases import NEAR_MISSES
 from .profiles import examples
 from .resource_keys import CORE, COUNT, MEM, RESOURCE_KEYS, TOPOLOGY, WHOLE
+from .workload_cases import CASES
 
 ROOT = Path(__file__).resolve().parents[1]
 KUSTOMIZE_FILE = ROOT / "deploy" / "kustomize" / "match-conditions.yaml"
 CHART = ROOT / "deploy" / "helm" / "gpushare-webhook"
 HELM_FILE = CHART / "files" / "match-conditions.yaml"
+COMPONENT_FILE = ROOT / "deploy" / "kustomize" / "components" / "custom-workloads" / "webhook.yaml"
 EXAMPLES = examples(120)
 
 # An expired grant in team-a covers every object there, so GE001 has news for some of them.
@@ -295,17 +299,19 @@ def exported(target: str, cwd: Path, config: dict[str, Any] | None = None) -> st
 
 def stale(cwd: Path, config: dict[str, Any] | None = None) -> list[str]:
     """The checked-in generated files that differ from what the generator gives now."""
-    return [str(path.relative_to(ROOT)) for target, path in (("kustomize", KUSTOMIZE_FILE), ("helm", HELM_FILE))
+    return [str(path.relative_to(ROOT)) for target, path in (("kustomize", KUSTOMIZE_FILE), ("helm", HELM_FILE),
+                                                             ("custom-workloads", COMPONENT_FILE))
             if exported(target, cwd, config) != path.read_text()]
 
 
 def test_the_checked_in_conditions_are_what_the_generator_gives(tmp_path):
-    assert stale(tmp_path) == [], "regenerate: gpushare policy export --webhooks kustomize|helm > the file"
+    assert stale(tmp_path) == [], ("regenerate: gpushare policy export --webhooks kustomize|helm|custom-workloads "
+                                   "> the file")
 
 
 def test_a_new_resource_name_changes_the_conditions_and_the_check_fails_until_they_are_regenerated(tmp_path):
     renamed = {"names": {"resources": {"gpu_mem": "example.com/gpu-memory"}}}
-    assert stale(tmp_path, renamed) == [str(KUSTOMIZE_FILE.relative_to(ROOT)), str(HELM_FILE.relative_to(ROOT))]
+    assert stale(tmp_path, renamed) == [str(p.relative_to(ROOT)) for p in (KUSTOMIZE_FILE, HELM_FILE, COMPONENT_FILE)]
     text = exported("kustomize", tmp_path, renamed)
     assert "'example.com/gpu-memory'" in text and "'aliyun.com/gpu-mem'" not in text.split("matches(")[0]
 
@@ -350,3 +356,162 @@ def test_the_chart_refuses_a_config_that_renames_what_the_conditions_test(tmp_pa
     validating = next(o for o in objects if o["kind"] == "ValidatingWebhookConfiguration")
     pods = next(w for w in validating["webhooks"] if w["name"] == POD_VALIDATE)
     assert "'example.com/gpu-memory'" in pods["matchConditions"][0]["expression"]
+
+
+# -- custom workloads: training jobs, Ray, KServe, Argo, Volcano, LeaderWorkerSet ---------------------------
+
+CUSTOM = "custom-workloads.validate.gpushare.io"
+POD_SPEC_PATCH_WORKFLOW = """\
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+spec:
+  templates:
+  - name: hello-world
+    podSpecPatch: '{"containers":[{"name":"main","resources":{"limits":{"aliyun.com/gpu-mem":"{{inputs.m}}"}}}]}'
+    container: {image: busybox}
+"""
+CUSTOM_PROGRAM = PROGRAMS[CUSTOM]
+
+
+def custom_sent(obj: dict[str, Any], operation: str = "CREATE") -> bool:
+    """The custom workloads' condition on ``obj``, as the API server evaluates it (request.kind set)."""
+    group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
+    request = {"operation": operation, "kind": {"group": group, "version": version, "kind": obj.get("kind", "")},
+               "resource": {"group": group, "version": version, "resource": "x"}}
+    result = CUSTOM_PROGRAM.evaluate({"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel(request)})
+    assert isinstance(result, celpy.celtypes.BoolType), f"CEL evaluation failed: {result!r}"
+    return bool(result)
+
+
+def custom_judged(obj: dict[str, Any]) -> set[str]:
+    found: set[str] = set()
+    for state in (None, STATE):
+        verdict = ENGINE.validate(ENGINE.subject(obj["kind"], obj, namespace=obj["metadata"].get("namespace", "team-c"),
+                                                state=state))
+        found |= {f.rule for f in [*verdict.findings, *verdict.exempted]}
+    return found
+
+
+@st.composite
+def custom_workloads(draw: st.DrawFn) -> dict[str, Any]:
+    """A sample of each kind (tests/data/workloads) with every container's GPU requests drawn anew, some
+    exemption annotations, and for Argo a pod spec patch that may mention the shared-GPU names."""
+    case = draw(st.sampled_from(CASES))
+    obj = case.without_gpus()
+    obj["metadata"]["namespace"] = draw(st.sampled_from(["team-a", "team-b", "team-c"]))
+    annotations = draw(st.sampled_from(ANNOTATIONS))
+    if annotations:
+        obj["metadata"]["annotations"] = annotations
+    for pod in pod_sites(case.kind, obj):
+        for site in pod.containers:
+            drawn = draw(containers("x", 1))[0]
+            if site.group == "resources":  # a TrainJob's resourcesPerNode: the node itself
+                site.container["resources"].clear()
+                site.container["resources"].update(drawn.get("resources") or {})
+            elif "resources" in drawn:
+                site.container["resources"] = drawn["resources"]
+            else:
+                site.container.pop("resources", None)
+    for pattern in case.kind.patches:
+        if draw(st.booleans()):
+            patch = json.dumps({"containers": [{"name": "main", "resources": {"limits": {
+                draw(st.sampled_from([MEM, "cpu"])): "2"}}}]})
+            node = obj
+            for part in pattern[:-1]:
+                node = node[0] if part == "[]" else node.setdefault(part, {})
+            if isinstance(node, dict):
+                node[pattern[-1]] = patch
+    return obj
+
+
+CUSTOM_EXAMPLES = examples(40)  # each evaluates the whole condition (every kind's branch) in pure Python
+
+
+@settings(max_examples=CUSTOM_EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=custom_workloads())
+def test_every_custom_workload_a_rule_judges_is_sent_and_only_what_the_rules_declare(obj):
+    verdict = custom_sent(obj)
+    assert verdict == TRIGGERS[CUSTOM].sends(obj["kind"], obj, SETTINGS)
+    rules = {r for r in custom_judged(obj) if r in REGISTRY}
+    assert verdict or not rules, f"{obj['kind']} judged by {sorted(rules)} but not sent"
+
+
+JSON_VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), st.text(max_size=3)),
+                           lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                   st.dictionaries(st.sampled_from(
+                                                       ["spec", "containers", "resources", "limits", MEM, "template",
+                                                        "templates", "container", "x"]), inner, max_size=3)),
+                           max_leaves=12)
+
+
+@settings(max_examples=CUSTOM_EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_no_shape_makes_the_custom_workload_condition_fail(data):
+    # Argo's and KServe's "minimal" CRDs keep any field: whatever stands where the table expects a pod
+    # template, a list or a container, the condition answers (an error would refuse the object).
+    case = data.draw(st.sampled_from(CASES))
+    obj = case.manifest()
+    location = data.draw(st.sampled_from(case.kind.locations))
+    cut = data.draw(st.integers(1, len(location.pattern)))
+    node: Any = obj
+    for part in location.pattern[:cut - 1]:
+        if part == "[]":
+            node = node[0] if isinstance(node, list) and node else None
+        elif isinstance(node, dict):
+            node = node.get(part) if part != "*" else next(iter(node.values()), None)
+        if not isinstance(node, dict | list):
+            break
+    else:
+        if isinstance(node, dict):
+            node[location.pattern[cut - 1] if location.pattern[cut - 1] not in ("*", "[]") else "x"] = \
+                data.draw(JSON_VALUES)
+    assert custom_sent(obj) == TRIGGERS[CUSTOM].sends(obj["kind"], obj, SETTINGS)
+
+
+def _custom(case_file: str, resources: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    case = next(c for c in CASES if c.file == case_file)
+    obj = case.without_gpus()
+    obj["metadata"].update(meta)
+    node: Any = obj
+    for part in case.resources:
+        node = node.setdefault(part, {}) if isinstance(part, str) else node[part]
+    node.clear()
+    node.update(resources)
+    return obj
+
+
+CUSTOM_NEEDED = [
+    ("gpu-mem in a later replica", _custom("pytorchjob.yaml", {"limits": {MEM: "2Gi"}}), "GS003"),
+    ("whole GPUs requested apart from their limit", _custom("raycluster.yaml", {"limits": {WHOLE: "1"},
+                                                                             "requests": {WHOLE: "2"}}), "GS004"),
+    ("a near miss in a TrainJob", _custom("trainjob.yaml", {"limits": {"aliyun.com/gpu-memory": "4"}}), "GS007"),
+    ("the exemption annotation", _custom("jobset.yaml", {}, annotations={"gpushare.io/exempt": "GS003"}), "GE001"),
+    ("a pod spec patch", {**yaml.safe_load(POD_SPEC_PATCH_WORKFLOW), "metadata": {"name": "w", "namespace": "t"}},
+     "GW002"),
+]
+
+
+@pytest.mark.parametrize(("what", "obj", "judge"), CUSTOM_NEEDED, ids=[n[0] for n in CUSTOM_NEEDED])
+def test_every_custom_workload_trigger_is_needed(what, obj, judge):
+    assert judge in custom_judged(obj)
+    assert custom_sent(obj)
+
+
+CUSTOM_NOT_SENT = [
+    ("whole GPUs as limits", _custom("mpijob.yaml", {"limits": {WHOLE: "1"}})),
+    ("cpu and memory", _custom("leaderworkerset.yaml", {"limits": {"cpu": "1", "memory": "1Gi"}})),
+    ("other real resources", _custom("inferenceservice.yaml", {"limits": {"alibabacloud.com/gpu-mem": "4"}})),
+    ("a namesake of another group", {**_custom("pytorchjob.yaml", {"limits": {MEM: "2Gi"}}),
+                                     "apiVersion": "example.com/v1"}),
+]
+
+
+@pytest.mark.parametrize(("what", "obj"), CUSTOM_NOT_SENT, ids=[n[0] for n in CUSTOM_NOT_SENT])
+def test_custom_workloads_no_rule_judges_are_not_sent(what, obj):
+    assert custom_judged(obj) == set()
+    assert not custom_sent(obj)
+
+
+def test_the_custom_workloads_condition_stays_far_below_the_parsers_limit():
+    # cel-go refuses expressions over 100,000 code points by default (cel.ParserExpressionSizeLimit).
+    assert len(CONDITIONS[CUSTOM][0]["expression"]) < 50_000

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .helpers import DATA, admission_review, gpushare_server, wait_until
 from .manifests import CORE, MEM, container, pod_spec, workload
-from .test_deploy import CHART, KUSTOMIZE, ROOT, key, render_helm, render_kustomize
+from .test_deploy import CHART, KUSTOMIZE, ROOT, key, render_helm, render_with_components
 
 COMPONENTS = KUSTOMIZE / "components"
 DASHBOARDS = (COMPONENTS / "grafana-dashboard" / "gpushare-webhook.json",
@@ -101,13 +100,8 @@ def rule_queries(objects: list[Obj]) -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def overlay(tmp_path_factory) -> list[Obj]:
     """The base with the three monitoring components, as a user's overlay includes them."""
-    directory = tmp_path_factory.mktemp("overlay")
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(KUSTOMIZE, directory)],
-        "components": [os.path.relpath(COMPONENTS / c, directory)
-                       for c in ("grafana-dashboard", "prometheus-rules", "service-monitor")]}))
-    return render_kustomize(directory)
+    components = ("grafana-dashboard", "prometheus-rules", "service-monitor")
+    return render_with_components(tmp_path_factory.mktemp("overlay"), *(COMPONENTS / c for c in components))
 
 
 @pytest.fixture(scope="module")

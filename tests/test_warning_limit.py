@@ -6,6 +6,7 @@ whole message is kept in the review's audit annotations."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -83,14 +84,28 @@ def cases() -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
         ("crowded card", *bind([node(NODE, cards=1, card_gib=100)], [*crowd, gpu_pod(NAME, mem=1, namespace=NS)])),
         ("does not fit the card", *bind([shared], [gpu_pod(NAME, mem=40, namespace=NS)])),
         ("static node", *bind([static], [gpu_pod(NAME, mem=2, namespace=NS)])),
+        # A workload names its group only where Kubernetes has the kind too: Job.batch.volcano.sh, Workflow.
+        ("a Volcano job scheduled by volcano", "Job.batch.volcano.sh", workload(
+            "batch.volcano.sh/v1alpha1", "Job", {"schedulerName": "volcano", "tasks": [
+                {"name": "t", "replicas": 1, "template": {"spec": {"containers": [container(C, {MEM: 2})]}}}]}), {}),
+        ("GPU requests in a pod spec patch", "Workflow", workload(
+            "argoproj.io/v1alpha1", "Workflow", {"entrypoint": "main", "templates": [
+                {"name": "main", "container": {"image": "busybox"}, "podSpecPatch": json.dumps(
+                    {"containers": [{"name": "main", "resources": {"limits": {MEM: "4"}}}]})}]}), {}),
     ]
 
 
-def answer(kind: str, obj: dict[str, Any], options: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+def workload(api_version: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": NAME, "namespace": NS}, "spec": spec}
+
+
+def answer(label: str, obj: dict[str, Any], options: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     engine = Engine(SETTINGS)
+    kind = obj.get("kind", label)
+    group, _, version = obj.get("apiVersion", "v1").rpartition("/")
     namespace = "" if kind == "Node" else NS
     verdict = engine.validate(engine.subject(kind, obj, namespace=namespace, **options))
-    review = parse_review(admission_review(obj, kind=kind, namespace=namespace,
+    review = parse_review(admission_review(obj, kind=kind, namespace=namespace, group=group, version=version,
                                            operation=options.get("operation", "CREATE"), old=options.get("old")))
     return verdict.warnings, build_response(review, verdict)["response"]
 

@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (each import registers a family)
     placement_rules,
     pod_resources,
     sharing_rules,
+    workload_rules,
 )
 from .base import REGISTRY, Finding, Rule
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..capacity_index import TooCostly, WorkBudget, capacity_index, too_costly
+from ..cluster import ClusterState
 from ..placement import demand_from_containers
 from ..relevance import Relevance
-from ..resources import POD_SPEC_PATHS
 from ..selectors import node_selector_from_spec
 from ..settings import CapacitySettings
 from ..subject import Subject
 from .base import Found, rule
 from .placement_rules import placement_of
+from .pod_resources import POD_KINDS
 
-POD_KINDS = tuple(POD_SPEC_PATHS)
 SWITCH = "capacity"
 
 
@@ -35,25 +35,27 @@ def asks_gpu_memory(subject: Subject) -> bool:
 def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     if placement_of(subject) is not None:
         return  # a pod pinned by spec.nodeName skips the scheduler: GB004 judges its node
-    spec, base = subject.pod_spec
-    demand = demand_from_containers(subject.label, subject.containers, subject.names, subject.pod_labels)
-    if not demand.gpus:
-        return
-    state = subject.usable_state(SWITCH, f"{subject.label}: whether any node can hold it")
-    # The cluster as the watch shows it (an admission view adds assumed bindings on top, which an
-    # advisory "not now" can do without), in an index kept up to date per node change; the work
-    # is counted, and past the cap the pod is not judged but called too costly (capacity_index).
-    selector = node_selector_from_spec(spec, base)
+    state: ClusterState | None = None
+    # One budget for the review, whatever number of pod templates it holds (capacity_index).
     cap = subject.settings.capacity.max_work if subject.settings is not None else CapacitySettings().max_work
-    try:
-        verdict = capacity_index(subject.names).verdict(getattr(state, "base", state), demand, selector,
-                                                        WorkBudget(cap))
-    except TooCostly:
-        yield Found(too_costly(subject.label, selector, demand, cap), base)
-        return
-    path = base
-    if verdict.never:
-        decided = f"{subject.label} cannot run on any node the cluster has: {verdict.never}"
-        yield Found(f"{decided}; accepted: {verdict.accepted}", path, brief=decided)
-    elif verdict.not_now:
-        yield Found(f"{subject.label} cannot be scheduled now: {verdict.not_now}", path, advisory=True)
+    budget = WorkBudget(cap)
+    for pod in subject.pods:
+        demand = demand_from_containers(pod.label, pod.containers, subject.names, pod.labels)
+        if not demand.gpus:
+            continue
+        if state is None:
+            state = subject.usable_state(SWITCH, f"{subject.label}: whether any node can hold it")
+        # The cluster as the watch shows it (an admission view adds assumed bindings on top, which an
+        # advisory "not now" can do without), in an index kept up to date per node change; the work
+        # is counted, and past the cap the pod is not judged but called too costly (capacity_index).
+        selector = node_selector_from_spec(pod.spec, pod.spec_path)
+        try:
+            verdict = capacity_index(subject.names).verdict(getattr(state, "base", state), demand, selector, budget)
+        except TooCostly:
+            yield Found(too_costly(pod.label, selector, demand, cap), pod.spec_path)
+            return
+        if verdict.never:
+            decided = f"{pod.label} cannot run on any node the cluster has: {verdict.never}"
+            yield Found(f"{decided}; accepted: {verdict.accepted}", pod.spec_path, brief=decided)
+        elif verdict.not_now:
+            yield Found(f"{pod.label} cannot be scheduled now: {verdict.not_now}", pod.spec_path, advisory=True)

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from ..exemptions import annotations_path
 from ..mutations import MUTATIONS
 from ..relevance import Relevance
-from ..resources import POD_SPEC_PATHS, render_path
+from ..resources import CUSTOM_WORKLOADS, POD_SPEC_PATHS, render_path
 from ..subject import Subject
 from .base import REGISTRY, Found, rule
 from .pod_resources import names_a_near_miss
 
-EXEMPTABLE_KINDS = (*POD_SPEC_PATHS, "Node", "Binding")
+EXEMPTABLE_KINDS = (*POD_SPEC_PATHS, CUSTOM_WORKLOADS, "Node", "Binding")
 
 
 def _known_ids() -> set[str]:
@@ -41,7 +41,7 @@ def exemption_is_usable(subject: Subject) -> Iterator[Found]:
         return
     listed = ",".join(exemption.ids) or "(nothing)"
     if exemption.misplaced:
-        wanted = render_path(annotations_path(subject.kind))  # the map, not the key inside it
+        wanted = render_path(annotations_path(subject.template_kind))  # the map, not the key inside it
         yield Found(f"{subject.label}: {names.exempt_annotation}={listed} is on the {subject.kind}'s own metadata, "
                     f"which its pods do not inherit, so it is not applied; put it and "
                     f"{names.exempt_reason_annotation} in the pod template's annotations, {wanted}", exemption.path)
@@ -65,7 +65,8 @@ def _grant_problems(subject: Subject) -> Iterator[Found]:
     """Config grants covering the object that are not (fully) honoured, and why: for an object a
     shared-GPU rule judges (a grant covers a namespace; elsewhere its news is noise)."""
     r = subject.names.resources
-    if not subject.grants or (subject.kind in POD_SPEC_PATHS and r.gpu_mem not in subject.asked
+    if not subject.grants or ((subject.workload is not None or subject.kind in POD_SPEC_PATHS)
+                              and r.gpu_mem not in subject.asked
                               and r.gpu_core not in subject.asked and not names_a_near_miss(subject)):
         return
     for outcome in subject.grants:

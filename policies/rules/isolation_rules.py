@@ -25,13 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..isolation import EnvProblem, container_envs, env_problems, may_run_on_mps
+from ..isolation import EnvProblem, container_envs, env_problems, envs_of, may_run_on_mps
 from ..relevance import Relevance
-from ..resources import POD_SPEC_PATHS
 from ..subject import Subject
 from .base import Found, rule
+from .pod_resources import POD_KINDS
 
-POD_KINDS = tuple(POD_SPEC_PATHS)
 _MEMO = "isolation"
 GPU_RESOURCES = ("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive")
 # A container that sets a judged name, or takes envFrom beside a GPU resource (policies/relevance.py).
@@ -45,15 +44,24 @@ DISABLE_PAGE = 'ACK documentation: "Disable the memory isolation capability of c
 
 
 def problems(subject: Subject) -> list[EnvProblem]:
-    """What the pod (template) sets that GS010 and GS011 report, worked out once for both."""
-    found = subject.memo.get(_MEMO)
-    if found is None:
+    """What the pods the object makes set that GS010 and GS011 report, worked out once for both."""
+    memo = subject.memo.get(_MEMO)
+    if memo is not None:
+        return memo  # type: ignore[return-value]
+    names = subject.names
+    if subject.workload is None:
         spec, base = subject.pod_spec
-        containers = container_envs(spec, base, subject.names)
-        found = list(env_problems(containers, subject.containers, subject.pod_labels,
-                                  may_run_on_mps(spec, subject.names), subject.names)) if containers else []
-        subject.memo[_MEMO] = found
-    return found  # type: ignore[return-value]
+        pods = [(container_envs(spec, base, names), subject.containers, subject.pod_labels, spec)]
+    else:  # a custom workload: each pod it makes, its containers wherever they are kept
+        pods = [(envs_of(((c.group, c.index, c.container, c.path) for c in pod.site.containers
+                          if c.group != "resources"), names), pod.containers, pod.labels, pod.spec)
+                for pod in subject.pods if pod.site is not None]
+    found: list[EnvProblem] = []
+    for containers, requests, labels, spec in pods:
+        if containers:
+            found.extend(env_problems(containers, requests, labels, may_run_on_mps(spec, names), names))
+    subject.memo[_MEMO] = found
+    return found
 
 
 def sets_isolation_env(subject: Subject) -> bool:
@@ -63,9 +71,10 @@ def sets_isolation_env(subject: Subject) -> bool:
 
 def _found(subject: Subject, problem: EnvProblem, advisory: bool = False) -> Found:
     container = problem.container
-    path = (*subject.pod_spec[1], container.group, container.index)
+    path = container.path
     path = (*path, "env", problem.entry.index) if problem.entry is not None else (*path, "envFrom")
-    return Found(f'{subject.label} {container.noun} "{container.name}": {problem.text}', path, advisory)
+    return Found(f"{subject.naming(container.group, container.name, container.path)}: {problem.text}", path,
+                 advisory)
 
 
 @rule("GS010", severity="deny", seed=f"004, {DEVICE_PLUGIN}, {CGPU_DOCS}, {NVIDIA_TOOLKIT}", kinds=POD_KINDS,

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import cast
 
 from ..gpu_memory import memory_problem
-from ..near_miss import NearMiss, near_misses
-from ..relevance import NOTHING, Relevance
-from ..resources import POD_SPEC_PATHS, ContainerRequest, ResourceValue
+from ..near_miss import NearMiss, near_misses, near_misses_in
+from ..relevance import Relevance
+from ..resources import CUSTOM_WORKLOADS, POD_SPEC_PATHS, ContainerRequest, ResourceValue
 from ..settings import Names, NearMissSettings
 from ..subject import Subject
 from .base import Found, rule
@@ -18,7 +18,8 @@ from .base import Found, rule
 NAMES_GPU_CORE = Relevance(resources=("gpu_core",))
 NAMES_SHARED_GPU = Relevance(resources=("gpu_mem", "gpu_core"))
 
-POD_KINDS = tuple(POD_SPEC_PATHS)
+# Kubernetes' own kinds with a pod spec, and the custom workloads (training jobs, Ray, inference services).
+POD_KINDS = (*POD_SPEC_PATHS, CUSTOM_WORKLOADS)
 
 CORE_STEP, CORE_MIN, CORE_MAX = 5, 5, 100
 
@@ -135,13 +136,15 @@ def accepted_form(value: ResourceValue, resource: str, names: Names) -> str:
 
 
 @rule("GS004", severity="deny", seed=K8S_RESOURCES, kinds=POD_KINDS, applies=requests_gpu_resources,
-      relevance=NOTHING,  # the API server refuses what it finds before any webhook runs
+      relevance=Relevance(custom_requests=("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive")),
       title="GPU requests equal limits",
       doc="Kubernetes' own rule for extended resources (Kubernetes documentation, \"Managing Resources "
           "for Containers\", extended resources): they cannot be overcommitted, so a request must equal "
           "the limit, and a request needs a limit. The API server refuses such a pod, or a workload whose "
           "pod template breaks it, before validating webhooks run; the rule serves gpushare check and "
-          "/dry-run, which see manifests the API server has not.")
+          "/dry-run, which see manifests the API server has not. A custom resource's templates (a "
+          "PyTorchJob's replicas) are neither checked nor canonicalised by the API server: the webhook "
+          "judges them, or their operator's pods would be refused one by one.")
 def requests_equal_limits(subject: Subject) -> Iterator[Found]:
     r = subject.names.resources
     for container in subject.containers:
@@ -161,6 +164,14 @@ def requests_equal_limits(subject: Subject) -> Iterator[Found]:
                             f"{accepted_form(limit, resource, subject.names)} or leave it out", request.path)
 
 
+def _each_pod(subject: Subject) -> Iterable[tuple[str, list[ContainerRequest]]]:
+    """(how messages name it, its GPU containers) of each pod the object makes; a Pod's or a Kubernetes
+    workload's one pod without building a SubjectPod (this runs for every pod asking for compute)."""
+    if subject.workload is None:
+        return ((subject.label, subject.containers),)
+    return ((pod.label, pod.containers) for pod in subject.pods)
+
+
 def _names(containers: list[ContainerRequest]) -> str:
     return ", ".join(f'"{c.name}"' for c in containers)
 
@@ -171,12 +182,13 @@ def _names(containers: list[ContainerRequest]) -> str:
           "and compute on one node, so one pod must not mix the two.")
 def no_job_type_mixing(subject: Subject) -> Iterator[Found]:
     core, mem = subject.names.resources.gpu_core, subject.names.resources.gpu_mem
-    mem_only = [c for c in subject.containers if c.has(mem) and not c.has(core)]
-    core_mem = [c for c in subject.containers if c.has(mem) and c.has(core)]
-    if mem_only and core_mem:
-        yield Found(f"{subject.label} mixes mem-only containers ({_names(mem_only)}) with core+mem containers "
-                    f"({_names(core_mem)}); give every GPU container {core} or none of them",
-                    mem_only[0].path)
+    for label, containers in _each_pod(subject):
+        mem_only = [c for c in containers if c.has(mem) and not c.has(core)]
+        core_mem = [c for c in containers if c.has(mem) and c.has(core)]
+        if mem_only and core_mem:
+            yield Found(f"{label} mixes mem-only containers ({_names(mem_only)}) with core+mem containers "
+                        f"({_names(core_mem)}); give every GPU container {core} or none of them",
+                        mem_only[0].path)
 
 
 @rule("GS006", severity="deny", seed="003", kinds=POD_KINDS, applies=asks_whole_gpus, relevance=NAMES_SHARED_GPU,
@@ -184,11 +196,16 @@ def no_job_type_mixing(subject: Subject) -> Iterator[Found]:
       doc="A node runs one GPU scheduling mode: a pod cannot ask for whole GPUs "
           "(nvidia.com/gpu, aliyun.com/gpu) and shared GPU resources together.")
 def no_exclusive_and_shared(subject: Subject) -> Iterator[Found]:
+    for label, containers in _each_pod(subject):
+        yield from _exclusive_and_shared(subject, label, containers)
+
+
+def _exclusive_and_shared(subject: Subject, label: str, containers: list[ContainerRequest]) -> Iterator[Found]:
     r = subject.names.resources
     whole = (r.gpu_exclusive, r.gpu_topology)
     shared = (r.gpu_mem, r.gpu_core)
-    exclusive_users = [c for c in subject.containers if not c.asked().isdisjoint(whole)]
-    shared_users = [c for c in subject.containers if not c.asked().isdisjoint(shared)]
+    exclusive_users = [c for c in containers if not c.asked().isdisjoint(whole)]
+    shared_users = [c for c in containers if not c.asked().isdisjoint(shared)]
     for container in exclusive_users:
         if container in shared_users:
             asked = [w for w in whole if container.has(w)] + [s for s in shared if container.has(s)]
@@ -198,16 +215,21 @@ def no_exclusive_and_shared(subject: Subject) -> Iterator[Found]:
     only_exclusive = [c for c in exclusive_users if c not in shared_users]
     only_shared = [c for c in shared_users if c not in exclusive_users]
     if only_exclusive and only_shared:
-        yield Found(f"{subject.label} has containers with whole GPUs ({_names(only_exclusive)}) and containers "
+        yield Found(f"{label} has containers with whole GPUs ({_names(only_exclusive)}) and containers "
                     f"with shared GPU ({_names(only_shared)}); a node runs one GPU mode, so use one kind",
                     only_exclusive[0].path)
 
 
 def _near_misses(subject: Subject) -> list[NearMiss]:
     if "near_misses" not in subject.memo:
-        spec, base = subject.pod_spec
         settings = subject.settings.near_miss if subject.settings is not None else NearMissSettings()
-        subject.memo["near_misses"] = near_misses(spec, base, subject.names, settings)
+        if subject.workload is None:
+            spec, base = subject.pod_spec
+            found = near_misses(spec, base, subject.names, settings)
+        else:
+            found = near_misses_in(((c.container, c.name, c.group, c.resources_path) for pod in subject.pods
+                                    if pod.site is not None for c in pod.site.containers), subject.names, settings)
+        subject.memo["near_misses"] = found
     return cast("list[NearMiss]", subject.memo["near_misses"])
 
 
@@ -224,10 +246,10 @@ def names_a_near_miss(subject: Subject) -> bool:
           "would stay Pending forever (project choice: deny it and name the resource meant). Real "
           "Alibaba resources (near_miss.allowed, e.g. aliyun.com/fpga) are never near misses.")
 def no_near_miss_names(subject: Subject) -> Iterator[Found]:
-    noun = {"initContainers": "init container", "containers": "container"}
     for miss in _near_misses(subject):
         section = miss.path[-2]
-        yield Found(f'{subject.label} {noun.get(miss.group, "container")} "{miss.container}": '
+        container_path = miss.path[:-2] if miss.group == "resources" else miss.path[:-3]
+        yield Found(f"{subject.naming(miss.group, miss.container, container_path)}: "
                     f"{section}.{miss.key} is not a resource any node offers, so the pod would stay Pending "
                     f"forever; did you mean {miss.meant}? (accepted: {subject.names.resources.gpu_mem}, "
                     f"{subject.names.resources.gpu_core}; a real resource of that name can be listed in "

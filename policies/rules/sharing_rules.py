@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..relevance import Relevance
-from ..resources import POD_SPEC_PATHS, cards_per_container
-from ..subject import Subject
+from ..resources import POD_SPEC_PATHS, Path, cards_per_container
+from ..subject import Subject, SubjectPod
 from .base import Found, rule
+from .pod_resources import POD_KINDS
 
-POD_KINDS = tuple(POD_SPEC_PATHS)
 EXTENDER = "source code: github.com/AliyunContainerService/gpushare-scheduler-extender, gpushare-device-plugin"
 
 
@@ -33,8 +33,9 @@ def init_asks_gpu_memory(subject: Subject) -> bool:
 
 
 def labels_multi_gpu(subject: Subject) -> bool:
-    """Whether the pod carries the multi-GPU label and asks for GPU memory (GS009 judges the two)."""
-    return subject.names.labels.pod_gpu_count in subject.pod_labels and subject.names.resources.gpu_mem in subject.asked
+    """Whether a pod carries the multi-GPU label and asks for GPU memory (GS009 judges the two)."""
+    key = subject.names.labels.pod_gpu_count
+    return subject.names.resources.gpu_mem in subject.asked and any(key in pod.labels for pod in subject.pods)
 
 
 # Both judge pods asking for GPU memory (an init container's, or the app containers' with the label).
@@ -49,15 +50,16 @@ ASKS_GPU_MEMORY = Relevance(resources=("gpu_mem",))
 def init_memory_on_no_card(subject: Subject) -> Iterator[Found]:
     names = subject.names
     mem = names.resources.gpu_mem
-    app_sum = sum(c.memory(names) or 0 for c in subject.containers if c.is_app)
-    for container in subject.containers:
-        count = container.memory(names)
-        if container.is_app or count is None or count == app_sum:
-            continue
-        sidecar = " (a sidecar)" if container.sidecar else ""
-        yield Found(f"{subject.where(container)}{sidecar}: {mem}={count} holds no card: the scheduler counts app "
-                    f"containers only, and the device plugin gives it a GPU only if it equals their sum "
-                    f"({app_sum}); move it to an app container", container.path)
+    for pod in subject.pods:
+        app_sum = sum(c.memory(names) or 0 for c in pod.containers if c.is_app)
+        for container in pod.containers:
+            count = container.memory(names)
+            if container.is_app or count is None or count == app_sum:
+                continue
+            sidecar = " (a sidecar)" if container.sidecar else ""
+            yield Found(f"{subject.where(container)}{sidecar}: {mem}={count} holds no card: the scheduler counts "
+                        f"app containers only, and the device plugin gives it a GPU only if it equals their sum "
+                        f"({app_sum}); move it to an app container", container.path)
 
 
 @rule("GS009", severity="deny", seed="005", kinds=POD_KINDS, applies=labels_multi_gpu, relevance=ASKS_GPU_MEMORY,
@@ -67,19 +69,27 @@ def init_memory_on_no_card(subject: Subject) -> Iterator[Found]:
 def spread_divides_evenly(subject: Subject) -> Iterator[Found]:
     names = subject.names
     key, mem = names.labels.pod_gpu_count, names.resources.gpu_mem
-    shown = subject.pod_labels.get(key)
-    if shown is None:
-        return
-    spread = cards_per_container(subject.pod_labels, names)
-    label_path = (*POD_SPEC_PATHS[subject.kind][:-1], "metadata", "labels", key)
-    if spread is None:
-        yield Found(f"{subject.label}: label {key}={shown!r} is not a number of cards; use a whole number, "
-                    f"1 or more", label_path)
-        return
-    for container in subject.containers:
-        count = container.memory(names)
-        if not container.is_app or count is None or count % spread == 0:
+    for pod in subject.pods:
+        shown = pod.labels.get(key)
+        if shown is None:
             continue
-        rounded_up = (count // spread + 1) * spread  # never less memory than asked for
-        yield Found(f"{subject.where(container)}: {mem}={count} over {spread} cards ({key}={spread}) is "
-                    f"{count / spread:g} a card, not a whole number; use {rounded_up}", container.path)
+        spread = cards_per_container(pod.labels, names)
+        if spread is None:
+            yield Found(f"{pod.label}: label {key}={shown!r} is not a number of cards; use a whole number, "
+                        f"1 or more", _label_path(subject, pod, key))
+            continue
+        for container in pod.containers:
+            count = container.memory(names)
+            if not container.is_app or count is None or count % spread == 0:
+                continue
+            rounded_up = (count // spread + 1) * spread  # never less memory than asked for
+            yield Found(f"{subject.where(container)}: {mem}={count} over {spread} cards ({key}={spread}) is "
+                        f"{count / spread:g} a card, not a whole number; use {rounded_up}", container.path)
+
+
+def _label_path(subject: Subject, pod: SubjectPod, key: str) -> Path:
+    """Where a pod's label is written: a Pod's or a Kubernetes workload's template's metadata, or a
+    custom workload's pod template at its site."""
+    base = POD_SPEC_PATHS[subject.kind][:-1] if subject.workload is None else \
+        (pod.site.path if pod.site is not None else ())
+    return (*base, "metadata", "labels", key)

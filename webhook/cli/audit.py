@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from webhook.cli.cluster_source import cluster_options, read_state
+from webhook.cli.cluster_source import cluster_options, read_state, read_workloads
 from webhook.cli.common import OneLineUsage, UsageFailure, config_option, load_cli_settings, output_options, output_to
 from webhook.report import FORMATS
 
@@ -36,8 +36,9 @@ REPORT_KINDS = ("auto", "openreports", "policyreport")
 def audit(snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: str | None, output: str,
           output_file: Path | None, fail_on: str | None, config: Path | None, write_reports: bool,
           report_kind: str | None, reports_file: Path | None) -> None:
-    """Judge every node and GPU pod of the cluster: every rule, plus what only a running cluster
-    can get wrong (over-committed or crowded cards, mixed job types, stale assignments...)."""
+    """Judge every node and GPU pod of the cluster, and its custom workloads (training jobs, Ray,
+    inference services...): every rule, plus what only a running cluster can get wrong
+    (over-committed or crowded cards, mixed job types, stale assignments...)."""
     from policies.audit import audit_state
     from webhook.report import render
     from webhook.report.audit_report import audit_report
@@ -46,11 +47,14 @@ def audit(snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: s
     if write_reports and (snapshot is not None or demo):
         raise UsageFailure("--write-reports writes to a cluster; with --snapshot or --demo use --reports-file")
     state, source, _described = read_state(snapshot, demo, kubeconfig, context, settings.names)
+    workloads, notes = read_workloads(snapshot, demo, kubeconfig, context, settings)
     now = time.time()
     try:
-        engine_result = audit_state(state, settings, now)
+        engine_result = audit_state(state, settings, now, workloads=workloads)
     except ValueError as exc:  # the config names rules that do not exist
         raise UsageFailure(str(exc)) from None
+    for note in [*notes, *engine_result.unjudged]:
+        click.echo(f"gpushare: note: {note}", err=True)
     report = audit_report(engine_result, source, fail_on or settings.check.fail_on)  # type: ignore[arg-type]
     with output_to(output_file):
         render(report, output, sys.stdout, settings=settings)

@@ -138,3 +138,36 @@ def custom_objects_api(kubeconfig: Path | None, context: str | None) -> Any:
     from kubernetes import client
 
     return client.CustomObjectsApi(client_for(kubeconfig, context))
+
+
+def read_workloads(snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: str | None,
+                   settings: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """The custom workloads (training jobs, Ray clusters...) of the snapshot file or the live cluster
+    (the demo cluster has none), and notes on what could not be read."""
+    from policies.workloads import group_of, workload_table
+
+    if demo:
+        return [], []
+    table = workload_table(settings)
+    if snapshot is not None:
+        from webhook.state.snapshot import SnapshotError, snapshot_objects
+
+        try:
+            items = snapshot_objects(snapshot.read_text(encoding="utf-8"), str(snapshot))
+        except (OSError, UnicodeDecodeError, SnapshotError) as exc:
+            raise UsageFailure(str(exc)) from None
+        return [i for i in items if table.lookup(group_of(i), str(i.get("kind", ""))) is not None], []
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    from webhook.state.cluster_read import read_workloads as read_live
+
+    client = client_for(kubeconfig, context)
+    host = client.configuration.host
+    try:
+        return read_live(client, table.kinds())
+    except ApiException as exc:
+        raise ClusterFailure(f"the API server {host} refused to list custom workloads: HTTP {exc.status} "
+                             f"{exc.reason}") from None
+    except HTTPError as exc:
+        raise unreachable(exc, host) from None

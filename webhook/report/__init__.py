@@ -48,7 +48,7 @@ def summary_line(report: Report) -> str:
     line = f"{', '.join(found)} in {n(c['objects'], 'object')} from {where}"
     passed_over = []
     if c["skipped"]:
-        passed_over.append(f"{n(c['skipped'], 'object')} of kinds no rule checks")
+        passed_over.append(f"{n(c['skipped'], 'object')} of kinds no rule checks{_skipped_kinds(report)}")
     if c["notKubernetes"]:
         one = c["notKubernetes"] == 1
         passed_over.append(f"{n(c['notKubernetes'], 'document')} that "
@@ -66,3 +66,21 @@ def not_run_line(report: Report) -> str:
         return ""
     return (f"not run: cluster-aware rules {', '.join(report.not_run)} need --snapshot FILE "
             "(`kubectl get nodes,pods -A -o yaml`)")
+
+
+SKIPPED_SHOWN = 6
+
+
+def _skipped_kinds(report: Report) -> str:
+    """": Service, ConfigMap, MyJob.example.com; ..." with how to have a custom resource checked."""
+    from webhook.report.checking import is_custom
+
+    kinds = [kind for kind, _ in report.skipped_kinds.most_common()]
+    if not kinds:
+        return ""
+    more = f" and {len(kinds) - SKIPPED_SHOWN} more" if len(kinds) > SKIPPED_SHOWN else ""
+    text = f": {', '.join(kinds[:SKIPPED_SHOWN])}{more}"
+    if any(is_custom(kind) for kind in kinds):
+        text += ("; a custom resource that holds pod templates is checked once listed under workloads.kinds "
+                 "in the config (docs/workloads.md)")
+    return text

@@ -23,5 +23,5 @@ def audit_report(result: AuditResult, source: str, fail_on: Severity = "deny") -
             obj = by_object[f.label] = CheckedObject(source, 0, f.label, [], [])
         (obj.exempted if f.exempted else obj.findings).append(_located(f, source))
     report = Report(fail_on=fail_on, sources=[source], objects=list(by_object.values()),
-                    origin=source, judged=result.nodes + result.pods)
+                    origin=source, judged=result.nodes + result.pods + result.workloads)
     return report

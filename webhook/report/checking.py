@@ -8,6 +8,8 @@ admission webhook would admit it (for the rules that need no cluster state, and 
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,10 +17,11 @@ from typing import Any
 from policies.cluster import ClusterState
 from policies.engine import Engine, Verdict
 from policies.grants import NamespaceLabels
-from policies.resources import POD_SPEC_PATHS, ShapeError, pod_spec, render_path
+from policies.resources import POD_SPEC_PATHS, ShapeError, render_path
 from policies.rules.base import Finding
 from policies.selectors import node_selector_from_spec
 from policies.settings import Severity
+from policies.workloads import WorkloadConfigError, group_of
 from webhook.documents.manifests import Manifest, ManifestError, read_manifest_file
 from webhook.documents.sources import STDIN, read_text
 from webhook.documents.templates import read_annotations, templated
@@ -92,6 +95,7 @@ class Report:
     objects: list[CheckedObject] = field(default_factory=list)
     skipped: int = 0  # objects of kinds no rule judges (Services, ConfigMaps, ...)
     not_kubernetes: int = 0  # documents that are not Kubernetes objects (compose files, Helm values, ...)
+    skipped_kinds: Counter[str] = field(default_factory=Counter)  # by kind (kind.group for custom resources)
     problems: list[Problem] = field(default_factory=list)
     # An audit judges a cluster, not files: where its objects came from, and how many were judged
     # (objects without findings are not listed in ``objects``).
@@ -114,6 +118,7 @@ class Report:
         self.objects.extend(result.objects)
         self.skipped += result.skipped
         self.not_kubernetes += result.not_kubernetes
+        self.skipped_kinds.update(result.skipped_kinds)
         self.problems.extend(result.problems)
 
     def fails(self, finding: Located) -> bool:
@@ -148,7 +153,23 @@ class FileResult:
     objects: list[CheckedObject] = field(default_factory=list)
     skipped: int = 0
     not_kubernetes: int = 0
+    skipped_kinds: Counter[str] = field(default_factory=Counter)
     problems: list[Problem] = field(default_factory=list)
+
+
+# API groups of Kubernetes' own kinds: a skipped object of another group is a custom resource, which
+# the configuration can add (workloads.kinds) if it holds pod templates.
+_KUBERNETES_GROUP = re.compile(r"^(|(?![a-z0-9.-]*\.sigs\.k8s\.io$)[a-z0-9.-]*\.k8s\.io|apps|batch|autoscaling|policy"
+                               r"|extensions)$")
+
+
+def skipped_kind(kind: str, group: str) -> str:
+    """How the summary names a skipped kind: Service, or MyJob.example.com for a custom resource."""
+    return kind if _KUBERNETES_GROUP.match(group) else f"{kind or '(no kind)'}.{group}"
+
+
+def is_custom(name: str) -> bool:
+    return "." in name
 
 
 class Checker:
@@ -185,8 +206,10 @@ class Checker:
         result.not_kubernetes = read.not_kubernetes
         maybe_templated = "{{" in text  # most files hold none: their objects are not walked for one
         for manifest in read.manifests:
-            if not self.engine.handles(manifest.kind):
+            group = group_of(manifest.obj)
+            if not self.engine.handles(manifest.kind, group):
                 result.skipped += 1
+                result.skipped_kinds[skipped_kind(manifest.kind, group)] += 1
                 continue
             placeholder = templated(manifest.obj, manifest.kind, self.annotations) if maybe_templated else None
             if placeholder is not None:  # never judged as a value: a wrong verdict about text nobody applies
@@ -195,7 +218,7 @@ class Checker:
                 continue
             try:
                 result.objects.append(self.check_manifest(manifest))
-            except ShapeError as exc:
+            except (ShapeError, WorkloadConfigError) as exc:
                 result.problems.append(Problem(source, manifest.line_of(exc.path), f"{manifest.kind}: {exc}"))
         return result
 
@@ -209,16 +232,19 @@ class Checker:
 
     def check_manifest(self, manifest: Manifest) -> CheckedObject:
         kind, obj = manifest.kind, manifest.obj
-        namespace = "" if kind in CLUSTER_SCOPED else self.namespace
+        workload = self.engine.workload(kind, group_of(obj))
+        cluster_scoped = kind in CLUSTER_SCOPED if workload is None else not workload.namespaced
+        namespace = "" if cluster_scoped else self.namespace
         old = self.known_nodes.get(_name(obj)) if kind == "Node" else None
         subject = self.engine.subject(kind, obj, operation="UPDATE" if old is not None else "CREATE",
                                       namespace=namespace, old=old, state=self.state,
                                       namespaces=self.namespaces)
         verdict = self.engine.validate(subject)
-        if kind in POD_SPEC_PATHS:
+        if kind in POD_SPEC_PATHS or subject.workload is not None:
             # The node constraints are read as /dry-run and `score` read them: a selector the API
             # server would refuse (Gt "16GiB") is the same problem here, on this object only.
-            node_selector_from_spec(*pod_spec(obj, kind))
+            for pod in subject.pods:
+                node_selector_from_spec(pod.spec, pod.spec_path)
 
         def locate(finding: Finding, reason: str = "") -> Located:
             return Located(finding, manifest.source, manifest.line_of(finding.path), manifest.line,

@@ -26,8 +26,9 @@ def finding_dict(finding: Located, report: Report) -> dict[str, Any]:
 def render(report: Report, out: TextIO, *, settings: Settings, color: bool = False) -> None:
     document = {
         "tool": {"name": "gpushare", "version": tool_version()},
-        "summary": {**report.counts(), "failOn": report.fail_on, "exitCode": report.exit_code,
-                    "config": report.config or None, "notRun": list(report.not_run)},
+        "summary": {**report.counts(), "skippedKinds": dict(report.skipped_kinds.most_common()),
+                    "failOn": report.fail_on, "exitCode": report.exit_code, "config": report.config or None,
+                    "notRun": list(report.not_run)},
         "findings": [finding_dict(f, report) for f in report.findings],
         "exempted": [finding_dict(f, report) | {"fails": False} for f in report.exempted],
         "errors": [{"file": p.source, "line": p.line, "message": p.message} for p in report.problems],

@@ -54,7 +54,7 @@ def candidates(kind: str) -> tuple[ReportApi, ...]:
 
 
 def _result(f: AuditFinding, seconds: int) -> dict[str, Any]:
-    resource: dict[str, Any] = {"apiVersion": "v1", "kind": f.kind, "name": f.name}
+    resource: dict[str, Any] = {"apiVersion": f.api_version, "kind": f.kind, "name": f.name}
     if f.namespace:
         resource["namespace"] = f.namespace
     return {"source": SOURCE, "policy": f.rule, "rule": f.rule, "category": "GPU sharing",

@@ -3,6 +3,7 @@ no policy is decided here."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from functools import partial
@@ -16,6 +17,7 @@ from policies.engine import Engine
 from policies.leadership import FollowerView
 from policies.resources import ShapeError
 from policies.subject import UserInfo
+from policies.workloads import WorkloadConfigError
 from webhook.routes.body import BadRequest
 from webhook.routes.observe import Observer
 from webhook.routes.review import AdmissionReview, ReviewError, build_response, parse_review
@@ -26,6 +28,7 @@ from webhook.server.scheduling import Work, declare
 from webhook.state.leader import LeaderElector
 
 Mode = Literal["mutate", "validate"]
+log = logging.getLogger("gpushare.admission")
 
 
 def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState | None,
@@ -38,8 +41,8 @@ def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState |
     ``leader``, a binding reaching a replica that does not lead meets the placement fail mode.
     """
     request = review.request
-    kind = request.kind.kind
-    if request.operation not in ("CREATE", "UPDATE") or request.object is None or not engine.handles(kind):
+    kind, group = request.kind.kind, request.kind.group
+    if request.operation not in ("CREATE", "UPDATE") or request.object is None or not engine.handles(kind, group):
         return build_response(review, None, allowed=True)
     if ledger is not None and state is not None:
         state = ledger.view(state)  # what this process admitted counts before the watch shows it
@@ -48,7 +51,7 @@ def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState |
     subject = engine.subject(
         kind, request.object, operation=request.operation, namespace=request.namespace,
         old=request.old_object, user=UserInfo(request.user_info.username, tuple(request.user_info.groups)),
-        state=state,
+        state=state, group=group,
     )
     try:
         if mode == "mutate":
@@ -59,6 +62,12 @@ def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState |
             verdict = engine.validate(subject)
     except ShapeError as exc:
         raise ReviewError(f"request.object: {kind} {subject.label.split(' ', 1)[-1]}: {exc}") from None
+    except WorkloadConfigError as exc:
+        # The admin's configuration, not the user's object, is wrong: admitted unjudged, and said so to
+        # both (gpushare check fails on it, where the configuration is tested).
+        said = f"{subject.label} was not checked: {exc}"
+        log.warning(said)
+        return build_response(review, None, allowed=True, warnings=[f"gpushare: {said}"])
     return build_response(review, verdict)
 
 

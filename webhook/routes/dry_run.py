@@ -18,10 +18,11 @@ import msgspec
 from flask import Blueprint, request
 
 from policies.cluster import ClusterState
-from policies.dryrun import DryRun, ObjectReport
+from policies.dryrun import DryRun, ObjectReport, PodPreview
 from policies.resources import ShapeError
 from policies.rules.base import Finding
 from policies.scoring import ranking_entry
+from policies.workloads import WorkloadConfigError
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
 from webhook.documents.reader import TooManyDocuments
 from webhook.routes.observe import Observer, Refusal, observed
@@ -72,15 +73,23 @@ def _render(report: ObjectReport, manifest: Manifest, ranking_nodes: int | None)
     }
     preview = report.pod_preview
     if preview is not None:
-        out["podTemplate"] = {"appliedTo": preview.applied, "pod": preview.pod, "patch": preview.patch,
-                              "mutations": preview.patch_ids, "mutatedPod": preview.mutated_pod,
-                              "mutatedTemplate": preview.mutated_template}
+        out["podTemplate"] = _preview(preview)
+    if report.pod_previews:  # a custom workload: one per pod template, named by its path
+        out["podTemplates"] = [{"path": p.path, **_preview(p)} for p in report.pod_previews]
     if report.ranking is not None and report.request is not None:
         demand = report.request.demand
         shown = report.ranking if ranking_nodes is None else report.ranking[:ranking_nodes]
         out["ranking"] = [ranking_entry(score, demand) for score in shown]
         if ranking_nodes is not None:
             out["rankingOmitted"] = len(report.ranking) - len(shown)
+    return out
+
+
+def _preview(preview: PodPreview) -> dict[str, Any]:
+    out = {"appliedTo": preview.applied, "pod": preview.pod, "patch": preview.patch, "mutations": preview.patch_ids,
+           "mutatedPod": preview.mutated_pod}
+    if preview.mutated_template is not None:
+        out["mutatedTemplate"] = preview.mutated_template
     return out
 
 
@@ -125,7 +134,7 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
             if isinstance(manifest.obj.get("metadata"), dict) else "default"
         try:
             report = dry_run.report(kind, manifest.obj, state, namespace=namespace, node=node)
-        except ShapeError as exc:  # this object cannot be judged; the others still are
+        except (ShapeError, WorkloadConfigError) as exc:  # this object cannot be judged; the others still are
             # Not allowed: the API server itself refuses an object of this shape.
             results.append({"kind": kind, "name": _name_of(manifest.obj), "line": manifest.line, "allowed": False,
                             "error": f"{BODY_SOURCE}:{manifest.line_of(exc.path)}: {kind}: {exc}"})

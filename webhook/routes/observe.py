@@ -135,5 +135,7 @@ def admission_kinds() -> frozenset[str]:
     """Kinds worth their own metric label: those the rules and mutations look at."""
     from policies.resources import POD_SPEC_PATHS
     from policies.rules.base import REGISTRY
+    from policies.workloads import BUILT_IN
 
-    return frozenset(POD_SPEC_PATHS) | {k for r in REGISTRY.values() for k in r.kinds} | {"Node", "Binding"}
+    return (frozenset(POD_SPEC_PATHS) | {k for r in REGISTRY.values() for k in r.kinds} | {"Node", "Binding"}
+            | {k.kind for k in BUILT_IN})

@@ -15,9 +15,9 @@ near-miss settings): Helm cannot derive them. */}}
 {{- $config := .root.Values.config | default dict -}}
 {{- $names := get $config "names" | default dict -}}
 {{- $custom := .root.Values.matchConditions -}}
-{{- $tested := or (get $names "resources") (get $names "labels") (get $names "exempt_annotation") (get $names "gpushare_daemonsets") (get $config "near_miss") -}}
+{{- $tested := or (get $names "resources") (get $names "labels") (get $names "exempt_annotation") (get $names "gpushare_daemonsets") (get $config "near_miss") (get $config "workloads") -}}
 {{- if and (not $custom) $tested -}}
-{{- fail "config changes names the webhooks' matchConditions test (names.resources, names.labels, names.exempt_annotation, names.gpushare_daemonsets or near_miss), so they must be generated for it: run `gpushare policy export --webhooks helm --config <that config>` and pass its output with -f (see docs/install.md)" -}}
+{{- fail "config changes names the webhooks' matchConditions test (names.resources, names.labels, names.exempt_annotation, names.gpushare_daemonsets, near_miss or workloads), so they must be generated for it: run `gpushare policy export --webhooks helm --config <that config>` and pass its output with -f (see docs/install.md)" -}}
 {{- end -}}
 {{- $all := $custom | default (.root.Files.Get "files/match-conditions.yaml" | fromYaml).matchConditions -}}
 {{- $found := index $all .name -}}
@@ -25,6 +25,29 @@ near-miss settings): Helm cannot derive them. */}}
 {{- fail (printf "matchConditions has no entry for the webhook %s; regenerate them with `gpushare policy export --webhooks helm`" .name) -}}
 {{- end -}}
 {{- toYaml $found -}}
+{{- end }}
+
+{{/* The custom workloads' webhook rules: the kinds .Values.customWorkloads.kinds names (all when empty),
+as the generated customWorkloadKinds describe them (files/match-conditions.yaml, or the release's own). */}}
+{{- define "gpushare.customWorkloadRules" -}}
+{{- $known := .Values.customWorkloadKinds | default (.Files.Get "files/match-conditions.yaml" | fromYaml).customWorkloadKinds -}}
+{{- $wanted := .Values.customWorkloads.kinds | default list -}}
+{{- $names := list -}}
+{{- range $known }}{{ $names = append $names .name }}{{ end -}}
+{{- range $wanted }}
+{{- if not (has . $names) }}
+{{- fail (printf "customWorkloads.kinds names %s, which the workload table does not hold (kind.group, e.g. PyTorchJob.kubeflow.org; a kind of your own goes in config.workloads.kinds, then `gpushare policy export --webhooks helm --config <that config>`, passed with -f)" .) }}
+{{- end }}
+{{- end }}
+{{- range $known }}
+{{- if or (not $wanted) (has .name $wanted) }}
+- apiGroups: [{{ .group | quote }}]
+  apiVersions: {{ toJson .versions }}
+  operations: [CREATE, UPDATE]
+  resources: [{{ .resource }}]
+  scope: {{ .scope }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- define "gpushare.namespaceSelector" -}}
