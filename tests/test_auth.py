@@ -44,13 +44,13 @@ def client_pki(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory, client_pki):
+def secured(tmp_path_factory, client_pki, worker_kind):
     token = client_pki / "token"
     token.write_text("s3cret-token\n")
     env = {"GPUSHARE_AUTH__CLIENT_CA_FILE": str(client_pki / "client-ca.crt"),
            "GPUSHARE_AUTH__CLIENT_NAMES": '["kube-apiserver"]',
            "GPUSHARE_AUTH__BEARER_TOKEN_FILE": str(token)}
-    with gpushare_server(tmp_path_factory.mktemp("secured"), env=env) as running:
+    with gpushare_server(tmp_path_factory.mktemp("secured"), env=env, worker=worker_kind) as running:
         yield running
 
 
@@ -59,6 +59,9 @@ def _post(server, pki: Path, who: str | None) -> requests.Response:
     if who:
         session.cert = (str(pki / f"{who}.crt"), str(pki / f"{who}.key"))
     return server.post_json("/validate", admission_review(load_json("pod-realistic.json")), session)
+
+
+pytestmark = pytest.mark.both_workers  # client certificates and the token with either gunicorn worker
 
 
 def test_api_server_certificate_is_accepted(secured, client_pki):

@@ -249,17 +249,24 @@ class AppRunner:
             if exc.stage != "handshake":  # no TLS session to answer on otherwise
                 _write_error(client, http_json(408, error_body(408, exc.description or ""), close=True))
             return
-        if isinstance(exc, ssl.SSLError):
-            log.debug("TLS error from %s: %s", peer(addr), exc)
-            return
-        status = next((code for cls, code in _CLIENT_ERRORS if isinstance(exc, cls)), 500)
-        if status == 500:
-            log.exception("unexpected error handling a request from %s", peer(addr))
-            reason = f"internal error: {type(exc).__name__}"
-        else:
-            reason = f"malformed HTTP request: {exc}"[:300]
-        self._counts.refused(getattr(req, "path", "") or "", "error" if status == 500 else "invalid")
-        _write_error(client, http_json(status, error_body(status, reason), close=True))
+        answer_error(req, client, addr, exc, self._counts)
+
+
+def answer_error(req: Any, client: Any, addr: Any, exc: BaseException, counts: Counts) -> None:
+    """A JSON 4xx/5xx for a request that failed before or outside the app (a malformed request
+    line or header, a limit exceeded, an error of ours), where gunicorn would write an HTML page;
+    nothing on a TLS error (no session to answer on)."""
+    if isinstance(exc, ssl.SSLError):
+        log.debug("TLS error from %s: %s", peer(addr), exc)
+        return
+    status = next((code for cls, code in _CLIENT_ERRORS if isinstance(exc, cls)), 500)
+    if status == 500:
+        log.exception("unexpected error handling a request from %s", peer(addr))
+        reason = f"internal error: {type(exc).__name__}"
+    else:
+        reason = f"malformed HTTP request: {exc}"[:300]
+    counts.refused(getattr(req, "path", "") or "", "error" if status == 500 else "invalid")
+    _write_error(client, http_json(status, error_body(status, reason), close=True))
 
 
 def _write_error(client: Any, data: bytes) -> None:

@@ -3,8 +3,8 @@
 Worker model (``server.worker``): one process running ``webhook.server.worker.WebhookWorker``,
 a worker class of our own on gunicorn's public base ``Worker`` (an event loop that does the TLS
 handshake and reads every request without blocking, threads for complete requests only; see
-docs/operations.md), or stock gunicorn's ``gthread`` with the same admission scheduling as WSGI
-middleware (``webhook.server.scheduling_middleware``). The API server keeps TLS connections
+docs/operations.md), or stock gunicorn's ``gthread`` (``webhook.server.gthread_worker``) with the same admission
+scheduling as WSGI middleware (``webhook.server.scheduling_middleware``). The API server keeps TLS connections
 alive and reuses them. One process keeps the in-memory binding assume-cache exact; throughput
 scales with replicas.
 """
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from webhook.server.gthread_worker import GthreadWorker
 from webhook.server.logs import gunicorn_logconfig
 from webhook.server.process_tuning import tune_process
 from webhook.server.scheduling_middleware import SchedulingMiddleware
@@ -35,7 +36,7 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
         # The admission port, and the ops port when configured (webhook.server.listeners).
         "bind": [bind_address(server.host, p) for p in (server.port, server.ops_port) if p is not None],
         "worker_class": (worker_class(settings.overload, server.max_body_bytes) if server.worker == "webhook"
-                         else "gthread"),
+                         else GthreadWorker),
         "workers": server.workers,
         "threads": server.threads,
         "worker_connections": settings.overload.max_connections,

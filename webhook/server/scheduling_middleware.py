@@ -9,11 +9,13 @@ with a 503 when it could not be answered before the API server's deadline or whe
 deadline is refused instead of evaluated. The refusals happen here, in the handler (as
 Gatekeeper caps concurrency inside its handler), once gthread has given the request a thread
 and parsed it: what the project's worker does in its poller before any of that, this cannot.
-A request waits for its slot on its gthread thread, never longer than its deadline.
 
 Reviews are never evaluated inline (there is no poller here): ``overload.inline_admission``
 does not apply. A body with a Content-Length within ``server.max_body_bytes`` is read into
 memory before the request asks for a slot, so a slow sender holds a thread but not a slot.
+A review waits for its slot on its gthread thread, never longer than its deadline; while it
+waits, that thread serves nothing else: probes and scrapes share ``server.threads`` with the
+reviews waiting (docs/operations.md, "The stock worker").
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ class SchedulingMiddleware:
         self.scheduler: Scheduler[_Ticket] = Scheduler(limits)
         extensions = getattr(app, "extensions", {})
         metrics = extensions.get("gpushare.metrics")
-        self._counts = Counts(metrics, extensions.get("gpushare.telemetry"))
-        self._shedding = Shedding(self._counts, self.scheduler.reason)
+        self.counts = Counts(metrics, extensions.get("gpushare.telemetry"))
+        self._shedding = Shedding(self.counts, self.scheduler.reason)
         if metrics is not None:
             scheduler = self.scheduler
             metrics.waiting.set_function(scheduler.waiting)
@@ -86,10 +88,10 @@ class SchedulingMiddleware:
             route = self.scheduler.arrive(ticket, work, timeout, arrived, inline=False) if why is None else None
         if why is not None:
             return self._refuse(start_response, path, self.scheduler.reason(why, timeout))
-        if route is Route.QUEUED and not self._granted(ticket, timeout):
+        if route is Route.QUEUED and not self._granted(ticket, work, timeout):
             return self._refuse(start_response, path, ticket.refusal or "")
         started = time.monotonic()
-        self._counts.queue_wait(started - arrived)
+        self.counts.queue_wait(started - arrived)
         try:
             answer = self._app(environ, start_response)
             try:
@@ -101,8 +103,12 @@ class SchedulingMiddleware:
         finally:
             self._finished(work, started)
 
-    def _granted(self, ticket: _Ticket, timeout: str | None) -> bool:
-        """Wait for a slot, at most until the deadline; False when refused instead."""
+    def _granted(self, ticket: _Ticket, work: Work, timeout: str | None) -> bool:
+        """Wait for a slot; False when refused instead. A review waits at most until its
+        deadline; tools and scrapes until their turn (as in the project's worker)."""
+        if work is not Work.REVIEW:
+            ticket.event.wait()
+            return True
         budget = deadline.budget_seconds(timeout, self._limits)
         if ticket.event.wait(budget):
             return ticket.refusal is None
