@@ -18,6 +18,9 @@ from webhook.settings import AuthSettings
 
 from .helpers import admission_review, gpushare_server, load_json
 
+# Client certificates and the token, served by either gunicorn worker (server.worker).
+pytestmark = pytest.mark.both_workers
+
 
 def issue_client(ca: Issued, name: str) -> Issued:
     key = new_key("ecdsa-p256")
@@ -59,9 +62,6 @@ def _post(server, pki: Path, who: str | None) -> requests.Response:
     if who:
         session.cert = (str(pki / f"{who}.crt"), str(pki / f"{who}.key"))
     return server.post_json("/validate", admission_review(load_json("pod-realistic.json")), session)
-
-
-pytestmark = pytest.mark.both_workers  # client certificates and the token with either gunicorn worker
 
 
 def test_api_server_certificate_is_accepted(secured, client_pki):

@@ -158,11 +158,13 @@ def test_a_review_that_waited_past_its_deadline_for_a_slot_is_refused_not_evalua
 @pytest.mark.both_workers
 def test_a_review_that_cannot_meet_its_deadline_is_refused_at_the_door_and_one_that_can_waits(tmp_path,
                                                                                              worker_kind):
-    """While a review has waited for the only slot longer than a 1 s deadline allows, the poller
-    answers a kept-alive connection's review with timeout=1s itself, at once (a 503 naming the
-    deadline, connection kept alive), while a review with timeout=60s on another connection is
-    queued and answered once the slot is free."""
-    with one_slot_server(tmp_path, worker=worker_kind) as server, ExitStack() as stack:
+    """While a review has waited for the only slot longer than a 1 s deadline allows, the server
+    answers a kept-alive connection's review with timeout=1s at once (the project's worker in its
+    poller): a 503 naming the deadline, connection kept alive; a review with timeout=60s on
+    another connection is queued and answered once the slot is free."""
+    # 6,000 nodes: the costly review holds the slot for seconds, well past the wait below (with 2,000
+    # it could end first on a quiet host, and the short review then found nothing waiting).
+    with one_slot_server(tmp_path, nodes=6000, worker=worker_kind) as server, ExitStack() as stack:
         body = review_bytes()
         short, patient = (tls(server, stack, timeout=120) for _ in range(2))
         for kept in (short, patient):
@@ -171,6 +173,7 @@ def test_a_review_that_cannot_meet_its_deadline_is_refused_at_the_door_and_one_t
         holder = start_costly(server, stack, "door")
         queued = tls(server, stack, timeout=120)
         queued.sendall(request(body, path="/validate?timeout=60s"))
+        wait_until(lambda: metric(server, "gpushare_waiting_requests") == 1, what="the review waiting")
         threading.Event().wait(0.5)  # the queued review's wait passes what timeout=1s allows: the stimulus
         short.sendall(request(body, path="/validate?timeout=1s"))
         status, headers, reply = read_response(short)  # while the costly review still holds the slot
