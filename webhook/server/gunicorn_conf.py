@@ -3,10 +3,10 @@
 Worker model (``server.worker``): one process running ``webhook.server.worker.WebhookWorker``,
 a worker class of our own on gunicorn's public base ``Worker`` (an event loop that does the TLS
 handshake and reads every request without blocking, threads for complete requests only; see
-docs/operations.md), or stock gunicorn's ``gthread`` (``webhook.server.gthread_worker``) with the same admission
-scheduling as WSGI middleware (``webhook.server.scheduling_middleware``). The API server keeps TLS connections
-alive and reuses them. One process keeps the in-memory binding assume-cache exact; throughput
-scales with replicas.
+docs/operations.md), or stock gunicorn's ``gthread`` (``webhook.server.gthread_worker``) with
+the same admission scheduling as WSGI middleware (``webhook.server.scheduling_middleware``).
+The API server keeps TLS connections alive and reuses them. One process keeps the in-memory
+binding assume-cache exact; throughput scales with replicas.
 """
 
 from __future__ import annotations

@@ -125,7 +125,8 @@ class Refusal(Generic[T]):
 
 
 class Scheduler(Generic[T]):
-    """The poller's scheduling decisions. Used by the poller thread only: no locks.
+    """The scheduling decisions. Not thread-safe: the project's worker calls it from its poller
+    only, the gthread middleware (``webhook.server.scheduling_middleware``) under a lock.
 
     The transport reports each arrival (``arrive``), takes what the poller evaluates itself
     (``next_for_poller``) and what threads may start (``grants``), and reports each finished
