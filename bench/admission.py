@@ -3,7 +3,7 @@ the real `gpushare serve` (logging, metrics and auth at their defaults) and agai
 stack's floor: Flask under stock gunicorn `gthread`, same TLS, same core, no project code, parsing
 the review with the standard `json` module (bench/plain_floor.py).
 
-    python bench/admission.py [--seconds 3] [--rounds 8] [--tool auto|wrk|python]
+    python bench/admission.py [--seconds 3] [--rounds 8] [--tool auto|wrk|python] [--worker webhook|gthread]
 
 The primary figure is server CPU time per review (the server process tree's user+sys seconds over
 the requests it answered), far steadier on a shared host than requests/s; the ratio floor/project
@@ -63,6 +63,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--tool", choices=["auto", "wrk", "python"], default="auto")
+    parser.add_argument("--worker", choices=["webhook", "gthread"], default="webhook",
+                        help="the gunicorn worker the project's server runs (server.worker)")
     parser.add_argument("--no-pin", dest="pin", action="store_false",
                         help="do not pin servers to CPU 0 and the load generator to CPU 1")
     args = parser.parse_args()
@@ -92,8 +94,9 @@ def main() -> None:
             ports[name] = free_port()
             os.environ.update(FLOOR_PORT=str(ports[name]), FLOOR_CERTFILE=str(certs / "tls.crt"),
                               FLOOR_KEYFILE=str(certs / "tls.key"))
+            env = {"GPUSHARE_SERVER__WORKER": args.worker} if name == "project" else None
             process = stack.enter_context(https_server(command(ports[name]), ca, ports[name],
-                                                       Path(tmp, f"{name}.log")))
+                                                       Path(tmp, f"{name}.log"), env=env))
             pids[name] = process.pid
         # Interleave project and floor, several rounds, and keep each case's best round: other load on
         # the machine then hits both alike instead of skewing whichever ran during it.

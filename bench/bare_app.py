@@ -10,7 +10,7 @@ from pathlib import Path
 from flask import Flask, Response, request
 
 from webhook.server.gunicorn import run_gunicorn
-from webhook.server.gunicorn_conf import gunicorn_options
+from webhook.server.gunicorn_conf import gunicorn_options, worker_app
 from webhook.server.scheduling import Work, declare
 from webhook.settings import load_settings
 
@@ -40,7 +40,7 @@ def main() -> None:
     settings = load_settings()
     settings = settings.model_copy(update={"server": settings.server.model_copy(
         update={"host": "127.0.0.1", "port": args.port})})
-    run_gunicorn(create_bare_app, gunicorn_options(settings, args.cert_dir))
+    run_gunicorn(worker_app(settings, create_bare_app), gunicorn_options(settings, args.cert_dir))
 
 
 if __name__ == "__main__":

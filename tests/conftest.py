@@ -29,12 +29,36 @@ def demo_state(settings: Settings):
     return load_demo_snapshot(settings.names)
 
 
+# The gunicorn workers (server.worker): the project's own, and stock gunicorn's gthread with the
+# same scheduling as WSGI middleware. Tests marked `both_workers` (a module's pytestmark or one
+# test) that use `worker_kind` (the shared `server` does) run against each; the rest against the
+# project's worker. What only the project's transport does (slow clients, idle connections,
+# hostile transport targets) is tested against it alone.
+WORKER_KINDS = ("webhook", "gthread")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "both_workers: run against both gunicorn workers (server.worker)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "worker_kind" in metafunc.fixturenames:
+        kinds = WORKER_KINDS if metafunc.definition.get_closest_marker("both_workers") else WORKER_KINDS[:1]
+        metafunc.parametrize("worker_kind", kinds, indirect=True, scope="module")
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """The real `gpushare serve` on the demo snapshot, one per test module."""
+def worker_kind(request: pytest.FixtureRequest) -> str:
+    """The gunicorn worker the test's server runs (server.worker)."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, worker_kind):
+    """The real `gpushare serve` on the demo snapshot, one per test module and worker kind."""
     from .helpers import gpushare_server
 
-    with gpushare_server(tmp_path_factory.mktemp("serve")) as running:
+    with gpushare_server(tmp_path_factory.mktemp("serve"), worker=worker_kind) as running:
         yield running
 
 

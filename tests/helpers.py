@@ -77,14 +77,17 @@ class RunningServer:
 
 @contextmanager
 def gpushare_server(workdir: Path, *args: str, env: dict[str, str] | None = None,
-                    ready_path: str = "/healthz") -> Iterator[RunningServer]:
-    """Start the real ``gpushare serve`` on a free loopback port and stop it afterwards."""
+                    ready_path: str = "/healthz", worker: str = "webhook") -> Iterator[RunningServer]:
+    """Start the real ``gpushare serve`` on a free loopback port and stop it afterwards;
+    ``worker``: the gunicorn worker it runs (server.worker)."""
     port = free_port()
     cert_dir = workdir / "certs"
     log_path = workdir / f"server-{port}.log"
     command = [gpushare_executable(), "serve", "--host", "127.0.0.1", "--port", str(port),
                "--cert-dir", str(cert_dir), *args]
     env = dict(env or {})
+    if worker != "webhook":  # the default: nothing set, so a test's own configuration is all it reads
+        env["GPUSHARE_SERVER__WORKER"] = worker
     if "--kubeconfig" in args and "--config" not in args:  # a live cluster needs the scheduler chosen
         env.setdefault("GPUSHARE_NAMES__SCHEDULER_NAME", "ack-co-scheduler")
     with https_server(command, cert_dir / "ca.crt", port, log_path, timeout=30, ready_path=ready_path,

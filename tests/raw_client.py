@@ -9,6 +9,8 @@ import ssl
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
+from webhook.settings import OverloadSettings
+
 from .helpers import (
     RunningServer,
     admission_review,
@@ -73,10 +75,21 @@ COSTLY_NODES, COSTLY_TERMS = 2000, 4000
 UNCAPPED = {"GPUSHARE_CAPACITY__MAX_WORK": str(10**12)}
 
 
+# A costly review small enough for the poller to evaluate itself (under overload.inline_max_bytes).
+SMALL_COSTLY_TERMS = 700
+
+
+def small_costly_review(tag: str) -> bytes:
+    body = json.dumps(admission_review(costly_pod(tag, SMALL_COSTLY_TERMS))).encode()
+    assert len(body) <= OverloadSettings().inline_max_bytes
+    return body
+
+
 @contextmanager
-def one_slot_server(tmp_path, env: dict[str, str] | None = None, nodes: int = COSTLY_NODES) -> Iterator[RunningServer]:
+def one_slot_server(tmp_path, env: dict[str, str] | None = None, nodes: int = COSTLY_NODES,
+                    worker: str = "webhook") -> Iterator[RunningServer]:
     snapshot = many_nodes_snapshot(tmp_path / "cluster.json", nodes)
-    with gpushare_server(tmp_path, "--snapshot", str(snapshot),
+    with gpushare_server(tmp_path, "--snapshot", str(snapshot), worker=worker,
                          env={"GPUSHARE_OVERLOAD__APP_CONCURRENCY": "1", **UNCAPPED, **(env or {})}) as server:
         yield server
 

@@ -18,6 +18,9 @@ from webhook.settings import AuthSettings
 
 from .helpers import admission_review, gpushare_server, load_json
 
+# Client certificates and the token, served by either gunicorn worker (server.worker).
+pytestmark = pytest.mark.both_workers
+
 
 def issue_client(ca: Issued, name: str) -> Issued:
     key = new_key("ecdsa-p256")
@@ -44,13 +47,13 @@ def client_pki(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory, client_pki):
+def secured(tmp_path_factory, client_pki, worker_kind):
     token = client_pki / "token"
     token.write_text("s3cret-token\n")
     env = {"GPUSHARE_AUTH__CLIENT_CA_FILE": str(client_pki / "client-ca.crt"),
            "GPUSHARE_AUTH__CLIENT_NAMES": '["kube-apiserver"]',
            "GPUSHARE_AUTH__BEARER_TOKEN_FILE": str(token)}
-    with gpushare_server(tmp_path_factory.mktemp("secured"), env=env) as running:
+    with gpushare_server(tmp_path_factory.mktemp("secured"), env=env, worker=worker_kind) as running:
         yield running
 
 

@@ -118,6 +118,7 @@ def _valid_body() -> dict:
     ids=["deep-arrays", "deep-objects", "duplicate-key", "duplicate-uid", "nan", "infinity", "long-number",
          "bom", "latin-1", "utf-16", "huge-array", "huge-containers"],
 )
+@pytest.mark.both_workers
 def test_hostile_bodies_get_a_400_with_a_reason(server, session, body, reason):
     reply = session.post(server.url + "/validate", data=body, headers={"Content-Type": "application/json"},
                          timeout=30)
@@ -163,6 +164,7 @@ def _raw_exchange(server, request: bytes) -> bytes:
     ],
     ids=["request-line", "content-length", "long-uri", "many-headers"],
 )
+@pytest.mark.both_workers
 def test_malformed_http_gets_a_json_error(server, request_bytes, status):
     reply = _raw_exchange(server, request_bytes)
     head, _, body = reply.partition(b"\r\n\r\n")

@@ -4,9 +4,17 @@ only the rooms below it. docs/internals.md, "Layout: where things go", is the ma
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
+
+from policies.engine import Engine
+from webhook.routes.app import create_app
+from webhook.routes.services import Services
+from webhook.server.scheduling import declared_paths
+from webhook.settings import Settings
+from webhook.state.snapshot import load_demo_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("policies", "certs", "webhook")
@@ -264,3 +272,62 @@ def test_an_import_that_hides_a_loop_is_named(tmp_path: Path) -> None:
     (package / "c.py").write_text("def h():\n    from pkg.b import g\n    return g\n")
     assert imports_that_hide_a_loop(tmp_path, ("pkg",)) == [
         "pkg.a:2 imports pkg.b inside a function; at the top: pkg.b takes f from pkg.a, which is still loading"]
+
+
+# --- the server room ---------------------------------------------------------------------------
+# webhook/server/ carries the transport, the workers and the scheduling: each module one job, none
+# over MAX_SERVER_LINES; what a request is comes from the routes' declarations
+# (webhook.server.scheduling.declare), never from a path written in the server room.
+
+SERVER_ROOM = ROOT / "webhook" / "server"
+MAX_SERVER_LINES = 400
+
+
+def test_no_module_in_the_server_room_is_over_400_lines() -> None:
+    lines = {p.name: len(p.read_text().splitlines()) for p in sorted(SERVER_ROOM.glob("*.py"))}
+    long = {name: count for name, count in lines.items() if count > MAX_SERVER_LINES}
+    assert long == {}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def route_paths_named(source: str, paths: frozenset[str]) -> list[str]:
+    """String literals in ``source`` (docstrings aside: prose may cite a route) that name one of
+    ``paths``, alone or inside a longer text ("/validate?timeout=5s", "GET /healthz")."""
+    tree = ast.parse(source)
+    prose = _docstrings(tree)
+    pattern = re.compile("|".join(rf"(?<![\w/-]){re.escape(p)}(?![\w/-])" for p in sorted(paths)))
+    return sorted({node.value for node in ast.walk(tree)
+                   if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+                   and pattern.search(node.value)})
+
+
+def _declared_paths() -> frozenset[str]:
+    settings = Settings()
+    create_app(Services(settings, Engine(settings), load_demo_snapshot(settings.names)))  # the routes declare
+    return declared_paths()
+
+
+def test_no_route_path_is_named_in_the_server_room() -> None:
+    paths = _declared_paths()
+    assert {"/validate", "/mutate", "/healthz", "/metrics", "/dry-run"} <= paths
+    named = {p.name: found for p in sorted(SERVER_ROOM.glob("*.py"))
+             if (found := route_paths_named(p.read_text(), paths))}
+    assert named == {}
+
+
+def test_a_route_path_in_code_is_found_and_one_in_prose_is_not() -> None:
+    source = ('"""Serves /healthz."""\n'
+              'def f(path):\n    """Not /metrics either."""\n'
+              '    return path == "/healthz" or path.startswith("POST /validate?timeout=")\n'
+              'OTHER = "/validated"\n')
+    assert route_paths_named(source, frozenset({"/healthz", "/validate", "/metrics"})) == [
+        "/healthz", "POST /validate?timeout="]

@@ -6,10 +6,14 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .helpers import admission_review, gpushare_server, load_json, wait_until
 from .manifests import CORE, MEM, container, pod_spec, workload
+
+# Metrics and logs with either gunicorn worker (server.worker).
+pytestmark = pytest.mark.both_workers
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 

@@ -109,11 +109,12 @@ def test_pre_dialled_connection_is_served_after_the_client_timeout(slow_server):
     assert status == 200 and json.loads(body)["response"]["allowed"] is True
 
 
-def test_a_burst_of_100_concurrent_reviews_is_answered_in_full(tmp_path):
+@pytest.mark.both_workers
+def test_a_burst_of_100_concurrent_reviews_is_answered_in_full(tmp_path, worker_kind):
     """A Job starting 100 GPU pods at once: 100 reviews arrive together on 100 connections, each
     with the deadline the API server sends; every one is answered with its verdict, none refused."""
     review = admission_review(load_json("pod-realistic.json"))
-    with gpushare_server(tmp_path) as server:
+    with gpushare_server(tmp_path, worker=worker_kind) as server:
         sessions = [server.session() for _ in range(100)]
         for session in sessions:  # connections open before the burst, as the API server keeps them
             assert session.get(server.url + "/healthz", timeout=15).status_code == 200
@@ -131,12 +132,13 @@ def test_a_burst_of_100_concurrent_reviews_is_answered_in_full(tmp_path):
     assert all(json.loads(text)["response"]["uid"] == review["request"]["uid"] for _, text in answers)
 
 
-def test_a_review_that_waited_past_its_deadline_for_a_slot_is_refused_not_evaluated(tmp_path):
+@pytest.mark.both_workers
+def test_a_review_that_waited_past_its_deadline_for_a_slot_is_refused_not_evaluated(tmp_path, worker_kind):
     """One evaluation slot, held by a costly review: a review queued behind it with the shortest
     deadline the API server sends (timeout=1s) is refused with a 503 naming that deadline once its
     turn comes too late, instead of being answered after the API server gave up; the costly one is
     still answered, and the refused connection serves normally afterwards."""
-    with one_slot_server(tmp_path) as server, ExitStack() as stack:
+    with one_slot_server(tmp_path, worker=worker_kind) as server, ExitStack() as stack:
         body = review_bytes()
         holder = start_costly(server, stack, "late")
         queued = tls(server, stack, timeout=120)
@@ -153,12 +155,16 @@ def test_a_review_that_waited_past_its_deadline_for_a_slot_is_refused_not_evalua
         assert 'outcome="overloaded"' in metrics
 
 
-def test_a_review_that_cannot_meet_its_deadline_is_refused_at_the_door_and_one_that_can_waits(tmp_path):
-    """While a review has waited for the only slot longer than a 1 s deadline allows, the poller
-    answers a kept-alive connection's review with timeout=1s itself, at once (a 503 naming the
-    deadline, connection kept alive), while a review with timeout=60s on another connection is
-    queued and answered once the slot is free."""
-    with one_slot_server(tmp_path) as server, ExitStack() as stack:
+@pytest.mark.both_workers
+def test_a_review_that_cannot_meet_its_deadline_is_refused_at_the_door_and_one_that_can_waits(tmp_path,
+                                                                                             worker_kind):
+    """While a review has waited for the only slot longer than a 1 s deadline allows, the server
+    answers a kept-alive connection's review with timeout=1s at once (the project's worker in its
+    poller): a 503 naming the deadline, connection kept alive; a review with timeout=60s on
+    another connection is queued and answered once the slot is free."""
+    # 6,000 nodes: the costly review holds the slot for seconds, well past the wait below (with 2,000
+    # it could end first on a quiet host, and the short review then found nothing waiting).
+    with one_slot_server(tmp_path, nodes=6000, worker=worker_kind) as server, ExitStack() as stack:
         body = review_bytes()
         short, patient = (tls(server, stack, timeout=120) for _ in range(2))
         for kept in (short, patient):
@@ -167,8 +173,7 @@ def test_a_review_that_cannot_meet_its_deadline_is_refused_at_the_door_and_one_t
         holder = start_costly(server, stack, "door")
         queued = tls(server, stack, timeout=120)
         queued.sendall(request(body, path="/validate?timeout=60s"))
-        wait_until(lambda: metric(server, "gpushare_waiting_requests") >= 1, interval=0.01,
-                   what="the review queued behind the costly one")  # a busy host reads it late
+        wait_until(lambda: metric(server, "gpushare_waiting_requests") == 1, what="the review waiting")
         threading.Event().wait(0.5)  # the queued review's wait passes what timeout=1s allows: the stimulus
         short.sendall(request(body, path="/validate?timeout=1s"))
         status, headers, reply = read_response(short)  # while the costly review still holds the slot
@@ -184,10 +189,11 @@ def test_a_review_that_cannot_meet_its_deadline_is_refused_at_the_door_and_one_t
         assert read_response(short)[0] == 200
 
 
-def test_reviews_past_the_waiting_limit_are_refused_at_the_door(tmp_path):
+@pytest.mark.both_workers
+def test_reviews_past_the_waiting_limit_are_refused_at_the_door(tmp_path, worker_kind):
     """Sustained overload: with overload.max_waiting_requests=1 and that one review waiting, the
     next review on a kept-alive connection is refused at the door although its deadline is far."""
-    with one_slot_server(tmp_path, {"GPUSHARE_OVERLOAD__MAX_WAITING_REQUESTS": "1"}) as server, \
+    with one_slot_server(tmp_path, {"GPUSHARE_OVERLOAD__MAX_WAITING_REQUESTS": "1"}, worker=worker_kind) as server, \
             ExitStack() as stack:
         body = review_bytes()
         kept = tls(server, stack)

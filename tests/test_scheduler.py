@@ -134,3 +134,52 @@ def test_the_waiting_room_and_the_tools_queue_are_bounded():
     scheduler.arrive("t2", Work.TOOL, None, 0.0, inline=False)
     assert scheduler.refusal(Work.TOOL, None, 0.0) == "busy"
     assert "overload.max_waiting_tools" in scheduler.reason("busy", None)
+
+
+def test_the_poller_hands_reviews_to_a_thread_while_one_is_there_and_takes_them_back_after():
+    """Inline/thread hand-over: a review over overload.inline_max_bytes goes to a thread; small
+    reviews after it wait for a slot behind it (in order), never to the poller meanwhile; once
+    no review is with a thread, the poller evaluates small ones itself again."""
+    scheduler = _scheduler(app_concurrency=1)
+    assert scheduler.arrive("small-1", Work.REVIEW, None, 0.0, inline=True) is Route.POLLER
+    assert scheduler.arrive("large", Work.REVIEW, None, 0.0, inline=False) is Route.THREAD
+    assert scheduler.next_for_poller(0.0) == ("small-1", Work.REVIEW, None)  # already the poller's
+    assert scheduler.arrive("small-2", Work.REVIEW, None, 0.1, inline=True) is Route.QUEUED
+    assert scheduler.arrive("small-3", Work.REVIEW, None, 0.1, inline=True) is Route.QUEUED
+    assert scheduler.next_for_poller(0.1) is None
+    assert scheduler.reviews_in_threads() == 1 and scheduler.waiting() == 2
+    scheduler.finished(Work.REVIEW, 0.2, 0.2, in_thread=True)
+    assert scheduler.grants(0.2) == ([("small-2", Work.REVIEW)], [])  # in order, each in the slot
+    assert scheduler.arrive("small-4", Work.REVIEW, None, 0.2, inline=True) is Route.QUEUED  # small-3 is ahead
+    scheduler.finished(Work.REVIEW, 0.01, 0.21, in_thread=True)
+    assert scheduler.grants(0.21) == ([("small-3", Work.REVIEW)], [])
+    scheduler.finished(Work.REVIEW, 0.01, 0.22, in_thread=True)
+    assert scheduler.grants(0.22) == ([("small-4", Work.REVIEW)], [])
+    scheduler.finished(Work.REVIEW, 0.01, 0.23, in_thread=True)
+    assert scheduler.grants(0.23) == ([], []) and not scheduler.busy()
+    assert scheduler.arrive("small-5", Work.REVIEW, None, 0.3, inline=True) is Route.POLLER  # the poller's again
+
+
+def test_without_inline_admission_every_review_takes_a_slot_on_a_thread():
+    """overload.inline_admission: false: the poller evaluates no review, however small; probes stay its own."""
+    scheduler = _scheduler(app_concurrency=2, inline_admission=False)
+    assert scheduler.arrive("a", Work.REVIEW, None, 0.0, inline=True) is Route.THREAD
+    assert scheduler.arrive("b", Work.REVIEW, None, 0.0, inline=True) is Route.THREAD
+    assert scheduler.arrive("c", Work.REVIEW, None, 0.0, inline=True) is Route.QUEUED
+    assert scheduler.arrive("probe", Work.PROBE, None, 0.0, inline=False) is Route.POLLER
+    assert scheduler.next_for_poller(0.0) == ("probe", Work.PROBE, None)
+    assert scheduler.next_for_poller(0.0) is None
+    assert scheduler.evaluating == 2 and scheduler.waiting() == 1
+    scheduler.finished(Work.REVIEW, 0.1, 0.1, in_thread=True)
+    assert scheduler.grants(0.1) == ([("c", Work.REVIEW)], [])
+
+
+def test_a_withdrawn_request_leaves_its_queue_and_is_never_granted():
+    scheduler = _scheduler(app_concurrency=1)
+    scheduler.arrive("a", Work.REVIEW, None, 0.0, inline=False)
+    scheduler.arrive("b", Work.REVIEW, None, 0.0, inline=False)
+    scheduler.arrive("c", Work.REVIEW, None, 0.0, inline=False)
+    assert scheduler.withdraw("b") is True and scheduler.withdraw("b") is False
+    assert scheduler.withdraw("a") is False  # holding the slot: not waiting
+    scheduler.finished(Work.REVIEW, 0.1, 0.1, in_thread=True)
+    assert scheduler.grants(0.1) == ([("c", Work.REVIEW)], []) and scheduler.waiting() == 0

@@ -13,13 +13,14 @@ from contextlib import ExitStack
 
 import pytest
 
-from .helpers import admission_review, costly_pod, gpushare_server, load_json, wait_until
+from .helpers import admission_review, gpushare_server, load_json, wait_until
 from .raw_client import (
     metric,
     one_slot_server,
     read_response,
     request,
     review_bytes,
+    small_costly_review,
     start_costly,
     tls,
 )
@@ -174,19 +175,55 @@ def test_bytes_that_arrived_in_time_are_not_late_because_the_server_was_busy(tmp
     """A request's rest arrives within its deadline while the poller evaluates a costly review (it
     arrived whole and small: the poller evaluates it itself) for longer than that deadline: the
     request is answered, not refused as late."""
-    terms = 850  # a body under overload.inline_max_bytes
     env = {"GPUSHARE_OVERLOAD__CLIENT_TIMEOUT_SECONDS": "0.4"}
-    with one_slot_server(tmp_path, env, nodes=6000) as server, ExitStack() as stack:
+    with one_slot_server(tmp_path, env, nodes=8000) as server, ExitStack() as stack:
         late = tls(server, stack, timeout=120)
         late.sendall(request(review_bytes()))
         assert read_response(late)[0] == 200  # kept alive: its next request has 0.4 s from its first byte
         costly = tls(server, stack, timeout=120)
         head, body = request(review_bytes(), path="/validate?timeout=60s").split(b"\r\n\r\n", 1)
         late.sendall(head + b"\r\n\r\n")
-        costly.sendall(request(json.dumps(admission_review(costly_pod("busy", terms))).encode(),
-                               path="/validate?timeout=60s"))
+        costly.sendall(request(small_costly_review("busy"), path="/validate?timeout=60s"))
         threading.Event().wait(0.1)  # the stimulus: the rest arrives in time, while the poller evaluates
         late.sendall(body)
         assert read_response(costly)[0] == 200
         status, _, reply = read_response(late)
         assert status == 200, reply
+
+
+def test_without_inline_admission_a_small_costly_review_is_evaluated_on_a_thread(tmp_path):
+    """overload.inline_admission: false: a review small enough for the poller to evaluate itself
+    (under overload.inline_max_bytes) but costing seconds goes to the only slot on a thread, so
+    the poller answers a scrape that sees it evaluating, and probes, meanwhile. (Evaluated by the
+    poller, as with the default, nothing would be answered until it was done.)"""
+    env = {"GPUSHARE_OVERLOAD__INLINE_ADMISSION": "false"}
+    with one_slot_server(tmp_path, env, nodes=6000) as server, ExitStack() as stack:
+        costly = tls(server, stack, timeout=120)
+        costly.sendall(request(small_costly_review("thread"), path="/validate?timeout=60s"))
+        wait_until(lambda: metric(server, "gpushare_in_flight_requests") == 1, interval=0.01,
+                   what="a scrape answered while the small costly review evaluates")
+        assert server.session().get(server.url + "/healthz", timeout=15).status_code == 200
+        assert read_response(costly)[0] == 200
+
+
+def test_small_reviews_behind_one_on_a_thread_wait_for_the_slot_then_the_poller_takes_them_back(tmp_path):
+    """The hand-over: a costly review over overload.inline_max_bytes holds the only slot on a
+    thread; small reviews sent meanwhile wait for that slot (the poller does not evaluate them
+    beside it), each answered with its own uid once it is free; then the server is idle and the
+    next small review is answered as usual."""
+    with one_slot_server(tmp_path) as server, ExitStack() as stack:
+        holder = start_costly(server, stack, "handover")
+        small = [tls(server, stack, timeout=120) for _ in range(3)]
+        for i, sock in enumerate(small):
+            sock.sendall(request(json.dumps(admission_review(load_json("pod-realistic.json"), uid=f"s{i}")).encode()))
+            wait_until(lambda n=i + 1: metric(server, "gpushare_waiting_requests") == n,
+                       what=f"{i + 1} small reviews waiting")
+        assert metric(server, "gpushare_in_flight_requests") == 1  # the costly one alone
+        assert read_response(holder)[0] == 200
+        for i, sock in enumerate(small):
+            status, _, reply = read_response(sock)
+            assert status == 200 and json.loads(reply)["response"]["uid"] == f"s{i}"
+        wait_until(lambda: metric(server, "gpushare_in_flight_requests") == 0
+                   and metric(server, "gpushare_waiting_requests") == 0, what="the server idle")
+        reply = server.post_json("/validate", admission_review(load_json("pod-realistic.json"), uid="after"))
+        assert reply.status_code == 200 and reply.json()["response"]["uid"] == "after"

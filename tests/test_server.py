@@ -16,6 +16,9 @@ from cryptography import x509
 from .helpers import admission_review, gpushare_server, load_json
 from .manifests import CORE, MEM, container, pod_spec, workload
 
+# The shared server's answers, TLS and errors: with either gunicorn worker (server.worker).
+pytestmark = pytest.mark.both_workers
+
 
 def decode_patch(response: dict) -> list[dict]:
     assert response["patchType"] == "JSONPatch"

@@ -58,6 +58,19 @@ def test_rule_overrides_from_the_environment_in_any_case(tmp_path):
     assert "GS003  off" in listed
 
 
+def test_a_mistake_in_the_file_is_the_files_though_the_environment_sets_another_key_of_its_section(
+        tmp_path, monkeypatch):
+    config = tmp_path / "c.yaml"
+    config.write_text("server:\n  port: 99999\n")
+    monkeypatch.setenv("GPUSHARE_SERVER__WORKER", "gthread")
+    with pytest.raises(ConfigFileError) as raised:
+        load_settings(config)
+    assert str(raised.value).startswith(f"{config}: server.port: 99999 must be at most 65535")
+    monkeypatch.setenv("GPUSHARE_SERVER__PORT", "99998")
+    with pytest.raises(ConfigFileError, match=r"^environment variable GPUSHARE_SERVER__PORT: server\.port"):
+        load_settings(config)
+
+
 @pytest.mark.parametrize(("env", "text", "expected"), [
     ({"GPUSHARE_RULES__GS999__SEVERITY": "warn"}, None,
      "environment variable GPUSHARE_RULES__GS999: names unknown rules: GS999"),

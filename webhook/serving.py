@@ -25,7 +25,7 @@ from webhook.routes.services import Services
 from webhook.server.allocation_metrics import AllocationExporter
 from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
-from webhook.server.gunicorn_conf import gunicorn_options
+from webhook.server.gunicorn_conf import gunicorn_options, worker_app
 from webhook.settings import Settings
 from webhook.state.audit_loop import AuditLoop, Publish
 from webhook.state.report_writer import WriteSummary
@@ -256,4 +256,4 @@ def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeco
 
     options = gunicorn_options(settings, cert_dir)
     options["when_ready"] = lambda arbiter: announce(services, cert_dir, arbiter.LISTENERS)
-    run_gunicorn(factory, options)
+    run_gunicorn(worker_app(settings, factory), options)

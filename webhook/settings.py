@@ -52,6 +52,12 @@ class ServerSettings(_Section):
     port: int = Field(8443, ge=0, le=65535)
     cert_dir: Path = Path("certs-dev")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # Which gunicorn worker runs the app: ``webhook``, the project's own (a poller reads and
+    # writes every connection without blocking; docs/operations.md, "Overload and slow
+    # clients"), or ``gthread``, stock gunicorn's threaded worker with the same admission
+    # scheduling as WSGI middleware: the supported way out of a transport bug, at the cost of
+    # the hostile-client targets it does not meet (docs/operations.md, "The stock worker").
+    worker: Literal["webhook", "gthread"] = "webhook"
     # One process keeps the binding assume-cache exact (GB001); threads serve keep-alive.
     workers: int = Field(1, ge=1)
     threads: int = Field(16, ge=1)
@@ -364,18 +370,23 @@ def _env_name(loc: tuple[Any, ...]) -> str:
     return ENV_PREFIX + ENV_NESTED_DELIMITER.join(str(part).upper() for part in loc)
 
 
-def _env_sets(loc: tuple[Any, ...], environment: dict[str, Any]) -> bool:
+def _env_value(loc: tuple[Any, ...], environment: dict[str, Any]) -> tuple[bool, Any]:
+    """Whether the environment sets ``loc``, and to what."""
     node: Any = environment
     for part in loc:
         if not isinstance(node, dict) or part not in node:
-            return False
+            return False, None
         node = node[part]
-    return True
+    return True, node
 
 
 def _source_of(loc: tuple[Any, ...], path: str | Path | None, environment: dict[str, Any]) -> str:
-    for end in range(len(loc), 0, -1):  # the variable may set a whole section as JSON
-        if _env_sets(loc[:end], environment):
+    for end in range(len(loc), 0, -1):
+        sets, value = _env_value(loc[:end], environment)
+        # The variable set this very value, or a value the mistake is inside (a whole section
+        # as JSON that is not a mapping); a section the environment sets other keys of is the
+        # file's (GPUSHARE_SERVER__WORKER says nothing about server.port).
+        if sets and (end == len(loc) or not isinstance(value, dict)):
             return f"environment variable {_env_name(loc[:end])}"
     return str(path) if path is not None else "settings"
 

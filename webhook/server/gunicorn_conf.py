@@ -1,20 +1,25 @@
 """Gunicorn settings for the webhook, derived from the one Settings object.
 
-Worker model: one process running ``webhook.server.worker.WebhookWorker``, a worker class of
-our own on gunicorn's public base ``Worker`` (an event loop that does the TLS handshake and
-reads every request without blocking, threads for complete requests only; see
-docs/operations.md). The API server keeps TLS connections alive and reuses them; idle ones wait
-in the poller, never in a thread. One process keeps the in-memory binding assume-cache exact;
-throughput scales with replicas.
+Worker model (``server.worker``): one process running ``webhook.server.worker.WebhookWorker``,
+a worker class of our own on gunicorn's public base ``Worker`` (an event loop that does the TLS
+handshake and reads every request without blocking, threads for complete requests only; see
+docs/operations.md), or stock gunicorn's ``gthread`` (``webhook.server.gthread_worker``) with
+the same admission scheduling as WSGI middleware (``webhook.server.scheduling_middleware``).
+The API server keeps TLS connections alive and reuses them. One process keeps the in-memory
+binding assume-cache exact; throughput scales with replicas.
 """
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from webhook.server.gthread_worker import GthreadWorker
 from webhook.server.logs import gunicorn_logconfig
+from webhook.server.process_tuning import tune_process
+from webhook.server.scheduling_middleware import SchedulingMiddleware
 from webhook.server.tls_reload import reloading_ssl_context
 from webhook.server.worker import worker_class
 from webhook.settings import Settings
@@ -30,7 +35,8 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
     return {
         # The admission port, and the ops port when configured (webhook.server.listeners).
         "bind": [bind_address(server.host, p) for p in (server.port, server.ops_port) if p is not None],
-        "worker_class": worker_class(settings.overload, server.max_body_bytes),
+        "worker_class": (worker_class(settings.overload, server.max_body_bytes) if server.worker == "webhook"
+                         else GthreadWorker),
         "workers": server.workers,
         "threads": server.threads,
         "worker_connections": settings.overload.max_connections,
@@ -61,6 +67,19 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
         "control_socket_disable": True,
         **_client_certificates(settings),
     }
+
+
+def worker_app(settings: Settings, factory: Callable[[], Any]) -> Callable[[], Any]:
+    """What gunicorn loads in its worker: the app from ``factory``; under ``gthread``, behind
+    the scheduling middleware and with the process tuned as the project's worker tunes it."""
+    if settings.server.worker == "webhook":
+        return factory
+
+    def scheduled() -> Any:
+        tune_process(settings.overload)
+        return SchedulingMiddleware(factory(), settings.overload, settings.server.max_body_bytes)
+
+    return scheduled
 
 
 def _client_certificates(settings: Settings) -> dict[str, Any]:

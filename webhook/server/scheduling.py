@@ -53,6 +53,11 @@ def declare(path: str, work: Work, methods: Iterable[str]) -> str:
     return path
 
 
+def declared_paths() -> frozenset[str]:
+    """Every path a route has declared so far."""
+    return frozenset(_DECLARED)
+
+
 def work_of(method: str, path: str) -> Work:
     """The class of a request; anything undeclared is answered at once by the app (404, 405)."""
     declared = _DECLARED.get(path)
@@ -120,7 +125,8 @@ class Refusal(Generic[T]):
 
 
 class Scheduler(Generic[T]):
-    """The poller's scheduling decisions. Used by the poller thread only: no locks.
+    """The scheduling decisions. Not thread-safe: the project's worker calls it from its poller
+    only, the gthread middleware (``webhook.server.scheduling_middleware``) under a lock.
 
     The transport reports each arrival (``arrive``), takes what the poller evaluates itself
     (``next_for_poller``) and what threads may start (``grants``), and reports each finished
@@ -268,6 +274,16 @@ class Scheduler(Generic[T]):
                 self._take(work)
                 started.append((waiting.item, work))
         return started, refused
+
+    def withdraw(self, item: T) -> bool:
+        """Take ``item`` out of its queue if it is still waiting for a slot (its wait outlived
+        its deadline where nothing else would answer it: ``webhook.server.scheduling_middleware``)."""
+        for queue in self._queued.values():
+            for waiting in queue:
+                if waiting.item is item:
+                    queue.remove(waiting)
+                    return True
+        return False
 
     def _take(self, work: Work) -> None:
         self._free[work] -= 1

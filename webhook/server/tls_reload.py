@@ -72,4 +72,13 @@ _RELOADER = ReloadingContext()
 def reloading_ssl_context(conf: Any, default_ssl_context_factory: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
     """Gunicorn's ``ssl_context`` server hook: gunicorn's own context, cached per file version."""
     paths = tuple(p for p in (conf.certfile, conf.keyfile, conf.ca_certs) if p)
-    return _RELOADER.get(paths, default_ssl_context_factory)
+
+    def factory() -> ssl.SSLContext:
+        context = default_ssl_context_factory()
+        # No TLS 1.3 session tickets: kube-apiserver's Go client keeps no session cache
+        # (client-go's TLSConfigFor sets none), so it never resumes; tickets were about a
+        # tenth of each new connection's CPU (docs/operations.md, "Overload").
+        context.num_tickets = 0
+        return context
+
+    return _RELOADER.get(paths, factory)
