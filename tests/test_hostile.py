@@ -134,6 +134,18 @@ def test_a_review_that_repeats_a_key_is_answered_on_its_last_value(server, sessi
     assert reply.json()["response"]["uid"].startswith("last-")
 
 
+@pytest.mark.parametrize("name", [["NVIDIA_VISIBLE_DEVICES"], {"a": 1}, 5, None])
+@pytest.mark.parametrize("path", ["/validate", "/mutate"])
+def test_an_env_name_that_is_no_string_is_answered(client, path, name):
+    """An env name of another type is no name a rule judges (it was a 500: a list cannot be hashed)."""
+    review = _valid_body()
+    review["request"]["object"]["spec"]["containers"][0]["env"] = [
+        {"name": name, "value": "1"}, {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    reply = client.post(path, data=json.dumps(review), content_type="application/json")
+    assert reply.status_code == 200, reply.data[:300]
+    assert reply.json["response"]["uid"] == review["request"]["uid"]
+
+
 def test_wrong_types_in_every_review_field(server, session):
     """Every field of the review itself, replaced by every JSON type: a 400 naming the field, or an answer."""
     base = _valid_body()
