@@ -105,9 +105,9 @@ def decode_kubernetes_json(raw: bytes) -> Any:
     have distinct names and a map's keys are distinct, so an encoding of them cannot repeat a
     key; objects of custom kinds are ``map[string]interface{}`` in the API server, the same.
     A hand-crafted body (any pod can reach the Service) may repeat one: it is read as the last
-    value wins, as Go's own decoder and msgspec both read it, which is exactly what the same
-    body without the earlier copies says; the answer goes back to whoever sent the body, so a
-    repeated key gets its sender nothing they could not get by sending the last value alone.
+    value wins, as Go's own decoder and msgspec both read it, so whatever it gets (its answer,
+    what the webhook records of an admitted review) the same body without the earlier copies
+    gets too: a repeated key buys its sender nothing.
     Everything else is as strict as ``decode_json``: msgspec refuses invalid UTF-8, NaN and
     Infinity, lone UTF-16 surrogate escapes, integers over 4300 digits, nesting past Python's
     recursion limit, and floats past a double's range (``1e400``, which ``decode_json`` reads
