@@ -1,6 +1,6 @@
 """Benchmark: server instructions per review, project, plain floor and bare app, counted by valgrind.
 
-    python bench/admission_cost.py [--requests 600] [--connections 16]
+    python bench/admission_cost.py [--requests 600] [--connections 16] [--body NAME]
 
 bench/admission.py measures CPU time, which on a shared VM moves by 10-20 % between minutes
 for the same binary. This counts what each review costs the server instead: the webhook, the
@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.admission import realistic_review_body  # noqa: E402
 from bench.processes import children, free_port, https_server  # noqa: E402
+from bench.review_bodies import body_set  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
 
 # Valgrind runs a review ~100x slower: without these the overload protections would refuse.
@@ -109,11 +109,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--base", type=int, default=150, help="reviews per endpoint in every run (warm-up)")
+    bodies = body_set()
+    parser.add_argument("--body", choices=list(bodies), default=next(iter(bodies)),
+                        help="which review of bench/admission.py's set (default: the realistic pod)")
     parser.add_argument("--keep", type=Path, help="keep the cachegrind files here (for cg_diff and cg_annotate)")
     args = parser.parse_args()
     if not shutil.which("valgrind"):
         sys.exit("bench/admission_cost.py needs valgrind (apt install valgrind)")
-    body = realistic_review_body()
+    body = bodies[args.body]
     gpushare = Path(sys.executable).parent / "gpushare"
     os.environ.update(SLOW_SERVER_ENV)  # https_server starts the servers with this environment
     paths = ("/validate", "/mutate")
@@ -152,8 +155,8 @@ def main() -> None:
         for name in commands:
             for path in paths:
                 costs[(name, path)] = (totals[(name, path)] - totals[(name, "base")]) / args.requests
-    print(f"server instructions per review (worker process; {args.requests} reviews over {args.connections} "
-          f"keep-alive TLS connections, less a base run; valgrind cachegrind):")
+    print(f"server instructions per review of {args.body!r} (worker process; {args.requests} reviews over "
+          f"{args.connections} keep-alive TLS connections, less a base run; valgrind cachegrind):")
     for path in paths:
         project, floor, bare = costs[("project", path)], costs[("floor", path)], costs[("bare", path)]
         print(f"  {path:10} project {project:10,.0f}  floor {floor:10,.0f}  floor/project {floor / project:.3f}"

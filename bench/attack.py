@@ -157,10 +157,7 @@ def many_containers_review(limit: int, kind: str = "Pod") -> bytes:
                       "metadata": {"name": f"d{n}", "namespace": "default"},
                       "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d"}}, "template": {
                           "metadata": {"labels": {"app": "d"}}, "spec": {"containers": containers}}}}
-        review = review_for(deployment)
-        review["request"]["kind"] = {"group": "apps", "version": "v1", "kind": "Deployment"}
-        review["request"]["resource"] = {"group": "apps", "version": "v1", "resource": "deployments"}
-        return api_server_json(review)
+        return api_server_json(review_for(deployment, group="apps", resource="deployments"))
 
     return _largest(make, limit)
 

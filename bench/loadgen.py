@@ -4,7 +4,6 @@ else Python processes with one persistent connection per thread."""
 from __future__ import annotations
 
 import http.client
-import json
 import multiprocessing
 import os
 import re
@@ -17,6 +16,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from bench.go_json import api_server_json
 
 
 @dataclass
@@ -130,10 +132,11 @@ def _python(url: str, ca: str, body: bytes, connections: int, seconds: float) ->
                       latencies[-1] * 1000, "python")
 
 
-def drive(url: str, ca: str, payload: dict, connections: int, seconds: float, tool: str = "auto",
+def drive(url: str, ca: str, payload: dict[str, Any] | bytes, connections: int, seconds: float, tool: str = "auto",
           cpu: str | None = None) -> LoadResult:
-    """POST ``payload`` to ``url`` over keep-alive TLS from ``connections`` connections."""
-    body = json.dumps(payload, separators=(",", ":")).encode()  # compact, as the API server sends
+    """POST ``payload`` (a body, or a value to encode as the API server does) to ``url`` over
+    keep-alive TLS from ``connections`` connections."""
+    body = payload if isinstance(payload, bytes) else api_server_json(payload)
     if tool == "wrk" or (tool == "auto" and shutil.which("wrk")):
         # wrk verifies nothing; the CA is checked once by the caller's health probe.
         return _wrk(url, body, connections, seconds, cpu)

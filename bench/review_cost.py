@@ -40,7 +40,7 @@ from policies.resources import container_requests  # noqa: E402
 from policies.selectors import node_selector_from_spec  # noqa: E402
 from webhook.routes.admission import answer_review  # noqa: E402
 from webhook.routes.review import parse_review  # noqa: E402
-from webhook.server.jsonbody import decode_json  # noqa: E402
+from webhook.server.jsonbody import decode_kubernetes_json  # noqa: E402
 from webhook.settings import Settings  # noqa: E402
 from webhook.state.snapshot import snapshot_from_objects  # noqa: E402
 
@@ -122,7 +122,7 @@ SHAPES = {
 
 def evaluate(engine: Engine, state: object, body: bytes) -> float:
     started = time.perf_counter()
-    answer_review(parse_review(decode_json(body)), engine, state, "validate")  # type: ignore[arg-type]
+    answer_review(parse_review(decode_kubernetes_json(body)), engine, state, "validate")  # type: ignore[arg-type]
     return time.perf_counter() - started
 
 

@@ -191,11 +191,15 @@ def envs_of(items: Iterable[tuple[str, int, Any, Path]], names: Names) -> tuple[
         if env:
             if not isinstance(env, list):
                 raise ShapeError((*path, "env"), f"must be a list, got {type(env).__name__}")
-            for position, raw in enumerate(env):  # a pod lists dozens: no call for a name not judged
+            try:  # a pod lists dozens, and mostly none judged: one pass in C says so
+                judged_here = not judged.isdisjoint([raw.get("name") for raw in env])
+            except (AttributeError, TypeError):  # an entry that is no object, a name that cannot be hashed
+                judged_here = True  # the loop says which
+            for position, raw in enumerate(env if judged_here else ()):
                 if not isinstance(raw, dict):
                     raise ShapeError((*path, "env", position), f"must be an object, got {type(raw).__name__}")
                 name = raw.get("name")
-                if name in judged:
+                if isinstance(name, str) and name in judged:  # a name of another type is no name judged
                     entries.append(_entry(raw, name, position, (*path, "env")))
         sources = _sources(env_from, (*path, "envFrom"), judged) if env_from else ()
         if entries or sources:

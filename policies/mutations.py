@@ -136,7 +136,8 @@ def _env_ops(subject: Subject) -> list[Op]:
         container, path = spec[request.group][request.index], request.path
         wanted = [(names.env_mem_container, str(share))]
         env = container.get("env")
-        present = {e.get("name") for e in env if isinstance(e, dict)} if isinstance(env, list) else set()
+        present = {name for e in env if isinstance(e, dict) and isinstance(name := e.get("name"), str)} \
+            if isinstance(env, list) else set()  # a name of another type (a list: unhashable) is none of ours
         missing = [{"name": n, "value": v} for n, v in wanted if n not in present]
         if not missing:
             continue

@@ -1,13 +1,18 @@
 """Strict JSON: what request bodies, ``/dry-run`` documents and snapshot files are read with.
 
-Kubernetes sends UTF-8 JSON that Go encoded: no duplicate keys, no NaN/Infinity, numbers of
-sane length. Anything else is refused with a reason, before it reaches a model or a rule.
+Two readers, for two kinds of author.
 
-Two paths give the same answer. The fast one decodes with msgspec and accepts the result only
-if encoding it again reproduces the body byte for byte: identical bytes parse identically, and
-an encoding of a dict never repeats a key, so the body had none either. Compact bodies (what
-the API server sends) take it; anything else (pretty-printed, escaped differently, invalid)
-goes through the strict decoder, which finds duplicates and words the error.
+``decode_json`` reads what people type (``/dry-run`` bodies, ``gpushare check`` files,
+snapshots): no duplicate keys, no NaN/Infinity, numbers of sane length, refused with a reason
+before they reach a model or a rule. Its fast path decodes with msgspec and accepts the result
+only if encoding it again reproduces the body byte for byte (identical bytes parse identically,
+and an encoding of a dict never repeats a key, so the body had none either); anything else
+(pretty-printed, escaped differently, invalid) goes through the strict decoder, which finds
+duplicates and words the error.
+
+``decode_kubernetes_json`` reads what Kubernetes itself encodes: the API server's
+AdmissionReviews and kube-scheduler's extender calls. It skips the duplicate-key check and
+nothing else (see its docstring), so every body the API server sends is one msgspec decode.
 """
 
 from __future__ import annotations
@@ -77,6 +82,47 @@ def decode_json(raw: bytes) -> Any:
     value = _decode_canonical(raw)
     if value is not _UNSURE:
         return value
+    return _decode_strict(raw)
+
+
+def decode_kubernetes_json(raw: bytes) -> Any:
+    """``raw``, a body a Kubernetes component encoded, decoded, or JsonBodyError.
+
+    The API server encodes an AdmissionReview with apimachinery's JSON serializer, whose
+    ``doEncode`` is ``json.NewEncoder(w).Encode(obj)`` (k8s.io/apimachinery
+    pkg/runtime/serializer/json/json.go; the webhook client sends ``application/json``:
+    k8s.io/apiserver pkg/util/webhook/client.go), and kube-scheduler its extender arguments
+    with ``json.Marshal`` (pkg/scheduler/extender.go, ``send``). Go's encoding/json
+    (src/encoding/json/encode.go, ``appendString``; stream.go, ``NewEncoder``) escapes ``&``,
+    ``<``, ``>`` as ``\\u0026``, ``\\u003c``, ``\\u003e`` (HTML escaping is on for
+    ``NewEncoder`` and ``Marshal``), always escapes U+2028 and U+2029, writes ``\\b``/``\\f``
+    or ``\\u0008``/``\\u000c`` depending on the Go release, spells floats its own way
+    (``1e+21``) and ``Encode`` ends the document with a newline. So a pod whose command holds
+    ``&&`` or ``>`` is never byte-identical to msgspec's encoding of its value, and
+    ``decode_json``'s fast path would send it to the slow, duplicate-checking one.
+
+    The duplicate-key check buys nothing here. Go encodes from Go values: a struct's fields
+    have distinct names and a map's keys are distinct, so an encoding of them cannot repeat a
+    key; objects of custom kinds are ``map[string]interface{}`` in the API server, the same.
+    A hand-crafted body (any pod can reach the Service) may repeat one: it is read as the last
+    value wins, as Go's own decoder and msgspec both read it, so whatever it gets (its answer,
+    what the webhook records of an admitted review) the same body without the earlier copies
+    gets too: a repeated key buys its sender nothing.
+    Everything else is as strict as ``decode_json``: msgspec refuses invalid UTF-8, NaN and
+    Infinity, lone UTF-16 surrogate escapes, integers over 4300 digits, nesting past Python's
+    recursion limit, and floats past a double's range (``1e400``, which ``decode_json`` reads
+    as infinity: Go cannot encode one, nor the API server decode one). A refused body goes
+    through the strict decoder, which words the reason as it does for ``/dry-run``.
+    """
+    try:
+        return _FAST_DECODER.decode(raw)
+    except (msgspec.MsgspecError, RecursionError, ValueError) as exc:  # ValueError: bad UTF-8
+        refused = str(exc).split(" - at `", 1)[0]  # msgspec's path ("$[...]") tells a user nothing
+    _decode_strict(raw)  # raises with the reason in the words /dry-run uses
+    raise JsonBodyError(f"invalid JSON: {refused}")
+
+
+def _decode_strict(raw: bytes) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

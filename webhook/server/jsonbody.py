@@ -1,4 +1,4 @@
-"""A gate that bounds how many huge bodies decode at once; the strict decoder itself is
+"""A gate that bounds how many huge bodies decode at once; the decoders themselves are
 ``webhook.documents.strict_json`` (re-exported here for the routes)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from contextlib import contextmanager
 
 from werkzeug.exceptions import ServiceUnavailable
 
-from webhook.documents.strict_json import JsonBodyError, decode_json
+from webhook.documents.strict_json import JsonBodyError, decode_kubernetes_json
 
-__all__ = ["JsonBodyError", "LargeBodyGate", "Overloaded", "decode_json"]
+__all__ = ["JsonBodyError", "LargeBodyGate", "Overloaded", "decode_kubernetes_json"]
 
 
 class Overloaded(ServiceUnavailable):
