@@ -33,7 +33,7 @@ from webhook.server import deadline
 from webhook.server.deadline import timeout_parameter
 from webhook.server.http_errors import error_body
 from webhook.server.scheduling import Route, Scheduler, Work, work_of
-from webhook.server.tallies import Counts, Shedding
+from webhook.server.tallies import attach_tallies
 from webhook.settings import OverloadSettings
 
 StartResponse = Callable[..., Any]
@@ -62,15 +62,7 @@ class SchedulingMiddleware:
         self._max_body_bytes = max_body_bytes
         self._lock = threading.Lock()  # the scheduler is not thread-safe: every call holds this
         self.scheduler: Scheduler[_Ticket] = Scheduler(limits)
-        extensions = getattr(app, "extensions", {})
-        metrics = extensions.get("gpushare.metrics")
-        self.counts = Counts(metrics, extensions.get("gpushare.telemetry"))
-        self._shedding = Shedding(self.counts, self.scheduler.reason)
-        if metrics is not None:
-            scheduler = self.scheduler
-            metrics.waiting.set_function(scheduler.waiting)
-            metrics.in_flight.set_function(lambda: scheduler.evaluating)
-            metrics.review_estimate.set_function(lambda: scheduler.estimate.seconds(time.monotonic()))
+        self.counts, self._shedding = attach_tallies(app, self.scheduler)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         work = work_of(environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""))

@@ -97,3 +97,16 @@ class Shedding:
             log.warning("overloaded: refused %d requests that could not be answered before their deadline "
                         "or found the waiting room full", self._since_log)
             self._since_log, self._logged_at = 0, now
+
+
+def attach_tallies(app: Any, scheduler: Any) -> tuple[Counts, Shedding]:
+    """The counts and shedding of a worker (ours or gthread's middleware) serving ``app``, and the
+    scheduler's gauges (waiting, evaluating, the review-time estimate) read by the app's metrics."""
+    extensions = getattr(app, "extensions", {})
+    metrics = extensions.get("gpushare.metrics")
+    counts = Counts(metrics, extensions.get("gpushare.telemetry"))
+    if metrics is not None:
+        metrics.waiting.set_function(scheduler.waiting)
+        metrics.in_flight.set_function(lambda: scheduler.evaluating)
+        metrics.review_estimate.set_function(lambda: scheduler.estimate.seconds(time.monotonic()))
+    return counts, Shedding(counts, scheduler.reason)

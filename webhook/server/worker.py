@@ -46,7 +46,7 @@ from webhook.server.deadline import timeout_parameter
 from webhook.server.http_errors import error_body
 from webhook.server.process_tuning import tune_process
 from webhook.server.scheduling import Route, Scheduler, Work, work_of
-from webhook.server.tallies import Counts, Shedding
+from webhook.server.tallies import Counts, Shedding, attach_tallies
 from webhook.server.transport import Transport
 from webhook.settings import OverloadSettings
 
@@ -78,15 +78,7 @@ class WebhookWorker(Worker):  # type: ignore[misc]
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
-        extensions = getattr(self.wsgi, "extensions", {})
-        metrics = extensions.get("gpushare.metrics")
-        self.counts = Counts(metrics, extensions.get("gpushare.telemetry"))
-        self.shedding = Shedding(self.counts, self.scheduler.reason)
-        if metrics is not None:
-            scheduler = self.scheduler
-            metrics.waiting.set_function(scheduler.waiting)
-            metrics.in_flight.set_function(lambda: scheduler.evaluating)
-            metrics.review_estimate.set_function(lambda: scheduler.estimate.seconds(time.monotonic()))
+        self.counts, self.shedding = attach_tallies(self.wsgi, self.scheduler)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.alive = False  # the signal wakes the poller through the base Worker's pipe
