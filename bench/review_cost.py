@@ -41,6 +41,7 @@ from policies.selectors import node_selector_from_spec  # noqa: E402
 from webhook.routes.admission import answer_review  # noqa: E402
 from webhook.routes.review import parse_review  # noqa: E402
 from webhook.server.jsonbody import decode_kubernetes_json  # noqa: E402
+from webhook.server.process_tuning import keep_full_collections_short  # noqa: E402
 from webhook.settings import Settings  # noqa: E402
 from webhook.state.snapshot import snapshot_from_objects  # noqa: E402
 
@@ -167,6 +168,7 @@ def main() -> None:
     capacity_index(settings.names).warm(big)
     gc.collect()
     gc.freeze()  # as the server does after start-up (webhook/serving.py)
+    keep_full_collections_short()  # and while it serves (webhook/server/process_tuning.py)
     print(f"{args.nodes} nodes, {args.pods} pods loaded and indexed in {time.perf_counter() - started:.1f} s; "
           f"capacity.max_work={settings.capacity.max_work:,}; host: {host_speed():.0f} ns per empty loop", flush=True)
     print("| shape | body | whole review, median | max | GC001 work (uncapped) |\n|---|---|---|---|---|")

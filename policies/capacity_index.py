@@ -187,14 +187,9 @@ class _Best:
 
 
 @dataclass(slots=True)
-class Group:
-    """Nodes alike for a selector: one mode, the same values of the labels it reads (and one
-    name, when it names nodes). The maps hold node names by what the question asks."""
+class GroupMaps:
+    """What GC001 asks of a group's nodes, as maps of node names by what the question asks."""
 
-    mode: str
-    labels: dict[str, str]
-    name: str
-    members: set[str] = field(default_factory=set)
     sizes: dict[int, set[str]] = field(default_factory=dict)  # card size -> nodes with such a card
     counts: dict[int, set[str]] = field(default_factory=dict)  # number of cards -> nodes
     free_cards: dict[tuple[int, int], set[str]] = field(default_factory=dict)  # (size, free) -> nodes
@@ -210,9 +205,8 @@ class Group:
     first_by_both: _Best = field(default_factory=_Best)
 
     def add(self, node: NodeSummary) -> None:
-        # Inline set-defaults: a projection adds every node once when it is built (per review).
+        # Inline set-defaults: every node of a group is added once when its maps are built.
         name = node.profile.name
-        self.members.add(name)
         for size in node.sizes:
             holders = self.sizes.setdefault(size, set())
             self.last_by_size.added(size, name, name, not holders)
@@ -236,7 +230,6 @@ class Group:
 
     def remove(self, node: NodeSummary) -> None:
         name = node.profile.name
-        self.members.discard(name)
         for size in node.sizes:
             _drop(self.sizes, size, name)
             self.last_by_size.removed(size, name)
@@ -253,6 +246,40 @@ class Group:
         for key in node.core_cards:
             _drop(self.core_cards, key, name)
         _drop(self.shapes, node.shape, name)
+
+
+class Group:
+    """Nodes alike for a selector: one mode, the same values of the labels it reads (and one
+    name, when it names nodes). Its maps are built the first time a selector matches it, then
+    kept up to date: a grouping by a label every node has its own value of (hostnames, names)
+    has a group per node, and a selector picks a few of them."""
+
+    __slots__ = ("maps", "members", "mode")
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.members: set[str] = set()
+        self.maps: GroupMaps | None = None
+
+    def add(self, node: NodeSummary) -> None:
+        self.members.add(node.profile.name)
+        if self.maps is not None:
+            self.maps.add(node)
+
+    def remove(self, node: NodeSummary) -> None:
+        self.members.discard(node.profile.name)
+        if self.maps is not None:
+            self.maps.remove(node)
+
+    def built(self, nodes: dict[str, NodeSummary], budget: WorkBudget) -> GroupMaps:
+        """Its maps, built from its members' summaries the first time they are asked for."""
+        if self.maps is None:
+            budget.charge(NODE * len(self.members))
+            maps = GroupMaps()
+            for name in self.members:
+                maps.add(nodes[name])
+            self.maps = maps
+        return self.maps
 
 
 class Projection:
@@ -278,8 +305,7 @@ class Projection:
         key = (node.mode, values, name)
         group = self.groups.get(key)
         if group is None:
-            shown = {k: v for k, v in zip(self.keys, values, strict=True) if v is not None}
-            group = self.groups[key] = Group(node.mode, shown, name)
+            group = self.groups[key] = Group(node.mode)
             self._by_id[id(group)] = group
             for label, value in zip(self._keys, (*values, name) if self.by_name else values, strict=True):
                 self._by_value[label].setdefault(value, set()).add(id(group))
@@ -411,7 +437,9 @@ class CapacityIndex:
         first review: at 5,000 nodes that is a second."""
         with self._lock:
             self.refresh(state)
-            self._projection(NodeSelector(), WorkBudget(NODE * (len(self._nodes) + 1)))
+            budget = WorkBudget(2 * NODE * (len(self._nodes) + 1))
+            for group in self._projection(NodeSelector(), budget).groups.values():
+                group.built(self._nodes, budget)
 
     def _projection(self, selector: NodeSelector, budget: WorkBudget) -> Projection:
         key = selector_keys(selector)
@@ -453,7 +481,7 @@ class CapacityIndex:
             return NO_MATCHING_NODE
         modes = modes_for(demand)
         budget.charge(GROUP * len(matching))
-        groups = [g for g in matching if g.mode in modes]
+        groups = [g.built(self._nodes, budget) for g in matching if g.mode in modes]
         if not groups:
             return no_node_of_its_mode(demand, selector)
         largest = self._largest(groups, budget)
@@ -477,7 +505,7 @@ class CapacityIndex:
             judged.add(node.shape)
         return CapacityVerdict(not_now=self._not_now(groups, demand, budget))
 
-    def _not_now(self, groups: Sequence[Group], demand: PodDemand, budget: WorkBudget) -> str:
+    def _not_now(self, groups: Sequence[GroupMaps], demand: PodDemand, budget: WorkBudget) -> str:
         """``capacity.not_now_text`` from the index: the card with the most compute free among those
         with the memory, else the card closest to fitting, each the first the walk meets."""
         need = max(demand.gpus, key=lambda g: g.mem_per_card).mem_per_card
@@ -490,7 +518,7 @@ class CapacityIndex:
             budget)
         return not_now_text(demand, roomy, closest, self.names)
 
-    def _first_card(self, groups: Sequence[Group], table: str, first_by: str,
+    def _first_card(self, groups: Sequence[GroupMaps], table: str, first_by: str,
                     card_key: Callable[[Card], tuple[int, int]], keep: Callable[[tuple[int, int]], bool],
                     budget: WorkBudget) -> tuple[str, Card] | None:
         """Of the cards whose key (``card_key``: the group map ``table``'s keys) ``keep`` keeps, the
@@ -506,14 +534,7 @@ class CapacityIndex:
                     if keep(card_key(c)) and card_key(c)[1] == top)
         return first, card
 
-    def _matching(self, projection: Projection, modes: frozenset[str], selector: NodeSelector,
-                  budget: WorkBudget) -> Iterator[Group]:
-        for group in projection.matching(selector, budget):
-            budget.charge(GROUP)
-            if group.mode in modes:
-                yield group
-
-    def _largest(self, groups: Sequence[Group], budget: WorkBudget) -> CardAt | None:
+    def _largest(self, groups: Sequence[GroupMaps], budget: WorkBudget) -> CardAt | None:
         """The largest card of the groups' nodes (ties: the last node by name, its first such card)."""
         size = max((max(g.sizes) for g in groups if g.sizes), default=None)
         if size is None:
@@ -522,7 +543,7 @@ class CapacityIndex:
         card = next(c for c in self._nodes[node].profile.cards.cards if c.total_mem == size)
         return CardAt(node, card.index, size)
 
-    def _candidates(self, groups: Sequence[Group], demand: PodDemand, budget: WorkBudget) -> Iterator[str]:
+    def _candidates(self, groups: Sequence[GroupMaps], demand: PodDemand, budget: WorkBudget) -> Iterator[str]:
         """Nodes that may hold the pod now, for ``judge`` to confirm. For a one-container pod the
         maps answer exactly what its placement asks (a card with room and the memory, and for
         core+mem the compute, free), so the first node named holds it. For several containers,
@@ -556,7 +577,7 @@ class CapacityIndex:
                 if large and node.room_free >= total:
                     yield name
 
-    def _most_cards(self, groups: Sequence[Group], budget: WorkBudget) -> tuple[str, int]:
+    def _most_cards(self, groups: Sequence[GroupMaps], budget: WorkBudget) -> tuple[str, int]:
         """The node with the most cards of the groups' (ties: the last by name), and its count."""
         count = max(max(g.counts) for g in groups if g.counts)
         budget.charge(len(groups))

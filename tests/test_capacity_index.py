@@ -235,3 +235,24 @@ def test_a_pod_past_the_cap_is_too_costly_with_the_rules_severity():
             "under its node constraints (2000 required node affinity terms, 2000 requirements in all) took more "
             "than capacity.max_work=50000 units of work; accepted: fewer affinity terms and GPU containers (real "
             "pods have a few of each, and take a few hundred units)")
+
+
+def test_a_grouping_by_hostname_builds_the_maps_of_the_nodes_a_selector_names_only():
+    """A label every node has its own value of (the hostname) groups each node apart: a selector
+    naming two hosts builds what GC001 asks of those two nodes, not of all 2,000, and keeps them
+    up to date as pods start there."""
+    state = _large_cluster(2000)
+    index = CapacityIndex(NAMES)
+    index.warm(state)
+    spec = {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"aliyun.com/gpu-mem": 4}}}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                       "values": ["gpu-00002", "gpu-00004"]}]}]}}}}
+    assert _spent(index, state, spec, SETTINGS.capacity.max_work) is not None
+    (by_host,) = [p for key, p in index._projections.items() if key[0] == frozenset({"kubernetes.io/hostname"})]
+    assert len(by_host.groups) == 2000
+    built = {name for g in by_host.groups.values() if g.maps is not None for name in g.members}
+    assert built == {"gpu-00002", "gpu-00004"}
+    demand = demand_from_containers("", container_requests(spec, ("spec",), NAMES), NAMES)
+    selector = node_selector_from_spec(spec, ("spec",))
+    assert index.verdict(state, demand, selector, WorkBudget(10**9)) == _walk(state, demand, selector)
