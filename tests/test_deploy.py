@@ -275,10 +275,12 @@ def test_deployment_is_highly_available_and_probed(rendered):
     pdb = one(rendered, "PodDisruptionBudget", "gpushare-webhook")
     assert pdb["spec"]["minAvailable"] == 1 and pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     (container,) = pod["containers"]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    # The probes go to the probe port, which no review can occupy (server.probe_port).
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "probes"}
     assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"},
-                                  {"name": "ops", "containerPort": 9443, "protocol": "TCP"}]
+                                  {"name": "ops", "containerPort": 9443, "protocol": "TCP"},
+                                  {"name": "probes", "containerPort": 8081, "protocol": "TCP"}]
     assert "command" not in container  # the image's entrypoint: gpushare serve
     args = container["args"]
     assert args[args.index("--cert-dir") + 1] == "/etc/gpushare/tls"
@@ -568,6 +570,7 @@ def test_the_admission_port_carries_only_what_the_api_server_and_scheduler_call(
     # The server listens where the container ports say: --port on "https", the ops port on "ops".
     assert int(args[args.index("--port") + 1]) == ports["https"]
     assert int(env["GPUSHARE_SERVER__OPS_PORT"]) == ports["ops"]
+    assert int(env["GPUSHARE_SERVER__PROBE_PORT"]) == ports["probes"]
     server = Settings().server
     assert set(server.ops_paths) == {"/metrics", "/dry-run", "/explain"}
     assert set(server.probe_paths) == {"/healthz", "/readyz"}
@@ -587,8 +590,10 @@ def test_the_admission_port_carries_only_what_the_api_server_and_scheduler_call(
     by_port = {p["port"]: p["targetPort"] for p in service["spec"]["ports"]}
     for name, webhook in webhooks(rendered).items():
         assert by_port[webhook["clientConfig"]["service"]["port"]] == "https", name
-    # Probes stay on the admission port, which serves them to anyone (the kubelet has no credentials).
-    assert container["readinessProbe"]["httpGet"]["port"] == "https"
+    # Probes go to the probe port, which wants no credentials (the kubelet has none) and which no
+    # Service exposes: with the NetworkPolicy on, only the pod's own node reaches it.
+    assert container["readinessProbe"]["httpGet"]["port"] == container["livenessProbe"]["httpGet"]["port"] == "probes"
+    assert "probes" not in by_port.values()
 
 
 def test_the_extender_config_presents_a_client_certificate():

@@ -186,5 +186,6 @@ def test_an_ops_port_equal_to_the_admission_port_is_refused_at_start(tmp_path):
     done = subprocess.run([gpushare_executable(), "serve", "--host", "127.0.0.1", "--port", str(port),
                            "--cert-dir", str(tmp_path / "certs")], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "GPUSHARE_SERVER__OPS_PORT": str(port)})
-    assert done.returncode == 2 and "give it a port of its own" in done.stderr
+    assert done.returncode == 2
+    assert f"server.ops_port {port} is server.port too; give each listener a port of its own" in done.stderr
     assert "Traceback" not in done.stderr

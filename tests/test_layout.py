@@ -36,6 +36,10 @@ FORBIDDEN = {
     # The dashboard is its own small app over routes' dry-run words; only the CLI starts it.
     "webhook.dashboard": ("webhook.cli", "webhook.serving", "webhook.server"),
     "webhook.serving": ("webhook.cli",),
+    # The probe port's process: the standard library only, so it starts in tens of milliseconds.
+    "webhook.probes": ("policies", "certs", "webhook.settings", "webhook.documents", "webhook.state",
+                       "webhook.report", "webhook.routes", "webhook.server", "webhook.cli", "webhook.serving",
+                       "webhook.dashboard", "flask", "gunicorn", "kubernetes", "pydantic", "msgspec"),
 }
 
 

@@ -234,8 +234,9 @@ def run_server(settings: Settings, cert_dir: Path, snapshot: Path | None, kubeco
     # Fail fast on a bad snapshot or kubeconfig or a busy port, before forking and before writing
     # certificates (README: nothing is written).
     services = build_services(settings, snapshot, kubeconfig)
-    if settings.server.port:
-        check_address(settings.server.host, settings.server.port)
+    for port in (settings.server.port, settings.server.probe_port):
+        if port:
+            check_address(settings.server.host, port)
     prepare_certificates(settings, cert_dir)
     configured_guards(settings.auth)  # and on an unusable CA or token file
     log.info("%s", scheduler_notice(settings))

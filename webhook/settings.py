@@ -72,6 +72,14 @@ class ServerSettings(_Section):
     ops_paths: tuple[str, ...] = ("/metrics", "/dry-run", "/explain")
     # Served on both listeners: kubelet probes may use either.
     probe_paths: tuple[str, ...] = ("/healthz", "/readyz")
+    # A port of its own for the kubelet's probes, plain HTTP, answered by a small process apart
+    # from the workers from what they last said (webhook.probes.responder): a probe never
+    # waits behind a review there, however costly the reviews. The deploy manifests use it;
+    # unset, probes are answered on the admission port (docs/operations.md, "Health probes").
+    probe_port: int | None = Field(None, ge=1, le=65535)
+    # /healthz on the probe port fails once a worker has not turned its loop for this long (it
+    # turns at least once a second): the worker is stuck, and the kubelet should restart it.
+    probe_stall_seconds: float = Field(10.0, gt=0, le=300)
 
 
 class CheckSettings(_Section):

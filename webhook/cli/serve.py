@@ -37,9 +37,13 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
 
     settings = load_cli_settings(config, host=host, port=port, cert_dir=cert_dir)
     _require_scheduler_choice(settings, snapshot, kubeconfig)
-    if settings.server.ops_port is not None and settings.server.ops_port == settings.server.port:
-        raise UsageFailure(f"server.ops_port {settings.server.ops_port} is the admission port too; "
-                           "give it a port of its own")
+    server = settings.server
+    listeners = [(n, p) for n, p in (("server.port", server.port), ("server.ops_port", server.ops_port),
+                                      ("server.probe_port", server.probe_port)) if p]
+    for i, (name, port) in enumerate(listeners):
+        for other, same in listeners[:i]:
+            if same == port:
+                raise UsageFailure(f"{name} {port} is {other} too; give each listener a port of its own")
     configure_logging(settings.logging)
     try:
         run_server(settings, settings.server.cert_dir, snapshot, kubeconfig)

@@ -17,11 +17,12 @@ from typing import Any
 from gunicorn.workers.gthread import ThreadWorker
 
 from webhook.server.app_runner import answer_error
+from webhook.server.heartbeat import Heartbeating
 from webhook.server.scheduling_middleware import SchedulingMiddleware
 from webhook.server.tallies import Counts
 
 
-class GthreadWorker(ThreadWorker):  # type: ignore[misc]
+class GthreadWorker(Heartbeating, ThreadWorker):  # type: ignore[misc]
     """See the module doc."""
 
     counts = Counts(None, None)

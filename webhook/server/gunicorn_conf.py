@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.server.gthread_worker import GthreadWorker
+from webhook.server.heartbeat import probe_hooks
 from webhook.server.logs import gunicorn_logconfig
 from webhook.server.process_tuning import tune_process
 from webhook.server.scheduling_middleware import SchedulingMiddleware
@@ -66,6 +67,7 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
         "forwarded_allow_ips": "*",
         "control_socket_disable": True,
         **_client_certificates(settings),
+        **probe_hooks(server),
     }
 
 

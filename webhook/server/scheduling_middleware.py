@@ -64,6 +64,10 @@ class SchedulingMiddleware:
         self.scheduler: Scheduler[_Ticket] = Scheduler(limits)
         self.counts, self._shedding = attach_tallies(app, self.scheduler)
 
+    @property
+    def app(self) -> WsgiApp:
+        return self._app
+
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         work = work_of(environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""))
         if work is Work.PROBE:

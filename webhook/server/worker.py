@@ -43,6 +43,7 @@ from webhook.server import door
 from webhook.server.app_runner import AppRunner, Outcome
 from webhook.server.connection import Conn, http_json
 from webhook.server.deadline import timeout_parameter
+from webhook.server.heartbeat import Heartbeating
 from webhook.server.http_errors import error_body
 from webhook.server.process_tuning import tune_process
 from webhook.server.scheduling import Route, Scheduler, Work, work_of
@@ -54,7 +55,7 @@ log = logging.getLogger("gpushare.worker")
 _SLOTTED = (Work.REVIEW, Work.TOOL)
 
 
-class WebhookWorker(Worker):  # type: ignore[misc]
+class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
     """See the module doc."""
 
     limits = OverloadSettings()

@@ -103,6 +103,7 @@ spec:
 replaced config file keeps it. Text equal to the kustomize base's at the defaults. */}}
 {{- define "gpushare.isolationEnv" -}}
 - {name: GPUSHARE_SERVER__OPS_PORT, value: {{ .Values.ops.port | toString | quote }}}
+- {name: GPUSHARE_SERVER__PROBE_PORT, value: "8081"}
 - {name: GPUSHARE_AUTH__BEARER_TOKEN_FILE, value: /etc/gpushare/token/token}
 - {name: GPUSHARE_AUTH__BEARER_PATHS, value: '["/dry-run", "/explain", "/metrics"]'}
 - {name: GPUSHARE_AUTH__BEARER_TOKEN_OPTIONAL, value: "true"}

@@ -1,0 +1,1 @@
+"""The probe port: a process of its own answering the kubelet's probes (``responder``)."""
