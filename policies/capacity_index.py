@@ -291,11 +291,10 @@ class Projection:
         self._keys = (*self.keys, NAME) if by_name else self.keys  # what groups are indexed by
         self.groups: dict[tuple[Any, ...], Group] = {}
         self._of: dict[str, tuple[Any, ...]] = {}  # node -> its group's key
-        # label key -> value -> the groups with it (by id: a group's key is as long as the key set):
-        # an ``In`` (or a nodeSelector entry) finds the groups it may match by its values, not by
-        # reading every group (hostnames, node pools).
-        self._by_value: dict[str, dict[str | None, set[int]]] = {k: {} for k in self._keys}
-        self._by_id: dict[int, Group] = {}
+        # label key -> value -> the groups with it (a group hashes by identity, not by its key, which
+        # is as long as the key set): an ``In`` (or a nodeSelector entry) finds the groups it may
+        # match by its values, not by reading every group (hostnames, node pools).
+        self._by_value: dict[str, dict[str | None, set[Group]]] = {k: {} for k in self._keys}
 
     def add(self, node: NodeSummary, budget: WorkBudget | None = None) -> None:
         if budget is not None:
@@ -306,9 +305,8 @@ class Projection:
         group = self.groups.get(key)
         if group is None:
             group = self.groups[key] = Group(node.mode)
-            self._by_id[id(group)] = group
             for label, value in zip(self._keys, (*values, name) if self.by_name else values, strict=True):
-                self._by_value[label].setdefault(value, set()).add(id(group))
+                self._by_value[label].setdefault(value, set()).add(group)
         group.add(node)
         self._of[node.profile.name] = key
 
@@ -319,11 +317,11 @@ class Projection:
         group = self.groups[key]
         group.remove(node)
         if not group.members:
-            del self.groups[key], self._by_id[id(group)]
+            del self.groups[key]
             for label, value in zip(self._keys, (*key[1], key[2]) if self.by_name else key[1], strict=True):
-                ids = self._by_value[label][value]
-                ids.discard(id(group))
-                if not ids:
+                held = self._by_value[label][value]
+                held.discard(group)
+                if not held:
                     del self._by_value[label][value]
 
     def matching(self, selector: NodeSelector, budget: WorkBudget) -> Iterable[Group]:
@@ -332,12 +330,12 @@ class Projection:
         (an ``In`` looks its values up), a term intersects its requirements, the terms unite."""
         if selector.empty:
             return self.groups.values()
-        base: set[int] | None = None
+        base: set[Group] | None = None
         for key, wanted in selector.labels:  # nodeSelector: every entry, and then a term
             budget.charge(1)
-            ids = self._by_value[key].get(wanted, set())
-            base = ids if base is None else base & ids
-        found: set[int] = set()  # a new set: the index's own are never handed out
+            held = self._by_value[key].get(wanted, set())
+            base = held if base is None else base & held
+        found: set[Group] = set()  # a new set: the index's own are never handed out
         if selector.terms is None and base is not None:
             found |= base
         for term in selector.terms or ():
@@ -352,9 +350,9 @@ class Projection:
                 matched = held if matched is None else matched & held
             found |= matched or set()
         budget.charge(len(found))
-        return [self._by_id[i] for i in found]
+        return found
 
-    def _holding(self, key: str, requirement: Requirement, budget: WorkBudget) -> set[int]:
+    def _holding(self, key: str, requirement: Requirement, budget: WorkBudget) -> set[Group]:
         """The groups whose value of ``key`` meets ``requirement``."""
         by_value = self._by_value[key]
         if requirement.operator == "In":
@@ -364,10 +362,10 @@ class Projection:
             budget.charge(len(by_value))
             if requirement.operator == "NotIn":
                 excluded = frozenset(requirement.values)
-                held = [ids for v, ids in by_value.items() if v is None or v not in excluded]
+                held = [groups for v, groups in by_value.items() if v is None or v not in excluded]
             else:  # Exists, DoesNotExist, Gt, Lt: no list to search
-                held = [ids for v, ids in by_value.items() if requirement.matches(v)]
-        budget.charge(sum(len(ids) for ids in held))
+                held = [groups for v, groups in by_value.items() if requirement.matches(v)]
+        budget.charge(sum(len(groups) for groups in held))
         return set().union(*held)
 
 
