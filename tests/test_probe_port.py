@@ -57,6 +57,12 @@ def test_probes_are_answered_apart_from_a_stuck_worker_and_say_so(tmp_path, work
         assert status == 200 and ready["ready"] is True and [w["pid"] for w in ready["workers"]] == [worker["pid"]]
         assert _get(probe, "/healthz", method="POST") == (405, {"reason": "the probe port answers GET and HEAD only"})
         assert _get(probe, "/metrics") == (404, {"reason": "the probe port serves /healthz and /readyz only"})
+        idle = [socket.create_connection(("127.0.0.1", probe)) for _ in range(300)]  # past its 256
+        try:  # a flood of connections that send nothing closes the oldest, never keeps a probe out
+            assert _get(probe, "/healthz")[0] == 200
+        finally:
+            for sock in idle:
+                sock.close()
 
         os.kill(worker["pid"], signal.SIGSTOP)  # a worker that no longer turns its loop
         try:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 BEAT = struct.Struct("<dB")  # CLOCK_MONOTONIC seconds (the same clock in every process), ready
-MAX_CONNECTIONS = 64  # the kubelet opens one per probe; more are closed at once
+MAX_CONNECTIONS = 256  # open at once; past it the oldest is closed
 READ_SECONDS = 2.0  # a request's head must arrive in this long
 MAX_HEAD = 8192
 PATHS = ("/healthz", "/readyz")
@@ -72,19 +72,20 @@ class Responder:
     def __init__(self, directory: Path, stall_seconds: float) -> None:
         self.directory = directory
         self.stall_seconds = stall_seconds
-        self.open = 0
+        self.open: dict[asyncio.StreamWriter, None] = {}  # oldest first
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.open += 1
+        if len(self.open) >= MAX_CONNECTIONS:  # the oldest goes, not the newest: a probe takes
+            next(iter(self.open)).close()  # milliseconds, so a flood of idle ones cannot keep it out
+        self.open[writer] = None
         try:
-            if self.open <= MAX_CONNECTIONS:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_SECONDS)
-                writer.write(self.answer(head))
-                await asyncio.wait_for(writer.drain(), READ_SECONDS)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_SECONDS)
+            writer.write(self.answer(head))
+            await asyncio.wait_for(writer.drain(), READ_SECONDS)
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
             pass
         finally:
-            self.open -= 1
+            self.open.pop(writer, None)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
