@@ -24,7 +24,8 @@ class CatalogError(ValueError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Validators are built when a catalog is first built, not when a command imports the rules.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def _compiles(pattern: str) -> str:

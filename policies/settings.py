@@ -140,7 +140,7 @@ class Names(_Section):
     gpushare_daemonsets: tuple[str, ...] = ("gpushare-device-plugin-ds",)
     # GM003 writes it; GS010 admits a container's own value only when it equals what GM003 writes.
     env_mem_container: str = "ALIYUN_COM_GPU_MEM_CONTAINER"
-    env: EnvNames = EnvNames()
+    env: EnvNames = Field(default_factory=EnvNames.model_construct)
     # The unit aliyun.com/gpu-mem counts in, on nodes and in pods alike. ACK counts GiB ("Allocate
     # computing power by scheduling shared GPU": gpu-mem 2 is 2 GiB); the open-source device plugin
     # can be started with --memory-unit=MiB (AliyunContainerService/gpushare-device-plugin,
