@@ -109,6 +109,14 @@ class Engine:
         self._handled = frozenset(k for a in self._active for k in a.rule.kinds) | {"Pod", "DaemonSet"}
         self.workloads = workload_table(settings)
 
+    def warm(self) -> None:
+        """Read now what the node rules otherwise read on first use (the shipped catalog: two YAML
+        files and their validators), so that a server's first node review does not pay for it."""
+        if self.catalog is None:
+            from .catalog import default_catalog
+
+            self.catalog = default_catalog()
+
     @property
     def known_ids(self) -> frozenset[str]:
         """Every rule and mutation id."""
