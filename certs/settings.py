@@ -3,8 +3,9 @@
 ``certs`` owns them so that it depends on neither the domain nor the edge; the edge's settings
 object composes them (``webhook.settings.Settings.certs`` and ``.cert_rotation``)."""
 
-from __future__ import annotations
-
+# Annotations stay objects (no ``from __future__ import annotations``): pydantic reads each field's
+# type as it is instead of evaluating its text when the class is made, which `gpushare check` pays at
+# every start.
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field

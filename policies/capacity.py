@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .cards import Card
-from .placement import SHARED_MODES, NodeProfile, PodDemand, judge
+from .modes import SHARED_MODES
+from .placement import NodeProfile, PodDemand, judge
 from .selectors import NodeSelector
 from .settings import Names
 

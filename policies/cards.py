@@ -30,17 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .cluster import NodeInfo, PodGPU, PodInfo
+from .modes import CGPU_MODES
 from .settings import Names
 
 Placement = Literal["binpack", "spread"]
 CORE_PER_CARD = 100
 # cGPU cannot create more than 20 instances on one card (ACK "Manage the shared GPU scheduling component").
 MAX_PODS_PER_CARD = 20
-# The modes built on cGPU: cgpu and core_mem (ACK "Manage the shared GPU scheduling component"),
-# and mps, "NVIDIA MPS isolation technology combined with Alibaba Cloud cGPU technology" (ACK "GPU
-# node scheduling labels"). What the first page states for cGPU (ECS only, the
-# memory-isolation regions, the version matrix, 20 pods per card) applies to all three.
-CGPU_MODES = frozenset({"cgpu", "core_mem", "mps"})
+# The cGPU modes (policies/modes.py): 20 pods per card at most.
 CARD_LIMITED_MODES = CGPU_MODES
 STRIDE = 4  # fields per card in ``CardOrder.hot``: free GiB, free compute, pods, card index
 PENDING = -1  # the card index ``on_charge`` hears for memory held on no card (as inspect's Pending column)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,8 @@ class CatalogError(ValueError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Validators are built when a catalog is first built, not when a command imports the rules.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def _compiles(pattern: str) -> str:
@@ -98,6 +98,8 @@ def _read_yaml(text: str, source: str) -> dict[str, Any]:
 
 
 def _shipped(name: str) -> dict[str, Any]:
+    from importlib import resources  # only here: it loads tempfile, shutil and zipfile
+
     text = resources.files("policies.data").joinpath(name).read_text(encoding="utf-8")
     return _read_yaml(text, f"policies/data/{name}")
 

@@ -6,12 +6,9 @@ Every way in (webhook, dry-run, ``gpushare check``) calls this, so they cannot d
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
-from .assume import PlacementLedger
-from .catalog import build_catalog
-from .cluster import ClusterState, pod_from_manifest
 from .grants import NamespaceLabels
 from .mutations import MUTATIONS, Op, plan_patch
 from .resources import CUSTOM_WORKLOADS
@@ -20,6 +17,13 @@ from .rules.placement_rules import placed_pod, placement_of
 from .settings import PolicySettings, Severity
 from .subject import StateUnavailable, Subject, UserInfo
 from .workloads import WorkloadKind, group_of, workload_table
+
+if TYPE_CHECKING:
+    # The cluster's records, the ledger and the catalog are imported where they are used: what
+    # judges manifests offline (gpushare check) loads none of them.
+    from .assume import PlacementLedger
+    from .catalog import Catalog
+    from .cluster import ClusterState
 
 
 @dataclass(slots=True)
@@ -79,7 +83,15 @@ class Engine:
     def __init__(self, settings: PolicySettings) -> None:
         self.settings = settings
         self.names = settings.names
-        self.catalog = build_catalog(settings.catalog)
+        # Overrides are validated here, so a broken one is refused at start, never in a request; the
+        # shipped catalog alone (valid: the node rules' tests read it) is read when a node rule first
+        # needs it (default_catalog), so a run judging no node never parses it.
+        overrides = settings.catalog
+        self.catalog: Catalog | None = None
+        if overrides.file is not None or overrides.regions or overrides.versions:
+            from .catalog import build_catalog
+
+            self.catalog = build_catalog(overrides)
         unknown = set(settings.rules) - set(REGISTRY) - set(MUTATIONS)
         if unknown:
             raise ValueError(f"config names unknown rules: {', '.join(sorted(unknown))}")
@@ -96,6 +108,14 @@ class Engine:
         self._known_ids = frozenset(REGISTRY) | frozenset(MUTATIONS)
         self._handled = frozenset(k for a in self._active for k in a.rule.kinds) | {"Pod", "DaemonSet"}
         self.workloads = workload_table(settings)
+
+    def warm(self) -> None:
+        """Read now what the node rules otherwise read on first use (the shipped catalog: two YAML
+        files and their validators), so that a server's first node review does not pay for it."""
+        if self.catalog is None:
+            from .catalog import default_catalog
+
+            self.catalog = default_catalog()
 
     @property
     def known_ids(self) -> frozenset[str]:
@@ -217,6 +237,8 @@ class Engine:
             verdict = self.validate(subject)
             if verdict.allowed and subject.kind == "Pod" and subject.operation == "CREATE" \
                     and subject.metadata.get("name"):
+                from .cluster import pod_from_manifest
+
                 pod = pod_from_manifest(subject.obj, self.names, subject.containers, with_env=False)
                 ledger.remember_created(pod if pod.namespace == subject.namespace or not subject.namespace
                                         else replace(pod, namespace=subject.namespace))

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 
 from .cards import CardOrder, NodeCards, NoFit, no_fit_reasons, node_cards, place_pod
 from .cluster import NodeInfo, PodGPU, PodInfo, shared_gpus
+from .modes import SHARED_MODES
 from .resources import ContainerRequest
 from .settings import Names
 from .topology import TopologyCards, choose_card_set, topology_cards
 
-SHARED_MODES = frozenset({"cgpu", "core_mem", "share", "mps"})
-ALL_MODES = frozenset({"default", "topology"}) | SHARED_MODES
 # The node-level refusals no eviction can cure (kube-scheduler's FailedAndUnresolvable): the node's
 # mode (GB002) and its CPU manager policy (GB005) hold whatever runs on it; GB001, GB003 and GB004
 # can clear when pods go.

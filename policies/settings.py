@@ -3,12 +3,13 @@ read. The one configuration object, ``webhook.settings.Settings``, composes thes
 edge's sections (server, overload, logging, auth, ...) and the certificates' (``certs.settings``),
 and loads them from a config file and the environment."""
 
-from __future__ import annotations
-
+# Annotations stay objects (no ``from __future__ import annotations``): pydantic reads each field's
+# type as it is instead of evaluating its text when the class is made, which `gpushare check` pays at
+# every start.
 import re
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -115,7 +116,7 @@ class EnvNames(_Section):
     disable_isolation: str = "CGPU_DISABLE"
 
     @model_validator(mode="after")
-    def _names_once(self) -> EnvNames:
+    def _names_once(self) -> Self:
         listed = [*self.device_plugin, *self.mps, self.visible_devices, self.disable_isolation]
         if any(not name or any(c.isspace() or c == "=" for c in name) for name in listed):
             raise ValueError("an environment variable name is not empty and has no white space or '='")
@@ -140,7 +141,7 @@ class Names(_Section):
     gpushare_daemonsets: tuple[str, ...] = ("gpushare-device-plugin-ds",)
     # GM003 writes it; GS010 admits a container's own value only when it equals what GM003 writes.
     env_mem_container: str = "ALIYUN_COM_GPU_MEM_CONTAINER"
-    env: EnvNames = EnvNames()
+    env: EnvNames = Field(default_factory=EnvNames.model_construct)
     # The unit aliyun.com/gpu-mem counts in, on nodes and in pods alike. ACK counts GiB ("Allocate
     # computing power by scheduling shared GPU": gpu-mem 2 is 2 GiB); the open-source device plugin
     # can be started with --memory-unit=MiB (AliyunContainerService/gpushare-device-plugin,
@@ -237,7 +238,7 @@ class WorkloadKindSettings(_Section):
         return value
 
     @model_validator(mode="after")
-    def _not_a_kubernetes_kind(self) -> WorkloadKindSettings:
+    def _not_a_kubernetes_kind(self) -> Self:
         if self.group in KUBERNETES_GROUPS:
             raise ValueError(f"group {self.group!r} holds Kubernetes' own kinds, which the rules judge already; "
                              f"workloads.kinds is for custom resources")
@@ -250,7 +251,7 @@ class WorkloadSettings(_Section):
     kinds: tuple[WorkloadKindSettings, ...] = ()
 
     @model_validator(mode="after")
-    def _each_kind_once(self) -> WorkloadSettings:
+    def _each_kind_once(self) -> Self:
         seen = [f"{k.kind}.{k.group}" for k in self.kinds]
         twice = sorted({n for n in seen if seen.count(n) > 1})
         if twice:
@@ -416,7 +417,7 @@ class ExemptionGrant(_Section):
     expires: date
 
     @model_validator(mode="after")
-    def _targets_something(self) -> ExemptionGrant:
+    def _targets_something(self) -> Self:
         if self.names is None and self.selector is None:
             raise ValueError(f"exemption grant {self.name!r} needs names (a glob) or selector")
         if not self.reason.strip():
@@ -438,7 +439,7 @@ class ExemptionSettings(_Section):
     grants: tuple[ExemptionGrant, ...] = ()
 
     @model_validator(mode="after")
-    def _unique_grant_names(self) -> ExemptionSettings:
+    def _unique_grant_names(self) -> Self:
         seen = [g.name for g in self.grants]
         twice = sorted({n for n in seen if seen.count(n) > 1})
         if twice:

@@ -73,7 +73,7 @@ def test_the_build_copies_every_package_the_distribution_installs():
     packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
     copied = {c.value[0] for c in stages()[0] if c.cmd == "COPY"}
     assert packages <= copied
-    assert project["project"]["scripts"]["gpushare"] == "webhook.cli:main"
+    assert project["project"]["scripts"]["gpushare"] == "webhook.cli:run"
 
 
 def test_the_image_and_ci_install_the_pinned_runtime_dependencies():

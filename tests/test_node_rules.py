@@ -291,3 +291,16 @@ def test_a_broken_catalog_override_is_refused_at_start(tmp_path):
                              str(tmp_path / "c"), "--port", "0"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "gpushare.yaml" in result.stderr and "catalog.regions.cgpu" in result.stderr
+
+
+def test_the_shipped_catalog_is_read_at_first_use_or_when_the_server_starts():
+    from policies.catalog import default_catalog
+    from webhook.serving import build_services
+
+    offline = Engine(Settings())
+    assert offline.catalog is None  # gpushare check on pods never reads it
+    [refused] = by_rule(judge(offline, node(mode="cgpu", region="ap-southeast-7")), "GN003")
+    assert "cgpu works in ap-northeast-1, ap-southeast-1" in refused.message  # the shipped list, read now
+    offline.warm()
+    assert offline.catalog is default_catalog()
+    assert build_services(Settings(), None).engine.catalog is default_catalog()  # before any review

@@ -57,6 +57,7 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
     from webhook.state.live import LiveClusterState, core_api
 
     engine = Engine(settings)
+    engine.warm()  # before the fork, once: no review reads the catalog's files
     ledger = new_ledger(settings)
     if snapshot is None and (kubeconfig is not None or in_cluster()):
         api, host = core_api(kubeconfig)

@@ -15,12 +15,13 @@ reason every section builds its validator on first use (``defer_build``) and def
 are valid by construction; tests/test_first_hour.py holds them equal to validated ones).
 """
 
-from __future__ import annotations
-
+# Annotations stay objects (no ``from __future__ import annotations``): pydantic reads each field's
+# type as it is instead of evaluating its text when the class is made, which `gpushare check` pays at
+# every start.
 import os
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import Field, model_validator
 
@@ -266,7 +267,7 @@ class LeaderSettings(_Section):
     routing_label: str = "gpushare.io/binding-leader"
 
     @model_validator(mode="after")
-    def _client_go_order(self) -> LeaderSettings:
+    def _client_go_order(self) -> Self:
         # client-go's NewLeaderElector refuses the same (leaderelection.go, JitterFactor 1.2).
         if self.lease_duration_seconds <= self.renew_deadline_seconds:
             raise ValueError("leader.lease_duration_seconds must be greater than leader.renew_deadline_seconds")

@@ -1,12 +1,14 @@
-"""GC001: a pod (or workload template) that no card of the cluster can hold, at CREATE."""
+"""GC001: a pod (or workload template) that no card of the cluster can hold, at CREATE.
+
+It needs the cluster's state, so its machinery (the capacity index, placement) is imported when it
+first runs: ``gpushare check`` without ``--snapshot`` never loads it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from ..capacity_index import TooCostly, WorkBudget, capacity_index, too_costly
-from ..cluster import ClusterState
-from ..placement import demand_from_containers
 from ..relevance import Relevance
 from ..selectors import node_selector_from_spec
 from ..settings import CapacitySettings
@@ -14,6 +16,9 @@ from ..subject import Subject
 from .base import Found, rule
 from .placement_rules import placement_of
 from .pod_resources import POD_KINDS
+
+if TYPE_CHECKING:
+    from ..cluster import ClusterState
 
 SWITCH = "capacity"
 
@@ -35,6 +40,9 @@ def asks_gpu_memory(subject: Subject) -> bool:
 def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     if placement_of(subject) is not None:
         return  # a pod pinned by spec.nodeName skips the scheduler: GB004 judges its node
+    from ..capacity_index import TooCostly, WorkBudget, capacity_index, too_costly
+    from ..placement import demand_from_containers
+
     state: ClusterState | None = None
     # One budget for the review, whatever number of pod templates it holds (capacity_index).
     cap = subject.settings.capacity.max_work if subject.settings is not None else CapacitySettings().max_work

@@ -3,44 +3,51 @@
 On UPDATE a rule judges only what the update changes: a node that already carries a bad
 value is not held hostage on unrelated updates (the node lifecycle controller tainting
 it, an operator adding a label), which would otherwise be denied forever.
+
+What only a node needs (its record, the catalog, the version matrix, ECS ids) is imported when
+the first node is judged: ``gpushare check`` on pods never loads it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from ..cards import CGPU_MODES
-from ..catalog import Catalog, default_catalog
-from ..cluster import NodeInfo, node_from_manifest
-from ..compatibility import node_mismatches
-from ..ecs import ecs_instance
-from ..placement import ALL_MODES, SHARED_MODES
+from ..modes import ALL_MODES, CGPU_MODES, SHARED_MODES
 from ..relevance import Relevance
 from ..resources import Path
 from ..settings import NodePolicySettings
 from ..subject import Subject
 from .base import Found, rule
 
+if TYPE_CHECKING:
+    from ..catalog import Catalog
+    from ..cluster import NodeInfo
+    from ..ecs import EcsInstance
+
 NODE = ("Node",)
 # Every node rule judges a node that carries a GPU scheduling label, now or before the update.
 GPU_SCHEDULING_LABELS = Relevance(node_labels=("schedule", "placement"))
 PLACEMENTS = ("binpack", "spread")
 # cGPU isolation runs only on ECS instances (ACK "Manage the shared GPU scheduling component");
-# mps is built on cGPU too (policies/cards.py).
+# mps is built on cGPU too (policies/modes.py).
 ECS_ONLY_MODES = CGPU_MODES
 
 
 def _node(subject: Subject) -> NodeInfo:
     if "node" not in subject.memo:
+        from ..cluster import node_from_manifest
+
         subject.memo["node"] = node_from_manifest(subject.obj, subject.names)
-    return cast(NodeInfo, subject.memo["node"])
+    return cast("NodeInfo", subject.memo["node"])
 
 
 def _old_node(subject: Subject) -> NodeInfo | None:
     if subject.operation != "UPDATE" or not isinstance(subject.old, dict):
         return None
     if "old_node" not in subject.memo:
+        from ..cluster import node_from_manifest
+
         subject.memo["old_node"] = node_from_manifest(subject.old, subject.names)
     return cast("NodeInfo | None", subject.memo["old_node"])
 
@@ -60,7 +67,16 @@ def _policy(subject: Subject) -> NodePolicySettings:
 
 
 def _catalog(subject: Subject) -> Catalog:
+    from ..catalog import default_catalog
+
     return subject.catalog if subject.catalog is not None else default_catalog()
+
+
+def _ecs(node: NodeInfo, subject: Subject) -> EcsInstance | None:
+    """The node's ECS instance, from its spec.providerID; None when that is no ECS id."""
+    from ..ecs import ecs_instance
+
+    return ecs_instance(node.provider_id, subject.names.ecs_provider_id_pattern)
 
 
 def _label_path(key: str) -> Path:
@@ -73,7 +89,7 @@ def region_of(node: NodeInfo, subject: Subject) -> str:
     region = node.labels.get(subject.names.labels.region, "")
     if region:
         return region
-    ecs = ecs_instance(node.provider_id, subject.names.ecs_provider_id_pattern)
+    ecs = _ecs(node, subject)
     return ecs.region if ecs is not None else ""
 
 
@@ -186,7 +202,7 @@ def isolation_only_on_ecs(subject: Subject) -> Iterator[Found]:
     mode = _mode(node, subject)
     if mode not in ECS_ONLY_MODES or not _changed(subject, lambda n: (_mode(n, subject), n.provider_id)):
         return
-    if ecs_instance(node.provider_id, subject.names.ecs_provider_id_pattern) is not None:
+    if _ecs(node, subject) is not None:
         return
     path = _label_path(subject.names.labels.schedule)
     taint = _policy(subject).uninitialized_taint
@@ -291,6 +307,8 @@ def components_fit_matrix(subject: Subject) -> Iterator[Found]:
     matrix = _catalog(subject).versions
     if mode not in matrix.modes or not _changed(subject, lambda n: _mode(n, subject)):
         return
+    from ..compatibility import node_mismatches
+
     found = node_mismatches(node, mode, matrix, subject.names, _policy(subject).driver_version_labels)
     path = _label_path(subject.names.labels.schedule)
     bad = [m for m in found if m.status == "incompatible"]

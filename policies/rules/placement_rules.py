@@ -1,20 +1,24 @@
 """GB001-GB005: a pod placed on a node, by a ``pods/binding`` CREATE or a Pod created with
 ``spec.nodeName``. The pod of a Binding comes from the cluster state; the node and the pods
 already on it always do. One ``placement_problems`` call (shared with scoring) feeds all five.
+Placement itself is imported when a placement is first judged: ``gpushare check`` on manifests
+without ``spec.nodeName`` never loads it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from ..cluster import PodInfo, pod_from_manifest
-from ..placement import PodDemand, demand_from_containers, placement_problems
 from ..relevance import Relevance
 from ..resources import Path
 from ..subject import StateUnavailable, Subject
 from .base import Check, Found, rule
+
+if TYPE_CHECKING:
+    from ..cluster import PodInfo
+    from ..placement import PodDemand
 
 PLACEMENT = "placement"
 
@@ -71,6 +75,8 @@ def is_placement(subject: Subject) -> bool:
 
 
 def _demand(subject: Subject, where: Placement, pod: PodInfo | None) -> PodDemand:
+    from ..placement import PodDemand, demand_from_containers
+
     if pod is not None:
         return PodDemand(pod.key, pod.gpus, pod.exclusive_gpus, pod.topology_gpus)
     return demand_from_containers(where.pod_key, subject.containers, subject.names, subject.pod_labels)
@@ -88,6 +94,8 @@ def placed_pod(subject: Subject) -> PodInfo | None:
     if subject.kind == "Binding":
         pod = subject.state.get_pod(where.namespace, where.pod_name) if subject.state is not None else None
     else:
+        from ..cluster import pod_from_manifest
+
         pod = replace(pod_from_manifest(subject.obj, subject.names, with_env=False), namespace=where.namespace)
     if pod is None or not pod.uses_gpu:
         return None
@@ -135,6 +143,8 @@ def _check(subject: Subject, where: Placement) -> Checked | None:
     node = state.get_node(where.node)
     if node is None:
         raise StateUnavailable(SWITCH, what, f"node {where.node} is not in the cluster state")
+    from ..placement import placement_problems
+
     result = placement_problems(demand, node, state.pods_on_node(where.node), subject.names)
     return Checked(where, demand, result.problems, result.notes)
 

@@ -12,9 +12,8 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from policies.cluster import ClusterState
 from policies.engine import Engine, Verdict
 from policies.grants import NamespaceLabels
 from policies.resources import POD_SPEC_PATHS, ShapeError, render_path
@@ -25,6 +24,9 @@ from policies.workloads import WorkloadConfigError, group_of
 from webhook.documents.manifests import Manifest, ManifestError, read_manifest_file
 from webhook.documents.sources import STDIN, read_text
 from webhook.documents.templates import read_annotations, templated
+
+if TYPE_CHECKING:
+    from policies.cluster import ClusterState
 
 CLUSTER_SCOPED = frozenset({"Node"})
 
