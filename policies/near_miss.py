@@ -144,9 +144,7 @@ def near_misses(spec: dict[str, Any] | None, base: Path, names: Names, settings:
                 if not isinstance(block, dict):
                     continue
                 for key in block:
-                    meant = meant_of.get(key, _UNSEEN)
-                    if meant is _UNSEEN:
-                        meant = _meant_for(key, meant_of, names, settings)
+                    meant = _meant_for(key, meant_of, names, settings)
                     if meant is not None:
                         name = container.get("name")
                         found.append(NearMiss(str(name) if name is not None else f"{group}[{index}]", group, key,
