@@ -38,7 +38,9 @@ class NodeInfo:
     # source); empty when not read. The node's label or annotation wins (placement.cpu_manager_policy).
     kubelet_cpu_manager_policy: str = ""
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (never changed all the same): a frozen dataclass's __init__ cost four times as much, and
+# GC001 builds these for every review; hashable, as keys of the capacity index's verdicts.
+@dataclass(slots=True, unsafe_hash=True)
 class PodGPU:
     """One container's shared-GPU request inside a pod record."""
 
@@ -248,7 +250,7 @@ def node_from_manifest(obj: dict[str, Any], names: Names) -> NodeInfo:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as PodGPU: built for every review
 class PodGPUs:
     """What a pod asks of the GPUs: its app containers' shared GPU (on cards), its init containers'
     gpu-mem (on no card), and its effective requests of whole GPUs."""

@@ -42,6 +42,8 @@ def ceil_whole(value: Decimal) -> int:
 def memory_problem(value: ResourceValue, names: Names) -> MemoryProblem | None:
     """None when ``value`` is a whole count of ``names.memory_unit`` from 1 to the largest card."""
     unit, most = names.memory_unit, names.max_card_memory
+    if value.whole_count is not None and value.whole_count <= most:
+        return None  # the common case, read without Decimal arithmetic
     quantity = value.quantity
     anything = f"use a whole number of {unit}, 1 or more"
     if quantity is None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import methodcaller
 from typing import Any
 
 from .resources import CONTAINER_GROUPS, ContainerRequest, Path, ShapeError, cards_per_container, memory_share
@@ -39,6 +40,7 @@ HIDING = ("", "void", "none")
 # A value longer than this is shown by its length (a message names the value, not a megabyte of it).
 SHOWN_CHARACTERS = 64
 ENV_FROM_KINDS = ("configMapRef", "secretRef")
+_NAME_OF = methodcaller("get", "name")  # an env entry's name (AttributeError on an entry that is no object)
 
 # What each finding says after the container's name (the backstop writes the same words).
 OVERRIDES = "overrides what the GPU-sharing device plugin sets"
@@ -192,10 +194,13 @@ def envs_of(items: Iterable[tuple[str, int, Any, Path]], names: Names) -> tuple[
             if not isinstance(env, list):
                 raise ShapeError((*path, "env"), f"must be a list, got {type(env).__name__}")
             try:  # a pod lists dozens, and mostly none judged: one pass in C says so
-                judged_here = not judged.isdisjoint([raw.get("name") for raw in env])
+                listed = list(map(_NAME_OF, env))
+                positions: Iterable[int] = () if judged.isdisjoint(listed) else \
+                    [position for position, name in enumerate(listed) if name in judged]
             except (AttributeError, TypeError):  # an entry that is no object, a name that cannot be hashed
-                judged_here = True  # the loop says which
-            for position, raw in enumerate(env if judged_here else ()):
+                positions = range(len(env))  # the loop below says which
+            for position in positions:
+                raw = env[position]
                 if not isinstance(raw, dict):
                     raise ShapeError((*path, "env", position), f"must be an object, got {type(raw).__name__}")
                 name = raw.get("name")

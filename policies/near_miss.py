@@ -91,16 +91,45 @@ def meant_resource(key: str, gpu_mem: str, gpu_core: str, domains: tuple[str, ..
     return None
 
 
+_UNSEEN = object()
+_MEANT_MAX = 4096
+_meant: tuple[object, object, dict[Any, str | None]] = (None, None, {})
+
+
+def _meant_by_key(names: Names, settings: NearMissSettings) -> dict[Any, str | None]:
+    """``meant_resource`` of every key seen under these settings (kept for the last ones seen, like
+    ``watched_resources``): a pod names a handful of resources, nearly always the same ones, and a
+    look-up here costs a fraction of the cached call's hashing of its arguments. The names the
+    engine knows are never near misses."""
+    global _meant
+    r = names.resources
+    if _meant[0] is not r or _meant[1] is not settings:
+        _meant = (r, settings, dict.fromkeys((r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive, r.gpu_count)))
+    return _meant[2]
+
+
+def _meant_for(key: Any, meant_of: dict[Any, str | None], names: Names, settings: NearMissSettings) -> str | None:
+    """The shared-GPU name ``key`` misses narrowly, or None (also for a key that is no string)."""
+    meant = meant_of.get(key, _UNSEEN)
+    if meant is _UNSEEN:
+        if not isinstance(key, str):
+            return None
+        meant = meant_resource(key, names.resources.gpu_mem, names.resources.gpu_core, settings.lookalike_domains,
+                               settings.allowed)
+        if len(meant_of) < _MEANT_MAX:  # names beyond it are looked up each time (the call is cached too)
+            meant_of[key] = meant
+    return meant  # type: ignore[return-value]
+
+
 def near_misses(spec: dict[str, Any] | None, base: Path, names: Names, settings: NearMissSettings) -> list[NearMiss]:
     """Every resource key in the pod spec's containers that narrowly misses a shared-GPU name.
 
-    Malformed shapes are skipped here: the rules that read GPU requests report them. (The loop is
-    ``_scan``'s, written out: this runs for every admitted pod.)
+    Malformed shapes are skipped here: the rules that read GPU requests report them. (Loops written
+    out, look-ups in ``_meant_by_key``: this runs for every admitted pod.)
     """
     if not isinstance(spec, dict):
         return []
-    mem, core = names.resources.gpu_mem, names.resources.gpu_core
-    known = {mem, core, names.resources.gpu_topology, names.resources.gpu_exclusive, names.resources.gpu_count}
+    meant_of = _meant_by_key(names, settings)
     found: list[NearMiss] = []
     for group in CONTAINER_GROUPS:
         items = spec.get(group)
@@ -115,9 +144,7 @@ def near_misses(spec: dict[str, Any] | None, base: Path, names: Names, settings:
                 if not isinstance(block, dict):
                     continue
                 for key in block:
-                    if not isinstance(key, str) or key in known:
-                        continue
-                    meant = meant_resource(key, mem, core, settings.lookalike_domains, settings.allowed)
+                    meant = _meant_for(key, meant_of, names, settings)
                     if meant is not None:
                         name = container.get("name")
                         found.append(NearMiss(str(name) if name is not None else f"{group}[{index}]", group, key,
@@ -128,8 +155,7 @@ def near_misses(spec: dict[str, Any] | None, base: Path, names: Names, settings:
 def near_misses_in(containers: Iterable[tuple[dict[str, Any], str, str, Path]], names: Names,
                    settings: NearMissSettings) -> list[NearMiss]:
     """Near misses in (container, name, group, path of its resources) of a custom workload's pod."""
-    mem, core = names.resources.gpu_mem, names.resources.gpu_core
-    known = {mem, core, names.resources.gpu_topology, names.resources.gpu_exclusive, names.resources.gpu_count}
+    meant_of = _meant_by_key(names, settings)
     found: list[NearMiss] = []
     for container, name, group, resources_path in containers:
         resources = container.get("resources")
@@ -139,9 +165,7 @@ def near_misses_in(containers: Iterable[tuple[dict[str, Any], str, str, Path]], 
             block = resources.get(section)
             if isinstance(block, dict):
                 found.extend(NearMiss(name, group, key, meant, (*resources_path, section, key)) for key in block
-                             if isinstance(key, str) and key not in known
-                             and (meant := meant_resource(key, mem, core, settings.lookalike_domains,
-                                                          settings.allowed)) is not None)
+                             if (meant := _meant_for(key, meant_of, names, settings)) is not None)
     return found
 
 

@@ -25,7 +25,7 @@ from .topology import TopologyCards, choose_card_set, topology_cards
 UNRESOLVABLE_RULES = frozenset({"GB002", "GB005"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen (never changed all the same), as PodGPU: built for every review
 class PodDemand:
     """What a pod asks of a node's GPUs."""
 
@@ -42,8 +42,9 @@ class PodDemand:
     single_card: bool = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "is_core_mem", any(g.core for g in self.gpus))
-        object.__setattr__(self, "single_card", len(self.gpus) == 1 and self.gpus[0].cards == 1)
+        gpus = self.gpus
+        self.is_core_mem = any(g.core for g in gpus) if gpus else False
+        self.single_card = len(gpus) == 1 and gpus[0].cards == 1
 
     @property
     def uses_shared(self) -> bool:

@@ -64,16 +64,13 @@ class ResourceValue:
     quantity: Decimal | None
     error: str | None
     path: Path
-
-    @property
-    def whole_count(self) -> int | None:
-        """The value as a positive whole number, however it is written, else None.
-
-        Judged by value, never by spelling: the API server decodes a Pod and encodes it again, so
-        a webhook receives canonical quantities ("2000m" arrives as "2", 1000 as "1k"); the
-        scheduler extender reads ``Quantity.Value()`` (AliyunContainerService/
-        gpushare-scheduler-extender, pkg/utils/pod.go, GetGPUMemoryFromPodResource)."""
-        return whole_gib(self.quantity)
+    # The value as a positive whole number, however it is written, else None (``whole_gib``).
+    # Judged by value, never by spelling: the API server decodes a Pod and encodes it again, so
+    # a webhook receives canonical quantities ("2000m" arrives as "2", 1000 as "1k"); the
+    # scheduler extender reads ``Quantity.Value()`` (AliyunContainerService/
+    # gpushare-scheduler-extender, pkg/utils/pod.go, GetGPUMemoryFromPodResource). Worked out
+    # once, when read: the rules and the capacity check count it again and again.
+    whole_count: int | None = None
 
 
 @dataclass(slots=True)
@@ -101,18 +98,20 @@ class ContainerRequest:
         return self.limits.get(resource) or self.requests.get(resource)
 
     def amount(self, resource: str) -> Decimal | None:
-        found = self.value(resource)
+        found = self.limits.get(resource) or self.requests.get(resource)
         return found.quantity if found is not None else None
 
     def count(self, resource: str) -> int | None:
         """The effective value as a plain positive whole number, else None."""
-        found = self.value(resource)
+        found = self.limits.get(resource) or self.requests.get(resource)
         return found.whole_count if found is not None else None
 
     def memory(self, names: Names) -> int | None:
         """The container's gpu-mem count when rule GS003 accepts it (a whole count from 1 to the
         largest card), else None: a refused value never becomes a card demand or an env var."""
-        count = self.count(names.resources.gpu_mem)
+        mem = names.resources.gpu_mem
+        found = self.limits.get(mem) or self.requests.get(mem)
+        count = found.whole_count if found is not None else None
         return count if count is not None and count <= names.max_card_memory else None
 
     def has(self, resource: str) -> bool:
@@ -169,9 +168,11 @@ def read_values(resources: dict[str, Any], section: str, base: Path,
         raw = block[name]
         path = (*base, section, name)
         try:
-            found[name] = ResourceValue(raw, parse_quantity(raw), None, path)
+            quantity = parse_quantity(raw)
         except QuantityError as exc:
             found[name] = ResourceValue(raw, None, str(exc), path)
+        else:
+            found[name] = ResourceValue(raw, quantity, None, path, whole_gib(quantity))
     return found
 
 
@@ -229,7 +230,9 @@ def effective_request(containers: Sequence[ContainerRequest], resource: str) -> 
     need once running (the app containers plus every sidecar). Init containers run one at a time."""
     sidecars = running = init_peak = 0
     for c in containers:
-        amount = c.count(resource) or 0
+        amount = c.count(resource)
+        if not amount:  # none of it: no peak moves (most pods name no whole GPUs)
+            continue
         if c.is_app:
             running += amount
         elif c.sidecar:
@@ -264,8 +267,22 @@ def memory_share(container: ContainerRequest, spread: int, names: Names) -> int 
     return gib // spread
 
 
+# Whole counts of the quantities seen: a cluster writes few distinct values, and Decimal arithmetic
+# is the costly part of counting one (parse_quantity shares one Decimal per text, whose hash it keeps).
+_WHOLE: dict[Decimal, int | None] = {}
+_WHOLE_MAX = 4096
+
+
 def whole_gib(value: Decimal | None) -> int | None:
     """A positive whole number (of GiB, of cards), or None when the value is not one."""
-    if value is None or value <= 0 or value != value.to_integral_value():
+    if value is None:
         return None
-    return int(value)
+    try:
+        return _WHOLE[value]
+    except KeyError:
+        pass
+    whole = None if value <= 0 or value != value.to_integral_value() else int(value)
+    if len(_WHOLE) >= _WHOLE_MAX:
+        _WHOLE.clear()
+    _WHOLE[value] = whole
+    return whole

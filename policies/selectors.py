@@ -153,10 +153,14 @@ def _term(raw: Any, path: Path) -> Term:
     return Term(groups["matchExpressions"], groups["matchFields"])
 
 
+# Most pods have no node constraints: one immutable selector serves them all.
+ANY_NODE = NodeSelector()
+
+
 def node_selector_from_spec(spec: dict[str, Any] | None, base: Path) -> NodeSelector:
     """The hard node constraints of a pod spec at ``base``; ShapeError when malformed."""
     if not spec:
-        return NodeSelector()
+        return ANY_NODE
     labels: tuple[tuple[str, str], ...] = ()
     raw_labels = spec.get("nodeSelector")
     if raw_labels is not None:
@@ -167,7 +171,7 @@ def node_selector_from_spec(spec: dict[str, Any] | None, base: Path) -> NodeSele
     for part in AFFINITY_PATH:
         required = required.get(part) if isinstance(required, dict) else None
     if required is None:
-        return NodeSelector(labels)
+        return NodeSelector(labels) if labels else ANY_NODE
     path = (*base, *AFFINITY_PATH)
     if not isinstance(required, dict):
         raise ShapeError(path, "must be an object")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import re
+from binascii import b2a_base64
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -69,6 +69,7 @@ msgspec.convert({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
     "uid": "warm-up", "kind": {"kind": "Pod"}, "operation": "CREATE", "resource": {"resource": "pods"},
     "userInfo": {"username": "warm-up", "groups": ["warm-up"]}, "object": {}, "oldObject": {}}}, AdmissionReview)
 
+_PATCH_ENCODER = msgspec.json.Encoder()
 _MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]+)`$")
 
 
@@ -121,22 +122,27 @@ def build_response(review: AdmissionReview, verdict: Verdict | None, *, allowed:
     warns = list(warnings or [])
     full: dict[str, list[str]] = {}  # warnings shortened for the limit, whole, by rule
     if verdict is not None:
-        allowed = verdict.allowed if allowed is None else allowed
-        sent = [brief(w.brief or w.message) for w in verdict.warnings]
-        for w, text in zip(verdict.warnings, sent, strict=True):
-            if text != w.message:
-                full.setdefault(w.rule, []).append(w.message)
-        warns = sent + warns
-        if not verdict.allowed:
-            denial = "; ".join(v.message for v in verdict.violations)
-            message = denial if message is None else f"{message}; {denial}"
+        # Most verdicts find nothing: their answer is read without a pass over the findings.
+        judged_allowed = verdict.allowed
+        allowed = judged_allowed if allowed is None else allowed
+        if verdict.findings:
+            found_warnings = verdict.warnings
+            sent = [brief(w.brief or w.message) for w in found_warnings]
+            for w, text in zip(found_warnings, sent, strict=True):
+                if text != w.message:
+                    full.setdefault(w.rule, []).append(w.message)
+            warns = sent + warns
+            if not judged_allowed:
+                denial = "; ".join(v.message for v in verdict.violations)
+                message = denial if message is None else f"{message}; {denial}"
         if verdict.patch:
-            response["patch"] = base64.b64encode(msgspec.json.encode(verdict.patch)).decode()
+            response["patch"] = b2a_base64(_PATCH_ENCODER.encode(verdict.patch), newline=False).decode()
             response["patchType"] = "JSONPatch"
     response["allowed"] = True if allowed is None else allowed
-    response["auditAnnotations"] = audit_annotations(verdict, response["allowed"])
+    notes = response["auditAnnotations"] = audit_annotations(verdict, response["allowed"])
     # The API server passes on warnings of at most 256 characters whole; the audit log keeps the rest.
-    response["auditAnnotations"].update({f"warning.{rule}": " | ".join(texts) for rule, texts in full.items()})
+    for rule, texts in full.items():
+        notes[f"warning.{rule}"] = " | ".join(texts)
     if not response["allowed"]:
         response["status"] = {"code": 403, "reason": "Forbidden", "message": message or "denied",
                               "status": "Failure"}
