@@ -61,30 +61,31 @@ def probe_hooks(server: ServerSettings) -> dict[str, Any]:
     if server.probe_port is None:
         return {}
     port = server.probe_port
-    directory = Path()  # made when the arbiter starts
+    made: list[Path] = []  # the beats' directory, made when the arbiter starts
     responder: list[subprocess.Popen[bytes]] = []
 
     def on_starting(_arbiter: Any) -> None:
-        nonlocal directory
-        directory = Path(tempfile.mkdtemp(prefix="gpushare-heartbeats-"))
+        made.append(Path(tempfile.mkdtemp(prefix="gpushare-heartbeats-")))
+        directory = made[0]
         responder.append(subprocess.Popen(
             [sys.executable, "-m", "webhook.probes.responder", "--host", server.host, "--port", str(port),
              "--heartbeats", str(directory), "--stall-seconds", str(server.probe_stall_seconds)]))
 
     def post_worker_init(worker: Any) -> None:
-        worker.heartbeat = Heartbeat(directory, readiness(worker.wsgi))
+        worker.heartbeat = Heartbeat(made[0], readiness(worker.wsgi))
         worker.heartbeat.beat()
 
     def child_exit(_arbiter: Any, worker: Any) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(directory / str(worker.pid))
+        with contextlib.suppress(OSError, IndexError):
+            os.unlink(made[0] / str(worker.pid))
 
     def on_exit(_arbiter: Any) -> None:
         for process in responder:
             process.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(5)
-        shutil.rmtree(directory, ignore_errors=True)
+        for directory in made:  # never anything else: nothing is removed before the arbiter made it
+            shutil.rmtree(directory, ignore_errors=True)
 
     return {"on_starting": on_starting, "post_worker_init": post_worker_init, "child_exit": child_exit,
             "on_exit": on_exit}
