@@ -13,7 +13,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from flask import Flask
 
 from certs.issue import Issued, issue_ca, new_key, write_pair
-from webhook.server.auth import AuthConfigError, BearerToken, bearer_guard, guarded, install_auth
+from webhook.server.auth import AuthConfigError, BearerToken, bearer_guard, configured_guards, guarded
 from webhook.settings import AuthSettings
 
 from .helpers import admission_review, gpushare_server, load_json
@@ -118,7 +118,7 @@ def test_bearer_guard_as_a_decorator_and_token_rotation(tmp_path):
 
 def test_unusable_auth_files_are_refused_at_start(tmp_path):
     with pytest.raises(AuthConfigError, match="not found"):
-        install_auth(Flask("t"), AuthSettings(client_ca_file=tmp_path / "missing.crt"))
+        configured_guards(AuthSettings(client_ca_file=tmp_path / "missing.crt"))
     (tmp_path / "empty").write_text("")
     with pytest.raises(AuthConfigError, match="empty"):
-        install_auth(Flask("t"), AuthSettings(bearer_token_file=tmp_path / "empty"))
+        configured_guards(AuthSettings(bearer_token_file=tmp_path / "empty"))

@@ -148,8 +148,26 @@ def test_body_over_the_limit_is_a_413(session, server):
 
 
 def test_wrong_method_and_path_are_json_errors(session, server):
-    assert session.get(server.url + "/validate", timeout=5).json()["error"]["code"] == 405
+    for path in ("/validate", "/mutate"):
+        for method in ("GET", "PUT", "DELETE"):
+            reply = session.request(method, server.url + path, timeout=5)
+            assert reply.status_code == 405 and reply.headers["Allow"] == "POST", (method, path)
+            assert reply.json()["error"] == {"code": 405, "reason": f"{path} answers POST only (an AdmissionReview "
+                                                                   "from the API server)"}
     assert session.get(server.url + "/nope", timeout=5).json()["error"]["code"] == 404
+    assert session.get(server.url + "/validate/", timeout=5).json()["error"]["code"] == 404
+
+
+def test_a_chunked_review_is_answered_as_the_same_review_with_a_length(session, server):
+    review = admission_review(load_json("pod-realistic.json"), namespace="ml-serving")
+    body = json.dumps(review).encode()
+    headers = {"Content-Type": "application/json"}
+    for path in ("/validate", "/mutate"):
+        plain = session.post(server.url + path, data=body, headers=headers, timeout=15)
+        chunked = session.post(server.url + path, data=iter([body[:1000], body[1000:]]), headers=headers, timeout=15)
+        assert chunked.request.headers["Transfer-Encoding"] == "chunked"
+        assert plain.status_code == chunked.status_code == 200, chunked.text[:300]
+        assert chunked.json() == plain.json()
 
 
 def test_keep_alive_connection_is_reused(server):

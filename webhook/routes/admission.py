@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
-from flask import Blueprint, Response
+import msgspec
+from flask import Response
+from werkzeug.exceptions import HTTPException
 
 from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
@@ -22,13 +23,19 @@ from webhook.routes.body import BadRequest
 from webhook.routes.observe import Observer
 from webhook.routes.review import AdmissionReview, ReviewError, build_response, parse_review
 from webhook.routes.services import Services
-from webhook.server.http_errors import error_response, json_response
+from webhook.server.auth import Environ, Guards, denial
+from webhook.server.http_errors import error_body, error_response, http_error_reason
+from webhook.server.listeners import listener_denial
 from webhook.server.metrics import register_endpoint
 from webhook.server.scheduling import Work, declare
 from webhook.state.leader import LeaderElector
 
 Mode = Literal["mutate", "validate"]
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 log = logging.getLogger("gpushare.admission")
+_ENCODE = msgspec.json.Encoder().encode  # as webhook.server.http_errors.json_response encodes
+_STATUS = {200: "200 OK", 400: "400 Bad Request"}
 
 
 def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState | None,
@@ -71,24 +78,74 @@ def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState |
     return build_response(review, verdict)
 
 
-def admission_routes(services: Services, observer: Observer, read_json: Callable[[], Any]) -> Blueprint:
-    """``POST /validate`` and ``POST /mutate``: an AdmissionReview in, an AdmissionReview out."""
-    routes = Blueprint("admission", __name__)
+class ReviewEndpoints:
+    """``POST /validate`` and ``POST /mutate`` as plain WSGI in front of the Flask app
+    (``fallback``), which serves every other path.
 
-    def review_route(mode: Mode) -> Response:
+    Not Flask views because the API server calls these two for every pod, and Flask's request and
+    response objects, routing and context cost about a third of a review (bench/admission_cost.py).
+    What Flask's hooks do for its own paths is done here, in the same order: the listener split,
+    authentication, the body limits, JSON errors, metrics and the request log.
+    """
+
+    def __init__(self, fallback: WsgiApp, services: Services, observer: Observer, guards: Guards,
+                 read_json: Callable[[Environ], Any]) -> None:
+        self._fallback = fallback
+        self._services = services
+        self._observer = observer
+        self._guards = guards
+        self._read_json = read_json
+        self._server = services.settings.server
+        self._modes: dict[str, Mode] = {}
+        for mode in ("validate", "mutate"):
+            path = declare(f"/{mode}", Work.REVIEW, ["POST"])  # the API server's calls
+            register_endpoint(path)
+            self._modes[path] = mode
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        mode = self._modes.get(path)
+        if mode is None:
+            return self._fallback(environ, start_response)
+        try:
+            status, payload = self._answer(mode, path, environ)
+        except HTTPException as exc:  # a body over the limit (413), the large-body gate (503)
+            reason = http_error_reason(exc, self._server.max_body_bytes)
+            status = exc.code or 500
+            self._observer.refused(mode, status, reason)
+            return error_response(status, reason)(environ, start_response)
+        except Exception as exc:
+            log.exception("unhandled error on %s %s", environ.get("REQUEST_METHOD"), path)
+            reason = f"internal error: {type(exc).__name__}"
+            self._observer.refused(mode, 500, reason)
+            return error_response(500, reason)(environ, start_response)
+        if isinstance(payload, Response):
+            return payload(environ, start_response)
+        start_response(_STATUS[status], [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))])
+        return [payload]
+
+    def _answer(self, mode: Mode, path: str, environ: Environ) -> tuple[int, bytes | Response]:
+        """The status and the answer's bytes, or a refusal as a Response."""
+        def refused(status: int, reason: str) -> None:
+            self._observer.refused(mode, status, reason)
+
+        refusal = listener_denial(self._server, path, environ, refused) or denial(self._guards, path, environ, refused)
+        if refusal is not None:
+            return refusal.status_code, refusal
+        if environ.get("REQUEST_METHOD") != "POST":
+            reason = f"{path} answers POST only (an AdmissionReview from the API server)"
+            refused(405, reason)
+            response = error_response(405, reason)
+            response.headers["Allow"] = "POST"
+            return 405, response
         started = time.perf_counter()
         review: AdmissionReview | None = None
+        services = self._services
         try:
-            review = parse_review(read_json())
+            review = parse_review(self._read_json(environ))
             body = answer_review(review, services.engine, services.state, mode, services.ledger, services.leader)
         except (BadRequest, ReviewError) as exc:
-            observer.refused(mode, 400, str(exc), time.perf_counter() - started, review)
-            return error_response(400, str(exc))
-        observer.answered(mode, review, body, time.perf_counter() - started)
-        return json_response(body)
-
-    for mode in ("validate", "mutate"):
-        path = declare(f"/{mode}", Work.REVIEW, ["POST"])  # the API server's calls
-        register_endpoint(path)
-        routes.add_url_rule(path, mode, partial(review_route, mode), methods=["POST"])
-    return routes
+            self._observer.refused(mode, 400, str(exc), time.perf_counter() - started, review)
+            return 400, _ENCODE(error_body(400, str(exc)))
+        self._observer.answered(mode, review, body, time.perf_counter() - started)
+        return 200, _ENCODE(body)

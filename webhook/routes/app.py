@@ -1,5 +1,6 @@
-"""Flask app factory: one Blueprint per surface (routes/admission, dry_run, extender, ops), body limits
-and JSON errors. Policy lives in ``policies``."""
+"""Flask app factory: one Blueprint per surface (dry_run, explain, extender, ops) and the review
+endpoints in front of them (routes/admission), body limits and JSON errors. Policy lives in
+``policies``."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import logging
 from functools import partial
 
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException
 
 from policies.capacity_index import capacity_index
 from policies.dryrun import DryRun
 from policies.scoring import Scorer
-from webhook.routes.admission import admission_routes
+from webhook.routes.admission import ReviewEndpoints
 from webhook.routes.body import read_json_body
 from webhook.routes.dry_run import dry_run_routes
 from webhook.routes.explain import explain_routes
@@ -20,10 +21,10 @@ from webhook.routes.extender import Extender, extender_routes
 from webhook.routes.observe import Observer, admission_kinds
 from webhook.routes.ops import ops_routes
 from webhook.routes.services import Services
-from webhook.server.auth import install_auth
+from webhook.server.auth import configured_guards, install_auth
 from webhook.server.cert_metrics import CertificateCollector
 from webhook.server.deadline import budget_seconds
-from webhook.server.http_errors import error_response
+from webhook.server.http_errors import error_response, http_error_reason
 from webhook.server.jsonbody import LargeBodyGate
 from webhook.server.listeners import install_listener_split
 from webhook.server.logs import RequestLog
@@ -60,27 +61,28 @@ def create_app(services: Services) -> Flask:
 
     # The listener split runs first: a path its listener does not serve is a 404, not a 401.
     install_listener_split(app, settings.server, refused)
-    install_auth(app, settings.auth, refused)
+    guards = configured_guards(settings.auth)
+    install_auth(app, guards, refused)
     metrics.registry.register(CertificateCollector(settings.server.cert_dir))
     metrics.registry.register(StateHealthCollector(lambda: services.state))
     if services.allocation is not None:
         metrics.add_rendered(services.allocation.exposition)
-    read_json = partial(read_json_body, max_bytes, gate)
+    read_json = partial(read_json_body, max_bytes=max_bytes, gate=gate)
     scorer = Scorer(settings.names)  # one per process: its per-node cache serves /dry-run and the extender
     if services.state is not None:
         scorer.profiles(services.state)  # build the per-node cache now, not on the scheduler's first call
         capacity_index(services.engine.names).warm(services.state)  # GC001's, not in the first review
     app.register_blueprint(ops_routes(services, metrics))
-    app.register_blueprint(admission_routes(services, observer, read_json))
     app.register_blueprint(dry_run_routes(services, observer, DryRun(services.engine, scorer)))
     app.register_blueprint(explain_routes(services, observer, scorer))
     app.register_blueprint(extender_routes(services, observer, Extender(settings, scorer), read_json))
 
+    # The API server's two calls are answered in front of Flask (webhook.routes.admission).
+    app.wsgi_app = ReviewEndpoints(app.wsgi_app, services, observer, guards, read_json)  # type: ignore[method-assign]
+
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
-        reason = exc.description or exc.name
-        if isinstance(exc, RequestEntityTooLarge):
-            reason = f"body larger than {max_bytes} bytes"
+        reason = http_error_reason(exc, max_bytes)
         observer.refused(endpoint_label(request.path), exc.code or 500, reason)
         return error_response(exc.code or 500, reason)
 

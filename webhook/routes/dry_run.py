@@ -43,7 +43,7 @@ class DryRunInputError(ValueError):
 def read_text_body(max_bytes: int) -> str:
     """The body as text; RequestEntityTooLarge (a 413) over ``max_bytes``, chunked or not."""
     try:
-        raw = read_body(max_bytes)
+        raw = read_body(request.environ, max_bytes)
     except BodyError as exc:
         raise DryRunInputError(str(exc)) from None
     if not raw.strip():

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from flask import Blueprint
+from flask import Blueprint, request
 
 from policies.cluster import ClusterState, node_from_manifest
 from policies.resources import ShapeError, container_requests, pod_spec
@@ -132,13 +132,13 @@ class Extender:
 
 
 def extender_routes(services: Services, observer: Observer, extender: Extender,
-                    read_json: Callable[[], Any]) -> Blueprint:
+                    read_json: Callable[[dict[str, Any]], Any]) -> Blueprint:
     """``POST /scheduler/filter`` and ``/scheduler/prioritize`` for kube-scheduler's extender."""
     routes = Blueprint("extender", __name__)
 
     def answer(call: Callable[[ExtenderArgs, ClusterState], Any]) -> Any:
         try:
-            args = parse_extender_args(read_json())
+            args = parse_extender_args(read_json(request.environ))
         except ValueError as exc:  # ExtenderInputError, and the reader's refusals of bad JSON
             raise Refusal(400, str(exc)) from None
         state = services.state

@@ -8,8 +8,10 @@
   ``/metrics``) require ``Authorization: Bearer`` with the token in ``auth.bearer_token_file``,
   re-read when the file changes (Secret rotation).
 
-A guard is a function that returns None to let the request through or an error Response;
-``guarded`` applies one to a single view, ``install_auth`` applies the configured ones by path.
+A guard is a function of the request's WSGI environ that returns None to let the request
+through or an error Response; ``guarded`` applies one to a single view, ``install_auth`` applies
+the configured ones by path to a Flask app, and ``denial`` is what both ask (the review endpoints,
+which run in front of Flask, ask it directly: webhook.routes.admission).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from webhook.server.http_errors import error_response
 from webhook.settings import AuthSettings
 
 log = logging.getLogger("gpushare.auth")
-Guard = Callable[[], Response | None]
+Environ = dict[str, Any]
+Guard = Callable[[Environ], Response | None]
+Guards = list[tuple[frozenset[str], Guard]]
 View = TypeVar("View", bound=Callable[..., Any])
 
 
@@ -85,8 +89,8 @@ class BearerToken:
 
 
 def bearer_guard(token: BearerToken) -> Guard:
-    def guard() -> Response | None:
-        header = request.headers.get("Authorization", "")
+    def guard(environ: Environ) -> Response | None:
+        header = environ.get("HTTP_AUTHORIZATION", "")
         scheme, _, credentials = header.partition(" ")
         if scheme.lower() != "bearer" or not credentials.strip():
             return _unauthorized("this endpoint needs an Authorization: Bearer <token> header")
@@ -116,8 +120,8 @@ def certificate_names(cert: dict[str, Any]) -> set[str]:
 def client_cert_guard(accepted_names: tuple[str, ...]) -> Guard:
     accepted = frozenset(accepted_names)
 
-    def guard() -> Response | None:
-        sock = request.environ.get("gunicorn.socket")
+    def guard(environ: Environ) -> Response | None:
+        sock = environ.get("gunicorn.socket")
         peer_cert = getattr(sock, "getpeercert", None)  # a TLS socket; a plain one has none
         cert = peer_cert() if callable(peer_cert) else None
         if not cert:
@@ -140,17 +144,17 @@ def guarded(guard: Guard) -> Callable[[View], View]:
     def decorate(view: View) -> View:
         @functools.wraps(view)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            denial = guard()
-            return denial if denial is not None else view(*args, **kwargs)
+            refused = guard(request.environ)
+            return refused if refused is not None else view(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
 
     return decorate
 
 
-def configured_guards(auth: AuthSettings) -> list[tuple[frozenset[str], Guard]]:
+def configured_guards(auth: AuthSettings) -> Guards:
     """(paths, guard) for every configured mechanism; empty when authentication is off."""
-    guards: list[tuple[frozenset[str], Guard]] = []
+    guards: Guards = []
     if auth.client_ca_file is not None:
         if not auth.client_ca_file.is_file():
             raise AuthConfigError(f"{auth.client_ca_file}: client CA file not found (auth.client_ca_file)")
@@ -161,19 +165,25 @@ def configured_guards(auth: AuthSettings) -> list[tuple[frozenset[str], Guard]]:
     return guards
 
 
-def install_auth(app: Flask, auth: AuthSettings, on_denied: Callable[[int, str], None] | None = None) -> None:
-    """Run the configured guards before every request to their paths."""
-    guards = configured_guards(auth)
+def denial(guards: Guards, path: str, environ: Environ,
+           on_denied: Callable[[int, str], None] | None = None) -> Response | None:
+    """The first refusal of the guards for ``path`` (None: the request may go on); ``on_denied``
+    hears its status and reason."""
+    for paths, guard in guards:
+        if path in paths:
+            refused = guard(environ)
+            if refused is not None:
+                if on_denied is not None:
+                    on_denied(refused.status_code, refused.get_json()["error"]["reason"])
+                return refused
+    return None
+
+
+def install_auth(app: Flask, guards: Guards, on_denied: Callable[[int, str], None] | None = None) -> None:
+    """Run ``guards`` (``configured_guards``) before every request to their paths."""
     if not guards:
         return
 
     @app.before_request
     def authenticate() -> Response | None:
-        for paths, guard in guards:
-            if request.path in paths:
-                denial = guard()
-                if denial is not None:
-                    if on_denied is not None:
-                        on_denied(denial.status_code, denial.get_json()["error"]["reason"])
-                    return denial
-        return None
+        return denial(guards, request.path, request.environ, on_denied)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request
 from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.wsgi import get_content_length
 
 _READ_SIZE = 64 * 1024
 
@@ -33,10 +33,11 @@ def _drain(stream: Any, length: int, limit: int) -> None:
         length -= len(chunk)
 
 
-def read_body(max_bytes: int) -> bytes:
-    """The whole body; RequestEntityTooLarge over ``max_bytes``, BodyError when malformed."""
-    stream = request.environ.get("wsgi.input")
-    length = request.content_length
+def read_body(environ: dict[str, Any], max_bytes: int) -> bytes:
+    """The whole body of the request in ``environ``; RequestEntityTooLarge over ``max_bytes``,
+    BodyError when malformed."""
+    stream = environ.get("wsgi.input")
+    length = get_content_length(environ)  # None for a chunked body, as Flask's request reads it
     if stream is None:
         return b""
     try:

@@ -39,6 +39,19 @@ def listener_refusal(server: ServerSettings, path: str, port: int | None) -> str
     return None
 
 
+def listener_denial(server: ServerSettings, path: str, environ: dict[str, Any],
+                    on_refused: Callable[[int, str], None] | None = None) -> Response | None:
+    """The 404 for ``path`` asked for on the listener that does not serve it (None: it does)."""
+    if server.ops_port is None:
+        return None
+    reason = listener_refusal(server, path, local_port(environ))
+    if reason is None:
+        return None
+    if on_refused is not None:
+        on_refused(404, reason)
+    return error_response(404, reason)
+
+
 def install_listener_split(app: Flask, server: ServerSettings,
                            on_refused: Callable[[int, str], None] | None = None) -> None:
     """Refuse, before anything else runs, a path asked for on the listener that does not serve it."""
@@ -47,9 +60,4 @@ def install_listener_split(app: Flask, server: ServerSettings,
 
     @app.before_request
     def by_listener() -> Response | None:
-        reason = listener_refusal(server, request.path, local_port(request.environ))
-        if reason is None:
-            return None
-        if on_refused is not None:
-            on_refused(404, reason)
-        return error_response(404, reason)
+        return listener_denial(server, request.path, request.environ, on_refused)
