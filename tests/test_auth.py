@@ -57,26 +57,28 @@ def secured(tmp_path_factory, client_pki, worker_kind):
         yield running
 
 
-def _post(server, pki: Path, who: str | None) -> requests.Response:
+def _post(server, pki: Path, who: str | None, path: str = "/validate") -> requests.Response:
     session = server.session()
     if who:
         session.cert = (str(pki / f"{who}.crt"), str(pki / f"{who}.key"))
-    return server.post_json("/validate", admission_review(load_json("pod-realistic.json")), session)
+    return server.post_json(path, admission_review(load_json("pod-realistic.json")), session)
 
 
-def test_api_server_certificate_is_accepted(secured, client_pki):
-    reply = _post(secured, client_pki, "apiserver")
+@pytest.mark.parametrize("path", ["/validate", "/mutate"])
+def test_api_server_certificate_is_accepted(secured, client_pki, path):
+    reply = _post(secured, client_pki, "apiserver", path)
     assert reply.status_code == 200 and reply.json()["response"]["allowed"] is True
 
 
-def test_missing_or_unaccepted_certificates_are_refused(secured, client_pki):
-    missing = _post(secured, client_pki, None)
+@pytest.mark.parametrize("path", ["/validate", "/mutate"])
+def test_missing_or_unaccepted_certificates_are_refused(secured, client_pki, path):
+    missing = _post(secured, client_pki, None, path)
     assert missing.status_code == 401 and "client certificate" in missing.json()["error"]["reason"]
-    intruder = _post(secured, client_pki, "intruder")
+    intruder = _post(secured, client_pki, "intruder", path)
     assert intruder.status_code == 403
     assert "intruder" in intruder.json()["error"]["reason"] and "kube-apiserver" in intruder.json()["error"]["reason"]
     with pytest.raises(requests.exceptions.SSLError):  # signed by another CA: TLS itself refuses it
-        _post(secured, client_pki, "forged")
+        _post(secured, client_pki, "forged", path)
 
 
 def test_probes_and_scrapes_need_no_certificate(secured):
