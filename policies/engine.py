@@ -5,6 +5,8 @@ Every way in (webhook, dry-run, ``gpushare check``) calls this, so they cannot d
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,15 @@ if TYPE_CHECKING:
     from .assume import PlacementLedger
     from .catalog import Catalog
     from .cluster import ClusterState
+
+
+@functools.cache
+def _pod_from_manifest() -> Callable[..., Any]:
+    """policies.cluster's reader, imported when a server first records an admitted pod (an import
+    statement in ``admit`` would look it up again on every review)."""
+    from .cluster import pod_from_manifest
+
+    return pod_from_manifest
 
 
 @dataclass(slots=True)
@@ -237,9 +248,7 @@ class Engine:
             verdict = self.validate(subject)
             if verdict.allowed and subject.kind == "Pod" and subject.operation == "CREATE" \
                     and subject.metadata.get("name"):
-                from .cluster import pod_from_manifest
-
-                pod = pod_from_manifest(subject.obj, self.names, subject.containers, with_env=False)
+                pod = _pod_from_manifest()(subject.obj, self.names, subject.containers, with_env=False)
                 ledger.remember_created(pod if pod.namespace == subject.namespace or not subject.namespace
                                         else replace(pod, namespace=subject.namespace))
             return verdict

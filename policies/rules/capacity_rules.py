@@ -6,7 +6,9 @@ first runs: ``gpushare check`` without ``--snapshot`` never loads it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from ..relevance import Relevance
@@ -21,6 +23,17 @@ if TYPE_CHECKING:
     from ..cluster import ClusterState
 
 SWITCH = "capacity"
+
+
+@functools.cache
+def _machinery() -> SimpleNamespace:
+    """The capacity index and placement, imported on GC001's first run (an import statement in the
+    rule would look them up again on every review)."""
+    from ..capacity_index import TooCostly, WorkBudget, capacity_index, too_costly
+    from ..placement import demand_from_containers
+
+    return SimpleNamespace(TooCostly=TooCostly, WorkBudget=WorkBudget, capacity_index=capacity_index,
+                           too_costly=too_costly, demand_from_containers=demand_from_containers)
 
 
 def asks_gpu_memory(subject: Subject) -> bool:
@@ -40,15 +53,14 @@ def asks_gpu_memory(subject: Subject) -> bool:
 def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
     if placement_of(subject) is not None:
         return  # a pod pinned by spec.nodeName skips the scheduler: GB004 judges its node
-    from ..capacity_index import TooCostly, WorkBudget, capacity_index, too_costly
-    from ..placement import demand_from_containers
+    machinery = _machinery()
 
     state: ClusterState | None = None
     # One budget for the review, whatever number of pod templates it holds (capacity_index).
     cap = subject.settings.capacity.max_work if subject.settings is not None else CapacitySettings().max_work
-    budget = WorkBudget(cap)
+    budget = machinery.WorkBudget(cap)
     for pod in subject.pods:
-        demand = demand_from_containers(pod.label, pod.containers, subject.names, pod.labels)
+        demand = machinery.demand_from_containers(pod.label, pod.containers, subject.names, pod.labels)
         if not demand.gpus:
             continue
         if state is None:
@@ -58,9 +70,10 @@ def some_node_can_hold_it(subject: Subject) -> Iterator[Found]:
         # is counted, and past the cap the pod is not judged but called too costly (capacity_index).
         selector = node_selector_from_spec(pod.spec, pod.spec_path)
         try:
-            verdict = capacity_index(subject.names).verdict(getattr(state, "base", state), demand, selector, budget)
-        except TooCostly:
-            yield Found(too_costly(pod.label, selector, demand, cap), pod.spec_path)
+            index = machinery.capacity_index(subject.names)
+            verdict = index.verdict(getattr(state, "base", state), demand, selector, budget)
+        except machinery.TooCostly:
+            yield Found(machinery.too_costly(pod.label, selector, demand, cap), pod.spec_path)
             return
         if verdict.never:
             decided = f"{pod.label} cannot run on any node the cluster has: {verdict.never}"

@@ -7,8 +7,10 @@ without ``spec.nodeName`` never loads it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 from ..relevance import Relevance
@@ -21,6 +23,17 @@ if TYPE_CHECKING:
     from ..placement import PodDemand
 
 PLACEMENT = "placement"
+
+
+@functools.cache
+def _machinery() -> SimpleNamespace:
+    """Placement and the cluster's records, imported when a placement is first judged (an import
+    statement in the functions below would look them up again on every review)."""
+    from ..cluster import pod_from_manifest
+    from ..placement import PodDemand, demand_from_containers, placement_problems
+
+    return SimpleNamespace(pod_from_manifest=pod_from_manifest, PodDemand=PodDemand,
+                           demand_from_containers=demand_from_containers, placement_problems=placement_problems)
 
 PLACED_KINDS = ("Binding", "Pod")
 # A pod asking for any GPU resource, created with spec.nodeName (every binding is sent).
@@ -75,11 +88,13 @@ def is_placement(subject: Subject) -> bool:
 
 
 def _demand(subject: Subject, where: Placement, pod: PodInfo | None) -> PodDemand:
-    from ..placement import PodDemand, demand_from_containers
-
+    machinery = _machinery()
+    demand: PodDemand
     if pod is not None:
-        return PodDemand(pod.key, pod.gpus, pod.exclusive_gpus, pod.topology_gpus)
-    return demand_from_containers(where.pod_key, subject.containers, subject.names, subject.pod_labels)
+        demand = machinery.PodDemand(pod.key, pod.gpus, pod.exclusive_gpus, pod.topology_gpus)
+    else:
+        demand = machinery.demand_from_containers(where.pod_key, subject.containers, subject.names, subject.pod_labels)
+    return demand
 
 
 def _needs_check(demand: PodDemand) -> bool:
@@ -94,9 +109,8 @@ def placed_pod(subject: Subject) -> PodInfo | None:
     if subject.kind == "Binding":
         pod = subject.state.get_pod(where.namespace, where.pod_name) if subject.state is not None else None
     else:
-        from ..cluster import pod_from_manifest
-
-        pod = replace(pod_from_manifest(subject.obj, subject.names, with_env=False), namespace=where.namespace)
+        pod = replace(_machinery().pod_from_manifest(subject.obj, subject.names, with_env=False),
+                      namespace=where.namespace)
     if pod is None or not pod.uses_gpu:
         return None
     return replace(pod, node_name=where.node)
@@ -143,9 +157,7 @@ def _check(subject: Subject, where: Placement) -> Checked | None:
     node = state.get_node(where.node)
     if node is None:
         raise StateUnavailable(SWITCH, what, f"node {where.node} is not in the cluster state")
-    from ..placement import placement_problems
-
-    result = placement_problems(demand, node, state.pods_on_node(where.node), subject.names)
+    result = _machinery().placement_problems(demand, node, state.pods_on_node(where.node), subject.names)
     return Checked(where, demand, result.problems, result.notes)
 
 
