@@ -35,6 +35,10 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.processes import compile_bytecode  # noqa: E402
+
 MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
 WORKLOADS = ("Deployment", "StatefulSet", "Job", "CronJob", "DaemonSet", "Pod")
 
@@ -146,12 +150,6 @@ def timed(args: list[str]) -> tuple[float, float, subprocess.CompletedProcess[by
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done
 
 
-def compile_bytecode() -> None:
-    """The project's modules compiled to bytecode, as `pip install` leaves them."""
-    packages = [str(ROOT / name) for name in ("policies", "webhook", "certs")]
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=1000)
@@ -162,7 +160,8 @@ def main() -> None:
     args = parser.parse_args()
 
     print("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
-    compile_bytecode()
+    if not compile_bytecode():
+        sys.exit("the project's modules do not all compile")
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp) / "tree"
         root.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.processes import compile_bytecode
 from policies.engine import Engine
 from webhook.settings import Settings, load_settings
 from webhook.state.snapshot import load_demo_snapshot
@@ -39,6 +40,11 @@ WORKER_KINDS = ("webhook", "gthread")
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "both_workers: run against both gunicorn workers (server.worker)")
+    if not hasattr(config, "workerinput"):  # once, in the process that starts any xdist workers
+        # The tests start hundreds of Python processes (the CLI, servers, the workers themselves);
+        # with PYTHONDONTWRITEBYTECODE set each would compile the project's modules again. (A
+        # module that does not compile is printed here and fails its tests as before.)
+        compile_bytecode()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
+import uuid
 from typing import Any
 
 import jsonpatch
@@ -23,13 +25,15 @@ json_values = st.recursive(
 )
 
 
-def good_reviews() -> list[dict[str, Any]]:
-    """Realistic reviews the mutations below start from: every kind and operation the webhook reads."""
+@functools.cache
+def good_reviews() -> tuple[dict[str, Any], ...]:
+    """Realistic reviews the mutations below start from: every kind and operation the webhook reads
+    (built once: callers copy before they change one)."""
     job = workload("Job", pod_spec(container("c", limits={MEM: 2, CORE: 33})), name="cuda-33")
     ds = workload("DaemonSet", pod_spec(container("plugin", limits={MEM: 1})), name="gpushare-device-plugin-ds")
     pod = load_json("pod-realistic.json")
     pinned = copy.deepcopy(pod) | {"spec": pod["spec"] | {"nodeName": "cn-beijing.192.168.1.10"}}
-    return [
+    return (
         admission_review(pod),
         admission_review(pinned),
         admission_review(job, group="batch", resource="jobs"),
@@ -37,7 +41,7 @@ def good_reviews() -> list[dict[str, Any]]:
         admission_review(job, operation="UPDATE", old=job, group="batch"),
         admission_review(pod, api_version="admission.k8s.io/v1beta1"),
         admission_review(None, kind="Pod", operation="DELETE"),
-    ]
+    )
 
 
 def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -66,6 +70,7 @@ def _replace(doc: Any, path: tuple[Any, ...], new: Any) -> Any:
 def hostile_reviews(draw: st.DrawFn) -> Any:
     """A real review with up to three fields anywhere replaced by a value of any JSON type."""
     doc = copy.deepcopy(draw(st.sampled_from(good_reviews())))
+    doc["request"]["uid"] = str(uuid.uuid4())  # a review of its own, as the API server sends each
     for _ in range(draw(st.integers(0, 3))):
         path = draw(st.sampled_from(json_paths(doc)))
         doc = _replace(doc, path, draw(json_values))
@@ -104,15 +109,26 @@ ERROR_SCHEMA = {
 }
 
 
+def _validator(schema: dict[str, Any]) -> Any:
+    """What jsonschema.validate builds, with the schema checked against its metaschema once here
+    rather than on every answer (that check was most of a generated review's cost)."""
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+RESPONSE_VALIDATOR, ERROR_VALIDATOR = _validator(RESPONSE_SCHEMA), _validator(ERROR_SCHEMA)
+
+
 def check_answer(sent: Any, status: int, body: bytes) -> None:
     """The contract: a valid AdmissionReview answering what was sent, or a 4xx JSON error."""
     assert status in (200, 400), (status, body[:300])
     payload = json.loads(body)
     if status == 400:
-        jsonschema.validate(payload, ERROR_SCHEMA)
+        ERROR_VALIDATOR.validate(payload)
         assert payload["error"]["code"] == 400
         return
-    jsonschema.validate(payload, RESPONSE_SCHEMA)
+    RESPONSE_VALIDATOR.validate(payload)
     response = payload["response"]
     assert payload["apiVersion"] == sent["apiVersion"]
     assert response["uid"] == sent["request"]["uid"]

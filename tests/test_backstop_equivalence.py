@@ -552,8 +552,15 @@ def test_a_resource_name_with_white_space_is_refused_in_the_config(tmp_path):
 # -- GS003's value rule on every form ------------------------------------------------------------
 
 UNIT_ENGINES = {unit: Engine(Settings(names={"memory_unit": unit})) for unit in ("GiB", "MiB")}
-UNIT_BACKSTOPS = {unit: Backstop(backstop_policy(engine.settings, frozenset({"GS003"}))[0])
-                  for unit, engine in UNIT_ENGINES.items()}
+
+
+@pytest.fixture(scope="module")
+def unit_backstops() -> dict[str, Backstop]:
+    """GS003's policy for each memory unit, compiled when a test needs it (not in every xdist worker)."""
+    return {unit: Backstop(backstop_policy(engine.settings, frozenset({"GS003"}))[0])
+            for unit, engine in UNIT_ENGINES.items()}
+
+
 SUFFIXES = ["", "", "m", "k", "M", "G", "Ki", "Mi", "Gi", "Ti", "e0", "e1", "e3", "e6", "E2", "e-3"]
 
 
@@ -575,7 +582,7 @@ def _gs003(engine: Engine, value: str) -> list[str]:
 
 @settings(max_examples=examples(150), deadline=None)
 @given(written_quantities(), st.sampled_from(["GiB", "MiB"]))
-def test_gs003_judges_the_value_alike_as_written_as_sent_and_in_the_backstop(written, unit):
+def test_gs003_judges_the_value_alike_as_written_as_sent_and_in_the_backstop(unit_backstops, written, unit):
     """``check`` reads what people write, the webhook what the API server sends (its canonical form),
     the backstop the same canonical string: all three refuse exactly the same values."""
     sent = canonical(written)
@@ -584,5 +591,5 @@ def test_gs003_judges_the_value_alike_as_written_as_sent_and_in_the_backstop(wri
     assert bool(as_written) == bool(as_sent), (written, sent, as_written, as_sent)
     obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
            "spec": {"containers": [{"name": "c", "resources": {"limits": {MEM: sent}}}]}}
-    backstop = [m for m in UNIT_BACKSTOPS[unit].failures(obj, "default", {}) if m.startswith("GS003")]
+    backstop = [m for m in unit_backstops[unit].failures(obj, "default", {}) if m.startswith("GS003")]
     assert bool(backstop) == bool(as_sent), (written, sent, backstop, as_sent)

@@ -6,8 +6,9 @@
   install`` of this repository into that fresh environment: the base install, without
   ``[server]``, which these tests also hold to its promise (``check`` runs; ``serve`` names the
   extra).
-- The pre-commit hook (``.pre-commit-hooks.yaml``): pre-commit itself (``try-repo``), which builds
-  the hook's environment from this repository as it would from a tag.
+- The pre-commit hook (``.pre-commit-hooks.yaml``): pre-commit itself, from a
+  ``.pre-commit-config.yaml`` naming this repository and a commit as users name a tag; it builds
+  the hook's environment once and every run after uses it.
 
 Both install from the package index pip is configured with, as ``.ci/run`` does.
 """
@@ -42,7 +43,9 @@ def runner(tmp_path_factory) -> dict[str, Path]:
     one test uses it, so that one process installs into it."""
     base = tmp_path_factory.mktemp("runner")
     tool = base / "hostedtoolcache"
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(tool)], check=True, timeout=120,
+    # virtualenv (pre-commit's own) seeds pip from its cache in a fraction of a second, where
+    # `python -m venv` runs ensurepip, a pip install of pip (seconds of CPU).
+    subprocess.run([sys.executable, "-m", "virtualenv", "--quiet", str(tool)], check=True, timeout=120,
                    env=_environment())
     # The runner checks the action's repository out under _actions/; a copy keeps pip's in-tree
     # build (build/, *.egg-info) out of this repository.
@@ -128,6 +131,28 @@ def _holds_the_base_install(runner: dict[str, Path]) -> None:
                                                      "'gpushare-webhook[server]'\n")
 
 
+def _git(*args: str, cwd: Path, env: dict[str, str], stdin: bytes | None = None) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, input=stdin, check=True, capture_output=True, env=env,
+                          timeout=60)
+    return done.stdout.decode().strip()
+
+
+def _hook_commit(shadow: Path, env: dict[str, str]) -> tuple[Path, str]:
+    """This repository and the commit pre-commit installs the hook from: HEAD, or, when tracked files
+    have changes, as ``pre-commit try-repo`` takes them: a commit of HEAD and those changes in a
+    clone (so a change under test is what the hook runs, and this repository is left as it is)."""
+    head = _git("rev-parse", "HEAD", cwd=ROOT, env=env)
+    changes = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=ROOT, check=True, capture_output=True,
+                             env=env, timeout=60).stdout
+    if not changes:
+        return ROOT, head
+    _git("clone", "-q", "--no-checkout", str(ROOT), str(shadow), cwd=ROOT, env=env)
+    _git("checkout", "-q", head, cwd=shadow, env=env)
+    _git("apply", "--index", "--binary", "-", cwd=shadow, env=env, stdin=changes)
+    _git("commit", "-q", "--no-verify", "-m", "changes under test", cwd=shadow, env=env)
+    return shadow, _git("rev-parse", "HEAD", cwd=shadow, env=env)
+
+
 def test_the_pre_commit_hook_as_pre_commit_runs_it(tmp_path):
     repo = tmp_path / "repo"
     (repo / ".github" / "workflows").mkdir(parents=True)
@@ -136,13 +161,17 @@ def test_the_pre_commit_hook_as_pre_commit_runs_it(tmp_path):
     pre_commit = str(Path(sys.executable).parent / "pre-commit")
 
     def git(*args: str) -> None:
-        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env=env, timeout=60)
+        _git(*args, cwd=repo, env=env)
 
     def hook(*files: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([pre_commit, "try-repo", str(ROOT), "gpushare-check", "--files", *files],
+        return subprocess.run([pre_commit, "run", "gpushare-check", "--files", *files],
                               cwd=repo, capture_output=True, text=True, env=env, timeout=600)
 
+    source, rev = _hook_commit(tmp_path / "shadow", env)
     git("init", "-q", ".")
+    # As the hook's users configure it (.pre-commit-hooks.yaml): a repository, a revision, the hook.
+    (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump(
+        {"repos": [{"repo": str(source), "rev": rev, "hooks": [{"id": "gpushare-check"}]}]}))
     (repo / ".github" / "workflows" / "ci.yml").write_text("on: push\njobs: {}\n")
     shutil.copy(SEED_33, repo / "job.yaml")
     git("add", ".")

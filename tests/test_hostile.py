@@ -19,7 +19,7 @@ from webhook.routes.app import create_app
 from webhook.routes.services import Services
 
 from .helpers import admission_review, load_json
-from .hostile import ERROR_SCHEMA, check_answer, good_reviews, hostile_reviews, json_values
+from .hostile import ERROR_VALIDATOR, check_answer, good_reviews, hostile_reviews, json_values
 from .profiles import examples
 
 FAST = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
@@ -193,9 +193,7 @@ def test_malformed_http_gets_a_json_error(server, request_bytes, status):
     assert b"application/json" in head
     error = json.loads(body)["error"]
     assert error["code"] == status and error["reason"]
-    import jsonschema
-
-    jsonschema.validate(json.loads(body), ERROR_SCHEMA)
+    ERROR_VALIDATOR.validate(json.loads(body))
 
 
 def test_server_still_healthy_and_logged_no_traceback(server, session):

@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .helpers import admission_review, gpushare_executable, gpushare_server, load_json
-from .hostile import ERROR_SCHEMA, chunked_post, good_reviews, json_paths, json_values, raw_exchange
+from .hostile import ERROR_VALIDATOR, chunked_post, good_reviews, json_paths, json_values, raw_exchange
 from .manifests import CORE, MEM, container, pod_spec, workload
+from .profiles import examples
 
 MAX_BODY = 256 * 1024
 DEMO_NODES = ["cn-beijing.192.168.1.10", "cn-hangzhou.192.168.2.20", "cn-zhangjiakou.192.168.66.139"]
@@ -280,16 +281,14 @@ def _encode(doc, as_yaml: bool) -> bytes:
     return json.dumps(doc).encode()  # ensure_ascii: a lone surrogate travels as \udXXX
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=hostile_documents(), as_yaml=st.booleans())
 def test_real_server_dry_run_answers_every_generated_document(server, session, doc, as_yaml):
     reply = session.post(server.url + "/dry-run", data=_encode(doc, as_yaml), timeout=15)
     assert reply.status_code in (200, 400), reply.text[:300]
     payload = reply.json()
     if reply.status_code == 400:
-        import jsonschema
-
-        jsonschema.validate(payload, ERROR_SCHEMA)
+        ERROR_VALIDATOR.validate(payload)
         assert "body" in payload["error"]["reason"]
         return
     for result in payload["results"]:

@@ -212,6 +212,11 @@ def function_level_imports(path: Path, root: Path = ROOT) -> list[tuple[int, Sta
 def first_failing_import(entry: str, imports: dict[str, list[Statement]]) -> str | None:
     """Load ``entry`` first in a fresh interpreter, as Python would: the first import that meets a
     half-made module it needs a name from, or None."""
+    return _load_first(entry, imports)[0]
+
+
+def _load_first(entry: str, imports: dict[str, list[Statement]]) -> tuple[str | None, set[str]]:
+    """first_failing_import's answer, and the modules the load reached."""
     state: dict[str, str] = {}
 
     def load(module: str) -> str | None:
@@ -235,7 +240,7 @@ def first_failing_import(entry: str, imports: dict[str, list[Statement]]) -> str
             state[name] = "done"
         return None
 
-    return load(entry)
+    return load(entry), set(state)
 
 
 def imports_that_hide_a_loop(root: Path, packages: tuple[str, ...]) -> list[str]:
@@ -243,13 +248,17 @@ def imports_that_hide_a_loop(root: Path, packages: tuple[str, ...]) -> list[str]
     module fail to load first."""
     files = {_name_under(p, root): p for pkg in packages for p in (root / pkg).rglob("*.py")}
     imports = {name: top_level_imports(path, root) for name, path in files.items()}
+    # A load that never reaches the module an import is moved into reads nothing the move changed:
+    # it ends as it did before (loaded, or failing as it did), so only the others are loaded again.
+    before = {entry: _load_first(entry, imports) for entry in files}
     hidden = []
     for name, path in sorted(files.items()):
         for line, statement in function_level_imports(path, root):
             if statement[0] not in files:
                 continue
             moved = {**imports, name: [*imports[name], statement]}
-            failures = [f for entry in sorted(files) if (f := first_failing_import(entry, moved))]
+            failures = [f for entry in sorted(files)
+                        if (f := first_failing_import(entry, moved) if name in before[entry][1] else before[entry][0])]
             if failures:
                 hidden.append(f"{name}:{line} imports {statement[0]} inside a function; at the top: {failures[0]}")
     return hidden

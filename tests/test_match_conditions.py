@@ -10,6 +10,7 @@ rule needs (``test_every_trigger_is_needed``).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -47,9 +48,7 @@ SETTINGS = Settings(exemptions={"grants": [{"name": "old", "namespace": "team-a"
                                             "reason": "vendor image", "expires": "2020-01-01"}],
                                 "annotation_namespaces": ["team-b"]})
 ENGINE = Engine(SETTINGS)
-CONDITIONS = match_conditions(SETTINGS)
 _ENV = celpy.Environment()
-PROGRAMS = {name: _ENV.program(_ENV.compile(conditions[0]["expression"])) for name, conditions in CONDITIONS.items()}
 TRIGGERS = {scope.name: triggers(scope, SETTINGS) for scope in SCOPES}
 POD_VALIDATE, POD_MUTATE = "pods.validate.gpushare.io", "pods.mutate.gpushare.io"
 DAEMONSETS = "gpushare-daemonsets.mutate.gpushare.io"
@@ -65,12 +64,25 @@ STATE = snapshot(*NODE_OBJECTS, gpu_pod("running", "cgpu-1", mem=10), names=SETT
 NODE_NAMES = [n["metadata"]["name"] for n in NODE_OBJECTS]
 
 
+@functools.cache
+def conditions() -> dict[str, list[dict[str, Any]]]:
+    """The matchConditions generated for SETTINGS (worked out when a test first needs them, not as
+    every xdist worker imports this module)."""
+    return match_conditions(SETTINGS)
+
+
+@functools.cache
+def program(webhook: str) -> Any:
+    """The webhook's condition compiled with cel-python."""
+    return _ENV.program(_ENV.compile(conditions()[webhook][0]["expression"]))
+
+
 def sent(webhook: str, obj: dict[str, Any], *, resource: str = "pods", operation: str = "CREATE",
          old: dict[str, Any] | None = None) -> bool:
     """The webhook's matchCondition on ``obj``, as the API server would evaluate it."""
     request = {"operation": operation, "resource": {"group": "", "version": "v1", "resource": resource}}
-    result = PROGRAMS[webhook].evaluate({"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
-                                         "request": celpy.json_to_cel(request)})
+    result = program(webhook).evaluate({"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
+                                        "request": celpy.json_to_cel(request)})
     assert isinstance(result, celpy.celtypes.BoolType), f"CEL evaluation failed: {result!r}"
     return bool(result)
 
@@ -370,7 +382,6 @@ spec:
     podSpecPatch: '{"containers":[{"name":"main","resources":{"limits":{"aliyun.com/gpu-mem":"{{inputs.m}}"}}}]}'
     container: {image: busybox}
 """
-CUSTOM_PROGRAM = PROGRAMS[CUSTOM]
 
 
 def custom_sent(obj: dict[str, Any], operation: str = "CREATE") -> bool:
@@ -378,7 +389,7 @@ def custom_sent(obj: dict[str, Any], operation: str = "CREATE") -> bool:
     group, _, version = str(obj.get("apiVersion", "")).rpartition("/")
     request = {"operation": operation, "kind": {"group": group, "version": version, "kind": obj.get("kind", "")},
                "resource": {"group": group, "version": version, "resource": "x"}}
-    result = CUSTOM_PROGRAM.evaluate({"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel(request)})
+    result = program(CUSTOM).evaluate({"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel(request)})
     assert isinstance(result, celpy.celtypes.BoolType), f"CEL evaluation failed: {result!r}"
     return bool(result)
 
@@ -514,4 +525,4 @@ def test_custom_workloads_no_rule_judges_are_not_sent(what, obj):
 
 def test_the_custom_workloads_condition_stays_far_below_the_parsers_limit():
     # cel-go refuses expressions over 100,000 code points by default (cel.ParserExpressionSizeLimit).
-    assert len(CONDITIONS[CUSTOM][0]["expression"]) < 50_000
+    assert len(conditions()[CUSTOM][0]["expression"]) < 50_000

@@ -13,7 +13,10 @@ from contextlib import ExitStack
 
 import pytest
 
+from webhook.settings import OverloadSettings
+
 from .helpers import admission_review, gpushare_server, load_json, wait_until
+from .manifests import MEM
 from .raw_client import (
     metric,
     one_slot_server,
@@ -65,10 +68,16 @@ def _not_reading_client(server, stack: ExitStack) -> ssl.SSLSocket:
 
 
 def _big_answer_review(uid: str) -> bytes:
-    """A /mutate review whose answer (a patch for 40 containers) is far larger than a small window."""
+    """A /mutate review whose answer (a patch for 600 containers, about 90 KB) is far larger than a
+    small window, and larger than the review: the server's send buffer (which Linux grows up to
+    net.ipv4.tcp_wmem's maximum, 4 MiB by default) fills after some tens of them. The review stays
+    under overload.inline_max_bytes, so the poller may evaluate it itself."""
     pod = load_json("pod-realistic.json")
-    pod["spec"]["containers"] = [dict(pod["spec"]["containers"][0], name=f"cuda-{i}") for i in range(40)]
-    return request(json.dumps(admission_review(pod, uid=uid)).encode(), path="/mutate")
+    pod["spec"]["containers"] = [{"name": f"cuda-{i}", "image": "cuda:12", "resources": {"limits": {MEM: "4"}}}
+                                 for i in range(600)]
+    body = json.dumps(admission_review(pod, uid=uid)).encode()
+    assert len(body) <= OverloadSettings().inline_max_bytes
+    return request(body, path="/mutate")
 
 
 def _answered(server, session, endpoint: str) -> int:
