@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 PLACEMENT = "placement"
 
+PLACED_KINDS = ("Binding", "Pod")
+# A pod asking for any GPU resource, created with spec.nodeName (every binding is sent).
+PLACED_GPU_PODS = Relevance(placed_resources=("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive"))
+SWITCH = "placement"
+
 
 @functools.cache
 def _machinery() -> SimpleNamespace:
@@ -34,11 +39,6 @@ def _machinery() -> SimpleNamespace:
 
     return SimpleNamespace(pod_from_manifest=pod_from_manifest, PodDemand=PodDemand,
                            demand_from_containers=demand_from_containers, placement_problems=placement_problems)
-
-PLACED_KINDS = ("Binding", "Pod")
-# A pod asking for any GPU resource, created with spec.nodeName (every binding is sent).
-PLACED_GPU_PODS = Relevance(placed_resources=("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive"))
-SWITCH = "placement"
 
 
 @dataclass(frozen=True, slots=True)
