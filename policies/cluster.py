@@ -88,6 +88,8 @@ class PodInfo:
     # What it sets in the variables the device plugin and cGPU own, when GS010 or GS011 report it
     # (the audit judges it again); None for nearly every pod.
     env: PodEnv | None = None
+    # metadata.deletionTimestamp is set: the pod is being deleted (it may run out its grace period).
+    deleting: bool = False
 
     @property
     def key(self) -> str:
@@ -122,7 +124,12 @@ class PodInfo:
 
     @property
     def terminated(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
+        """Finished, or being deleted: it holds no card. The GPU-sharing scheduler drops such a pod
+        from its cache (AliyunContainerService/gpushare-scheduler-extender, pkg/utils/pod.go
+        ``IsCompletePod``: a deletionTimestamp, or phase Succeeded or Failed; used by
+        pkg/gpushare/controller.go ``syncPod`` and ``updatePodInCache``), so a binding beside a pod
+        still terminating on a full card is one it has decided."""
+        return self.deleting or self.phase in ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +345,7 @@ def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[Containe
         selector=_pending_selector(spec),
         init_gpus=found.init_gpus,
         env=pod_env(spec, requests, labels, names) if with_env and isinstance(spec, dict) else None,
+        deleting=bool(meta.get("deletionTimestamp")),
     )
 
 

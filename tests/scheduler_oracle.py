@@ -14,7 +14,10 @@ Facts, each from its source (read for the facts, written afresh here):
   ``scheduler.framework.gpushare.allocation`` ({container index: {card: GiB}}), or the extender's
   ``ALIYUN_COM_GPU_MEM_IDX`` (the whole pod on one card). A pod with no usable record is on no
   card (the extender's device cache adds only pods with a card index: pkg/cache/nodeinfo.go,
-  addOrUpdatePod); finished pods hold nothing (pkg/cache/deviceinfo.go, GetUsedGPUMemory).
+  addOrUpdatePod); finished pods hold nothing (pkg/cache/deviceinfo.go, GetUsedGPUMemory), and
+  neither do pods being deleted: pkg/utils/pod.go ``IsCompletePod`` is true for a pod with a
+  deletionTimestamp as for one Succeeded or Failed, and pkg/gpushare/controller.go (``syncPod``,
+  ``updatePodInCache``) removes such a pod from the cache.
 - A pod fits a node when some card has at least its GiB free (pkg/cache/nodeinfo.go, Assume and
   allocateGPUID: the whole pod on one card). A pod labelled ``aliyun.com/gpu-count: M`` needs M
   cards of one node with N/M free each (ACK "Use cGPU to achieve GPU sharing based on multiple
@@ -82,8 +85,8 @@ def oracle_node(node: dict[str, Any], pods: list[dict[str, Any]]) -> OracleNode:
     mode = labels.get(SCHEDULE) or (("core_mem" if int(capacity.get(CORE, 0)) else "share") if total else "")
     out = OracleNode(node["metadata"]["name"], mode, [OracleCard(total // count) for _ in range(count)])
     for pod in pods:
-        if pod["status"].get("phase") in ("Succeeded", "Failed"):
-            continue
+        if pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") in ("Succeeded", "Failed"):
+            continue  # IsCompletePod
         annotations = pod["metadata"].get("annotations") or {}
         memory = app_memory(pod)
         key = _key(pod)

@@ -19,12 +19,17 @@ from .canonical_quantity import canonical
 from .check_helpers import run_gpushare, write_yaml
 from .cluster_objects import binding, gpu_pod, node
 from .helpers import admission_review, gpushare_server
+from .scheduler_oracle import finds_room, oracle_node
 
 MEM = "aliyun.com/gpu-mem"
 BIND = {"kind": "Binding", "resource": "pods", "sub_resource": "binding"}
 INIT_NODE = "cn-beijing.10.1.0.1"  # cgpu, one 12 GiB card
 PLAIN_NODE = "cn-beijing.10.1.0.2"  # offers shared GPU (2 x 15 GiB) with the open-source label, not the ACK one
 WIDE_NODE = "cn-beijing.10.1.0.3"  # cgpu, two empty 31 GiB cards
+# cgpu, one 16 GiB card each, full: on the first with a pod being deleted (a rolling update's old pod), on
+# the second with a running one.
+TERMINATING_NODE, FULL_NODE = "cn-beijing.10.1.0.4", "cn-beijing.10.1.0.5"
+DELETED_AT = "2026-01-01T00:00:00Z"
 
 
 def _with_init(name: str, app: int, init: int) -> dict[str, Any]:
@@ -47,7 +52,17 @@ def _objects() -> list[dict[str, Any]]:
             node(WIDE_NODE, mode="cgpu", cards=2, card_gib=31, provider_id="cn-beijing.i-2ze0wide"),
             _with_init("init-8", app=8, init=8),  # init 8 GiB + app 8 GiB on a card with 12 GiB free
             gpu_pod("plain-4", mem=4),
-            _spread("wide-40", mem=40, cards=2)]  # 40 GiB over 2 cards: 20 on each of two 31 GiB cards
+            _spread("wide-40", mem=40, cards=2),  # 40 GiB over 2 cards: 20 on each of two 31 GiB cards
+            *_full_nodes()]
+
+
+def _full_nodes() -> list[dict[str, Any]]:
+    """Two full one-card nodes, the old pod on the first being deleted, and the new pod to bind."""
+    leaving = gpu_pod("old-16", mem=16, node_name=TERMINATING_NODE, card=0)
+    leaving["metadata"]["deletionTimestamp"] = DELETED_AT  # still Running through its grace period
+    return [node(TERMINATING_NODE, mode="cgpu", cards=1, card_gib=16, provider_id="cn-beijing.i-2ze0term"),
+            node(FULL_NODE, mode="cgpu", cards=1, card_gib=16, provider_id="cn-beijing.i-2ze0full"),
+            leaving, gpu_pod("busy-16", mem=16, node_name=FULL_NODE, card=0), gpu_pod("new-16", mem=16)]
 
 
 CASES = [("init-8", INIT_NODE), ("plain-4", PLAIN_NODE), ("wide-40", WIDE_NODE)]
@@ -75,6 +90,23 @@ def test_the_server_admits_the_binding_the_scheduler_decided(served, pod, node_n
     response = reply.json()["response"]
     assert response["allowed"] is True, response
     assert response.get("warnings", []) == ([PLAIN_WARNING] if pod == "plain-4" else [])
+
+
+@pytest.mark.parametrize(("node_name", "allowed"), [(TERMINATING_NODE, True), (FULL_NODE, False)])
+def test_a_binding_beside_a_pod_being_deleted_on_a_full_card(served, node_name, allowed):
+    # The extender drops a pod with a deletionTimestamp from its cache (pkg/utils/pod.go IsCompletePod), so
+    # during a rolling update it binds the new pod onto the card the old one is leaving; the card of a
+    # running pod stays full.
+    server, session = served
+    response = server.post_json("/validate", admission_review(binding("new-16", node_name), **BIND),
+                                session).json()["response"]
+    assert response["allowed"] is allowed, response
+    if not allowed:
+        assert "GB004" in response["status"]["message"]
+    # The oracle, written from the extender, agrees.
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in _objects()}
+    on_node = [o for o in objects.values() if o["kind"] == "Pod" and o["spec"].get("nodeName") == node_name]
+    assert finds_room(oracle_node(objects[("Node", node_name)], on_node), objects[("Pod", "new-16")]) is allowed
 
 
 def test_check_with_the_snapshot_admits_the_same_bindings(cluster, tmp_path):

@@ -4,8 +4,8 @@ scheduler extender's documented allocation (tests/scheduler_oracle.py, independe
 
 Generated: nodes of every shared mode and nodes that share GPU without the mode label; cards of
 several sizes, sometimes fewer allocatable than their capacity; running pods recorded on cards by
-ACK's allocation annotation or the extender's card index, or on no card, some finished, some with
-gpu-mem on init containers, some crowding a card past 20 pods; and a pending pod (one or more app
+ACK's allocation annotation or the extender's card index, or on no card, some finished, some being
+deleted, some with gpu-mem on init containers, some crowding a card past 20 pods; and a pending pod (one or more app
 containers, init containers, the multi-GPU label, compute on core_mem nodes). Hypothesis profile
 ``ci`` in CI, ``large`` on demand (tests/profiles.py, docs/testing.md).
 """
@@ -92,9 +92,10 @@ def running_pods(draw: st.DrawFn, node: dict[str, Any], index: int) -> dict[str,
     elif record == "legacy" and not core_mem:
         annotations[LEGACY] = str(draw(st.integers(0, count - 1)))
     phase = draw(st.sampled_from(["Running", "Running", "Running", "Succeeded"]))
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"run-{index}", "namespace": "default", "annotations": annotations},
-            "spec": spec, "status": {"phase": phase}}
+    metadata: dict[str, Any] = {"name": f"run-{index}", "namespace": "default", "annotations": annotations}
+    if draw(st.integers(0, 4)) == 0:  # being deleted (a rolling update's old pod, a drain), still Running
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, "status": {"phase": phase}}
 
 
 @st.composite
