@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .grants import NamespaceLabels
+from .judged import JudgedParts, deleting, parts_for
 from .mutations import MUTATIONS, Op, plan_patch
+from .relevance import resolve
 from .resources import CUSTOM_WORKLOADS
 from .rules.base import REGISTRY, Finding, Rule
 from .rules.placement_rules import placed_pod, placement_of
@@ -26,6 +28,10 @@ if TYPE_CHECKING:
     from .assume import PlacementLedger
     from .catalog import Catalog
     from .cluster import ClusterState
+
+
+# Appended to a denial an UPDATE does not cause (the last clause: warnings keep it whole).
+_EXISTING = "; it was so before this update, which does not change it: admitted"
 
 
 @functools.cache
@@ -119,6 +125,7 @@ class Engine:
         self._known_ids = frozenset(REGISTRY) | frozenset(MUTATIONS)
         self._handled = frozenset(k for a in self._active for k in a.rule.kinds) | {"Pod", "DaemonSet"}
         self.workloads = workload_table(settings)
+        self._judged: dict[str, JudgedParts] = {}
 
     def warm(self) -> None:
         """Read now what the node rules otherwise read on first use (the shipped catalog: two YAML
@@ -183,12 +190,52 @@ class Engine:
                        old=old, user=user or UserInfo(), state=state, settings=self.settings,
                        catalog=self.catalog, namespaces=namespaces, known_ids=self._known_ids, workload=workload)
 
+    def judged(self, kind: str) -> JudgedParts:
+        """What the enabled rules judge on objects of ``kind`` (a custom workload's: CUSTOM_WORKLOADS),
+        from their declarations (policies/judged.py)."""
+        parts = self._judged.get(kind)
+        if parts is None:
+            found = resolve([a.rule.relevance for a in self.rules_for(kind, "UPDATE")], self.settings)
+            parts = self._judged[kind] = parts_for(kind, found)
+        return parts
+
     def validate(self, subject: Subject) -> Verdict:
-        """Run every active rule for the subject's kind and operation.
+        """Run every active rule for the subject's kind and operation; an UPDATE is judged on what
+        it changes (``_ratchet``).
 
         Stateful rules are skipped without cluster state (``gpushare check`` without
         ``--snapshot``). Findings of rules the object is exempted from are kept apart.
         """
+        if subject.operation == "UPDATE" and isinstance(subject.old, dict):
+            return self._ratchet(subject)
+        return self._judge(subject)
+
+    def _ratchet(self, subject: Subject) -> Verdict:
+        """An UPDATE denies only what it changes (Kubernetes' validation ratcheting, Kyverno's
+        allowExistingViolations): an object being deleted is admitted unjudged (removing a finalizer
+        is the garbage collector's work); when every judged part is as it was, every denial becomes a
+        warning naming the existing violation; otherwise a denial found on the old object as well, word
+        for word (same rule, same object, container and value), is not made worse and becomes one too.
+        Findings are kept, so the audit and the warnings still report them."""
+        old = subject.old
+        if deleting(subject.obj) or old is None:
+            return Verdict(subject.kind, subject.name, subject.namespace)
+        verdict = self._judge(subject)
+        if verdict.allowed:
+            return verdict
+        kind = subject.kind if subject.workload is None else CUSTOM_WORKLOADS
+        before: set[tuple[str, str]] | None = None  # None: nothing judged changed
+        if not self.judged(kind).unchanged(subject.obj, old):
+            unchanged = replace(subject, obj=old, memo={})  # the old object, as an update that changes nothing
+            before = {(f.rule, f.message) for f in self._judge(unchanged).findings}
+        verdict.findings = [replace(f, severity="warn", message=f"{f.message}{_EXISTING}",
+                                    brief=f"{f.brief}{_EXISTING}" if f.brief else "")
+                            if f.severity == "deny" and (before is None or (f.rule, f.message) in before) else f
+                            for f in verdict.findings]
+        return verdict
+
+    def _judge(self, subject: Subject) -> Verdict:
+        """Every active rule for the subject's kind and operation, as the object stands."""
         verdict = Verdict(subject.kind, subject.name, subject.namespace)
         # Not honoured: GE001 says why, and the rules judge the object as if it asked for nothing.
         set_aside = subject.set_aside

@@ -25,6 +25,7 @@ from typing import Any
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .cel import guarded, quote, string_list
+from .judged import CEL_NOT_DELETING, parts_for
 from .mutations import MUTATIONS
 from .near_miss import skipped_keys
 from .near_miss_regex import domain_regex, name_part_regex
@@ -203,16 +204,25 @@ def _daemonset_condition(t: Triggers) -> str:
             f"o.kind == 'DaemonSet' && o.name in {names}))")
 
 
+def _judges_changes(scope: WebhookScope, t: Triggers, relevant: str) -> str:
+    """``relevant``, and for an UPDATE: the object is not being deleted and the update changes a part
+    the rules judge (policies/judged.py), so that nothing else waits on the webhook or its outage."""
+    if "UPDATE" not in scope.operations:
+        return relevant
+    changed = parts_for(scope.kinds[0], t).cel_changed()
+    return f"({relevant}\n) && (request.operation != 'UPDATE' || {CEL_NOT_DELETING} && {changed})"
+
+
 def condition(scope: WebhookScope, settings: PolicySettings) -> str:
     """The CEL expression of the scope's one matchCondition."""
     t = triggers(scope, settings)
     if scope.daemonsets:
         return _daemonset_condition(t)
     if scope.kinds == ("Node",):
-        return _node_condition(t)
+        return _judges_changes(scope, t, _node_condition(t))
     if scope.kinds == (CUSTOM_WORKLOADS,):
-        return _workload_condition(t, settings)
-    return _pod_spec_condition(scope, t, settings)
+        return _judges_changes(scope, t, _workload_condition(t, settings))
+    return _judges_changes(scope, t, _pod_spec_condition(scope, t, settings))
 
 
 def match_conditions(settings: PolicySettings) -> dict[str, list[dict[str, str]]]:

@@ -13,8 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .judged import deleting, parts_for
 from .near_miss import near_misses, near_misses_in
-from .resources import CONTAINER_GROUPS, POD_SPEC_PATHS
+from .resources import CONTAINER_GROUPS, CUSTOM_WORKLOADS, POD_SPEC_PATHS
 from .settings import EnvNames, LabelNames, Names, PolicySettings, ResourceNames
 from .workloads import WorkloadKind, group_of, patch_strings, pod_sites, workload_table
 
@@ -22,6 +23,7 @@ _RESOURCE_FIELDS = frozenset(ResourceNames.model_fields)
 _ENV_FIELDS = frozenset(EnvNames.model_fields)
 _LABEL_FIELDS = frozenset(LabelNames.model_fields)
 _NAME_FIELDS = frozenset(Names.model_fields)
+_READ_SECTIONS = frozenset(("names", "nodes"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +58,18 @@ class Relevance:
     custom_requests: tuple[str, ...] = ()
     # A custom workload's pod spec patch strings (Argo's podSpecPatch) mention one of these names.
     patch_mentions: tuple[str, ...] = ()
+    # Label and annotation keys the check reads besides its triggers, as dotted settings paths to a
+    # name or a list of names ("names.labels.region", "nodes.mps_daemon_keys"): what else an UPDATE
+    # must change for the rule to have anything new to say (policies/judged.py). A node rule reads
+    # each as a label or an annotation; other kinds' rules read them as annotations.
+    reads: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         resource_fields = {*self.resources, *self.placed_resources, *self.env_from, *self.custom_requests,
                            *self.patch_mentions}
         unknown = [*resource_fields - _RESOURCE_FIELDS, *set(self.node_labels) - _LABEL_FIELDS,
                    *set(self.annotations) - _NAME_FIELDS, *set(self.env_names) - _ENV_FIELDS]
+        unknown += [r for r in self.reads if r.split(".", 1)[0] not in _READ_SECTIONS]
         if unknown:
             raise ValueError(f"relevance names unknown settings fields: {sorted(unknown)}")
 
@@ -85,6 +93,9 @@ class Triggers:
     env_from: frozenset[str] = frozenset()
     custom_requests: frozenset[str] = frozenset()
     patch_mentions: frozenset[str] = frozenset()
+    # Keys read besides the triggers (``Relevance.reads``): they make nothing relevant, but an
+    # UPDATE changing one is judged (policies/judged.py).
+    read_keys: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
         return any((self.resources, self.near_miss, self.placed_resources, self.annotations, self.env,
@@ -96,6 +107,11 @@ class Triggers:
         """Whether an object of ``kind`` shows any trigger: what the generated matchConditions answer.
         ``group`` is the object's API group (None: its apiVersion's)."""
         workload = workload_table(settings).lookup(group_of(obj) if group is None else group, kind)
+        # An UPDATE that changes no judged part, or of an object being deleted, is never sent; the
+        # GPU-sharing DaemonSets' mutation (the only triggers naming them) is sent every UPDATE.
+        if operation == "UPDATE" and old is not None and not self.gpushare_daemonsets and (
+                deleting(obj) or parts_for(kind if workload is None else CUSTOM_WORKLOADS, self).unchanged(obj, old)):
+            return False
         if workload is not None:
             return self._sends_workload(workload, obj, settings)
         if kind == "Node":
@@ -154,6 +170,7 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
     labels: set[str] = set()
     requested: set[str] = set()
     mentioned: set[str] = set()
+    read: set[str] = set()
     near_miss = daemonsets = False
     for relevance in declarations:
         resources.update(getattr(names.resources, f) for f in relevance.resources)
@@ -167,13 +184,26 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
         labels.update(getattr(names.labels, f) for f in relevance.node_labels)
         requested.update(getattr(names.resources, f) for f in relevance.custom_requests)
         mentioned.update(getattr(names.resources, f) for f in relevance.patch_mentions)
+        for dotted in relevance.reads:
+            named = _setting(settings, dotted)
+            read.update((named,) if isinstance(named, str) else named)
         near_miss |= relevance.near_miss
         daemonsets |= relevance.gpushare_daemonsets
     return Triggers(resources=frozenset(resources), near_miss=near_miss, placed_resources=frozenset(placed - resources),
                     annotations=frozenset(annotations), env=frozenset(env), node_labels=frozenset(labels),
                     gpushare_daemonsets=frozenset(names.gpushare_daemonsets) if daemonsets else frozenset(),
                     env_from=frozenset(env_from), custom_requests=frozenset(requested - resources),
-                    patch_mentions=frozenset(mentioned))
+                    patch_mentions=frozenset(mentioned), read_keys=frozenset(read))
+
+
+def _setting(settings: PolicySettings, dotted: str) -> Any:
+    """The value at a dotted settings path: a name, or a list of names."""
+    value: Any = settings
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    if not isinstance(value, str) and not (isinstance(value, tuple | list) and all(isinstance(v, str) for v in value)):
+        raise ValueError(f"relevance reads {dotted}, which holds no label or annotation name")
+    return value
 
 
 def _at(obj: Any, path: tuple[str | int, ...]) -> Any:

@@ -22,7 +22,7 @@ def _known_ids() -> set[str]:
 # An object carrying the exemption annotation; for grants (which match whole namespaces), an
 # object some shared-GPU rule judges: a grant's news matters only where its rules do.
 CARRIES_OR_NEEDS_AN_EXEMPTION = Relevance(annotations=("exempt_annotation",), resources=("gpu_mem", "gpu_core"),
-                                          near_miss=True)
+                                          near_miss=True, reads=("names.exempt_reason_annotation",))
 
 
 @rule("GE001", severity="warn", kinds=EXEMPTABLE_KINDS, relevance=CARRIES_OR_NEEDS_AN_EXEMPTION,

@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 NODE = ("Node",)
 # Every node rule judges a node that carries a GPU scheduling label, now or before the update.
 GPU_SCHEDULING_LABELS = Relevance(node_labels=("schedule", "placement"))
+# What else a rule reads, as a label or an annotation: an UPDATE changing it is judged; one changing
+# neither it nor the mode labels is never sent (policies/judged.py). spec.providerID is read too
+# (GN003, GN004) but set once, by the cloud controller as the node registers: not sent on UPDATE.
+READS_CPU_POLICY = Relevance(node_labels=("schedule", "placement"), reads=("names.labels.cpu_manager_policy",))
+READS_REGION = Relevance(node_labels=("schedule", "placement"), reads=("names.labels.region",))
+READS_MPS_DAEMON = Relevance(node_labels=("schedule", "placement"), reads=("nodes.mps_daemon_keys",))
 PLACEMENTS = ("binpack", "spread")
 # cGPU isolation runs only on ECS instances (ACK "Manage the shared GPU scheduling component");
 # mps is built on cGPU too (policies/modes.py).
@@ -133,7 +139,7 @@ def _cpu_policy(node: NodeInfo, subject: Subject) -> tuple[str, str]:
     return "", ""
 
 
-@rule("GN002", severity="deny", seed="001, 002", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
+@rule("GN002", severity="deny", seed="001, 002", kinds=NODE, relevance=READS_CPU_POLICY,
       title="No shared GPU mode on a node with the static CPU manager policy",
       doc="Shared GPU scheduling does not support the kubelet's static CPU manager policy. The policy is "
           "read from the node's label or annotation, else (opt-in) from its kubelet's /configz.")
@@ -167,7 +173,7 @@ def no_shared_mode_with_static_cpu(subject: Subject) -> Iterator[Found]:
                     f"{names.labels.schedule}=default", path)
 
 
-@rule("GN003", severity="deny", seed="000, 002", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
+@rule("GN003", severity="deny", seed="000, 002", kinds=NODE, relevance=READS_REGION,
       title="The mode is available in the node's region",
       doc="cgpu and mps need a region with GPU memory isolation; core_mem a region with "
           "computing power allocation; share works in any region.")
@@ -330,7 +336,7 @@ def shows_mps_daemon(node: NodeInfo, keys: tuple[str, ...]) -> bool:
     return False
 
 
-@rule("GN008", severity="warn", seed="003", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
+@rule("GN008", severity="warn", seed="003", kinds=NODE, relevance=READS_MPS_DAEMON,
       title="mps nodes show the MPS control daemon",
       doc="The mps mode needs the MPS Control Daemon component; warn when the node does not show it.")
 def mps_needs_daemon(subject: Subject) -> Iterator[Found]:
