@@ -30,8 +30,10 @@ from .cel import WHOLE_SUFFIXES, Res, by_kind, template_path
 from .cel import guarded as _guarded
 from .cel import quote as _q
 from .grants import glob_regex
+from .judged import CEL_NOT_DELETING, parts_for
 from .near_miss import skipped_keys
 from .near_miss_regex import domain_regex, name_part_regex
+from .relevance import resolve
 from .resources import POD_SPEC_PATHS
 from .rules.base import REGISTRY
 from .settings import ExemptionGrant, LabelSelector, PolicySettings
@@ -338,6 +340,17 @@ def _scheduler_validation(settings: PolicySettings) -> dict[str, str]:
     }
 
 
+def judged_change(settings: PolicySettings) -> str:
+    """The policy's matchCondition: a CREATE, or an UPDATE of an object not being deleted that changes
+    a part the rules judge (policies/judged.py), as the webhooks' conditions send. Without it the API
+    server would deny the garbage collector's finalizer removal, a label, a scale of an object that
+    broke a rule before the policy was installed."""
+    kinds = set(POD_SPEC_PATHS)
+    declared = resolve([r.relevance for r in REGISTRY.values() if kinds & r.kinds], settings)
+    changed = by_kind(lambda kind: parts_for(kind, declared, settings).cel_changed(), "true")
+    return f"request.operation != 'UPDATE' || {CEL_NOT_DELETING} && {changed}"
+
+
 def backstop_policy(settings: PolicySettings, known_ids: frozenset[str]) -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its binding, as plain objects ready for YAML."""
     backstop = settings.backstop
@@ -362,6 +375,7 @@ def backstop_policy(settings: PolicySettings, known_ids: frozenset[str]) -> list
             # A CEL error (an object of an unexpected shape) denies, as the webhook's 400 would under Fail.
             "failurePolicy": "Fail",
             "matchConstraints": {"resourceRules": resource_rules},
+            "matchConditions": [{"name": "judged-change", "expression": judged_change(settings)}],
             "variables": _variables(settings, rules, ids, known_ids),
             "validations": validations,
         },

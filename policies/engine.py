@@ -196,7 +196,7 @@ class Engine:
         parts = self._judged.get(kind)
         if parts is None:
             found = resolve([a.rule.relevance for a in self.rules_for(kind, "UPDATE")], self.settings)
-            parts = self._judged[kind] = parts_for(kind, found)
+            parts = self._judged[kind] = parts_for(kind, found, self.settings)
         return parts
 
     def validate(self, subject: Subject) -> Verdict:

@@ -19,11 +19,13 @@ parts the same way, and tests/test_match_conditions.py holds them together.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .cel import string_list
 from .resources import CUSTOM_WORKLOADS, POD_SPEC_PATHS
+from .settings import PolicySettings
 
 
 class Declared(Protocol):
@@ -99,7 +101,20 @@ class JudgedParts:
         return f"[{', '.join(p.cel('object') for p in kept)}] != [{', '.join(p.cel('oldObject') for p in kept)}]"
 
     def describe(self) -> str:
-        return "; ".join(d for d in (p.describe() for p in self.parts) if d)
+        """The parts in words; keyed parts with the same keys share their list (a node's labels and
+        annotations)."""
+        merged: dict[frozenset[str] | None, list[Part]] = {}
+        for part in self.parts:
+            if part.keys is None or part.keys:
+                merged.setdefault(part.keys if part.keys is not None else None, []).append(part)
+        out = []
+        for keys, parts in merged.items():
+            if keys is None:
+                out += [p.describe() for p in parts]
+            else:
+                where = " and ".join(f"`{'.'.join(p.path)}`" for p in parts)
+                out.append(f"{where}: " + ", ".join(f"`{k}`" for k in sorted(keys)))
+        return "; ".join(out)
 
 
 def deleting(obj: dict[str, Any]) -> bool:
@@ -112,26 +127,53 @@ def deleting(obj: dict[str, Any]) -> bool:
 CEL_NOT_DELETING = "!has(object.metadata.deletionTimestamp)"
 
 
-def judged_parts(kind: str, annotations: frozenset[str], node_keys: frozenset[str]) -> JudgedParts:
+def judged_parts(kind: str, annotations: frozenset[str], node_keys: frozenset[str],
+                 pod_labels: frozenset[str] = frozenset()) -> JudgedParts:
     """The parts of ``kind`` the rules judge: ``annotations`` are the annotation keys they read on an
-    object's own metadata, ``node_keys`` the label and annotation keys node rules read. ``kind`` is a
-    Kubernetes kind, or ``CUSTOM_WORKLOADS`` for the custom workloads (policies/workloads.py)."""
+    object's own metadata, ``node_keys`` the label and annotation keys node rules read, ``pod_labels``
+    the label keys read on a Pod. ``kind`` is a Kubernetes kind, or ``CUSTOM_WORKLOADS`` for the
+    custom workloads (policies/workloads.py)."""
     own = Part(("metadata", "annotations"), annotations)
     if kind == "Node":
         return JudgedParts(kind, (Part(("metadata", "labels"), node_keys), Part(("metadata", "annotations"),
                                                                                  node_keys)))
     if kind == CUSTOM_WORKLOADS:  # pod locations sit anywhere under spec (the workload table says where)
         return JudgedParts(kind, (Part(("spec",)), own))
-    if kind == "Pod":
-        return JudgedParts(kind, (Part(("spec",)), Part(("metadata", "labels")), Part(("metadata", "annotations"))))
+    if kind == "Pod":  # the scheduler's and controllers' annotations and labels are not judged
+        return JudgedParts(kind, (Part(("spec",)), Part(("metadata", "labels"), pod_labels), own))
     path = POD_SPEC_PATHS.get(kind)
     if path is None:  # a kind judged on CREATE only (Binding): the whole object
         return JudgedParts(kind, (Part(()),))
     return JudgedParts(kind, (Part(tuple(map(str, path[:-1]))), own))
 
 
-def parts_for(kind: str, triggers: Declared) -> JudgedParts:
+def pod_label_keys(settings: PolicySettings) -> frozenset[str]:
+    """The labels read on a Pod: the multi-GPU label (GS009) and every key a config grant selects on."""
+    keys = {settings.names.labels.pod_gpu_count}
+    for grant in settings.exemptions.grants:
+        if grant.selector is not None:
+            keys.update(grant.selector.match_labels)
+            keys.update(r.key for r in grant.selector.match_expressions)
+    return frozenset(keys)
+
+
+def parts_for(kind: str, triggers: Declared, settings: PolicySettings) -> JudgedParts:
     """The judged parts of ``kind`` under the union of its rules' declarations (``triggers``)."""
     if kind == "Node":
         return judged_parts(kind, frozenset(), triggers.node_labels | triggers.annotations | triggers.read_keys)
-    return judged_parts(kind, triggers.annotations | triggers.read_keys, frozenset())
+    return judged_parts(kind, triggers.annotations | triggers.read_keys, frozenset(),
+                        pod_label_keys(settings) if kind == "Pod" else frozenset())
+
+
+# The kinds whose UPDATEs a rule judges, in the order the tables list them.
+UPDATED_KINDS = (*(k for k in POD_SPEC_PATHS), CUSTOM_WORKLOADS, "Node")
+
+
+def markdown(parts_of: Callable[[str], JudgedParts]) -> str:
+    """docs/design.md's table: per kind, what an UPDATE must change to be judged (kinds alike share a row)."""
+    rows: dict[str, list[str]] = {}
+    for kind in UPDATED_KINDS:
+        rows.setdefault(parts_of(kind).describe(), []).append(kind)
+    lines = ["| kinds | judged on UPDATE (anything else an UPDATE changes is not) |", "|---|---|"]
+    lines += [f"| {', '.join(kinds)} | {described} |" for described, kinds in rows.items()]
+    return "\n".join(lines)

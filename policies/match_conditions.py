@@ -204,12 +204,12 @@ def _daemonset_condition(t: Triggers) -> str:
             f"o.kind == 'DaemonSet' && o.name in {names}))")
 
 
-def _judges_changes(scope: WebhookScope, t: Triggers, relevant: str) -> str:
+def _judges_changes(scope: WebhookScope, t: Triggers, settings: PolicySettings, relevant: str) -> str:
     """``relevant``, and for an UPDATE: the object is not being deleted and the update changes a part
     the rules judge (policies/judged.py), so that nothing else waits on the webhook or its outage."""
     if "UPDATE" not in scope.operations:
         return relevant
-    changed = parts_for(scope.kinds[0], t).cel_changed()
+    changed = parts_for(scope.kinds[0], t, settings).cel_changed()
     return f"({relevant}\n) && (request.operation != 'UPDATE' || {CEL_NOT_DELETING} && {changed})"
 
 
@@ -219,10 +219,10 @@ def condition(scope: WebhookScope, settings: PolicySettings) -> str:
     if scope.daemonsets:
         return _daemonset_condition(t)
     if scope.kinds == ("Node",):
-        return _judges_changes(scope, t, _node_condition(t))
+        return _judges_changes(scope, t, settings, _node_condition(t))
     if scope.kinds == (CUSTOM_WORKLOADS,):
-        return _judges_changes(scope, t, _workload_condition(t, settings))
-    return _judges_changes(scope, t, _pod_spec_condition(scope, t, settings))
+        return _judges_changes(scope, t, settings, _workload_condition(t, settings))
+    return _judges_changes(scope, t, settings, _pod_spec_condition(scope, t, settings))
 
 
 def match_conditions(settings: PolicySettings) -> dict[str, list[dict[str, str]]]:

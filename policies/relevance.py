@@ -109,9 +109,10 @@ class Triggers:
         workload = workload_table(settings).lookup(group_of(obj) if group is None else group, kind)
         # An UPDATE that changes no judged part, or of an object being deleted, is never sent; the
         # GPU-sharing DaemonSets' mutation (the only triggers naming them) is sent every UPDATE.
-        if operation == "UPDATE" and old is not None and not self.gpushare_daemonsets and (
-                deleting(obj) or parts_for(kind if workload is None else CUSTOM_WORKLOADS, self).unchanged(obj, old)):
-            return False
+        if operation == "UPDATE" and old is not None and not self.gpushare_daemonsets:
+            judged = parts_for(kind if workload is None else CUSTOM_WORKLOADS, self, settings)
+            if deleting(obj) or judged.unchanged(obj, old):
+                return False
         if workload is not None:
             return self._sends_workload(workload, obj, settings)
         if kind == "Node":

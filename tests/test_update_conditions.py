@@ -16,6 +16,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import celpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -226,3 +227,67 @@ def test_a_node_update_is_sent_exactly_when_it_changes_a_key_a_node_rule_reads(o
     assert verdict == TRIGGERS[NODES].sends("Node", new, SETTINGS, operation="UPDATE", old=old)
     assert verdict == (not deleting(new) and not ENGINE.judged("Node").unchanged(new, old))
     assert verdict or not _denies("Node", new, old), "a node UPDATE denied but not sent"
+
+
+# -- the backstop ValidatingAdmissionPolicy: it cannot ratchet, so it does not judge such UPDATEs at all -------
+
+def _backstop_condition() -> Any:
+    from policies.backstop import backstop_policy
+
+    (condition,) = backstop_policy(SETTINGS, ENGINE.known_ids)[0]["spec"]["matchConditions"]
+    env = celpy.Environment()
+    return env.program(env.compile(condition["expression"]))
+
+
+BACKSTOP = _backstop_condition()
+
+
+def backstop_matches(obj: dict[str, Any], old: dict[str, Any] | None) -> bool:
+    request = {"operation": "UPDATE" if old is not None else "CREATE"}
+    result = BACKSTOP.evaluate({"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
+                                "request": celpy.json_to_cel(request)})
+    assert isinstance(result, celpy.celtypes.BoolType), f"CEL evaluation failed: {result!r}"
+    return bool(result)
+
+
+def _scheduler_annotates(pod: dict[str, Any]) -> None:
+    # What the GPU-sharing scheduler writes on a pod it placed (gpushare-scheduler-extender
+    # pkg/utils/pod.go, PatchPodAnnotationSpec), and the device plugin's flip of the assigned flag.
+    pod["metadata"].setdefault("annotations", {}).update({
+        "ALIYUN_COM_GPU_MEM_IDX": "0", "ALIYUN_COM_GPU_MEM_POD": "2", "ALIYUN_COM_GPU_MEM_DEV": "15",
+        "ALIYUN_COM_GPU_MEM_ASSIGNED": "true", "ALIYUN_COM_GPU_MEM_ASSUME_TIME": "1700000000000000000"})
+
+
+def _job_tracking_finalizer_removed(pod: dict[str, Any]) -> None:
+    # The Job controller removes batch.kubernetes.io/job-tracking from its finished pods.
+    pod["metadata"]["finalizers"] = []
+
+
+POD_CHANGES: list[Change] = [_scheduler_annotates, _job_tracking_finalizer_removed, _status, _bookkeeping]
+
+
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@given(pod=pods(), changes=st.lists(st.sampled_from(POD_CHANGES), min_size=1, max_size=3), deleted=st.booleans())
+def test_the_backstop_does_not_judge_a_pod_update_that_changes_nothing_judged(pod, changes, deleted):
+    pod["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+    old = _being_deleted(pod) if deleted else pod
+    new = copy.deepcopy(old)
+    for change in changes:
+        change(new)
+    assert backstop_matches(old, None)  # every CREATE is judged
+    assert not backstop_matches(new, old)
+    assert not _denies("Pod", new, old)
+
+
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@given(pod=pods(), changes=st.lists(st.sampled_from(WORKLOAD_CHANGES), min_size=1, max_size=3))
+def test_the_backstop_judges_a_workload_update_exactly_when_the_webhook_would_be_sent_a_change(pod, changes):
+    for _, old, _ in _workloads(pod):
+        new = copy.deepcopy(old)
+        for change in changes:
+            change(new)
+        assert not backstop_matches(new, old)
+        changed = copy.deepcopy(new)
+        changed["metadata"]["annotations"] = {**new["metadata"].get("annotations", {}), "gpushare.io/exempt": "GS001"}
+        assert backstop_matches(changed, old)
+        assert backstop_matches(_being_deleted(changed), _being_deleted(old)) is False

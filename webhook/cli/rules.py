@@ -19,13 +19,29 @@ if TYPE_CHECKING:
 @config_option("shows severities as configured")
 @click.option("--only", metavar="PREFIXES", default="",
               help="Only ids starting with one of these comma-separated prefixes, e.g. GS,GC,GM.")
-def rules(output: str, output_file: Path | None, config: Path | None, only: str) -> None:
+@click.option("--judged", is_flag=True,
+              help="Instead: per kind, what an UPDATE must change to be judged (markdown: docs/design.md's table).")
+def rules(output: str, output_file: Path | None, config: Path | None, only: str, judged: bool) -> None:
     """List every rule with its severity, its source and what it checks (markdown: the table the README
     and docs/design.md carry)."""
     settings = load_cli_settings(config)
     prefixes = tuple(p.strip().upper() for p in only.split(",") if p.strip())
     with output_to(output_file):
-        _print(settings, output, prefixes)
+        if judged:
+            _print_judged(settings, output)
+        else:
+            _print(settings, output, prefixes)
+
+
+def _print_judged(settings: Any, output: str) -> None:
+    from policies.engine import Engine
+    from policies.judged import UPDATED_KINDS, markdown
+
+    engine = Engine(settings)
+    if output == "json":
+        click.echo(json.dumps({kind: engine.judged(kind).describe() for kind in UPDATED_KINDS}, indent=2))
+        return
+    click.echo(markdown(engine.judged))
 
 
 def _print(settings: Any, output: str, prefixes: tuple[str, ...]) -> None:
