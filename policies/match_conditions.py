@@ -51,6 +51,11 @@ class WebhookScope:
     daemonsets: bool = False
     # The opt-in kustomize component that registers the webhook ("": the base, webhooks.yaml).
     component: str = ""
+    # None: any object; True: only objects a controller made (a controller reference in
+    # metadata.ownerReferences: a ReplicaSet's, Job's or StatefulSet's pod, a Deployment's ReplicaSet, a
+    # CronJob's Job); False: only the others. What a controller makes comes from a template the
+    # webhooks judged; its registration fails open, so an outage never stops a workload from healing.
+    controlled: bool | None = None
 
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController")
@@ -61,10 +66,16 @@ SCOPES: tuple[WebhookScope, ...] = (
     WebhookScope("pods.mutate.gpushare.io", "gpushare-relevant", True, ("Pod",), ("CREATE",)),
     WebhookScope("gpushare-daemonsets.mutate.gpushare.io", "gpushare-daemonset-by-name", True,
                  ("DaemonSet", "Pod"), CREATE_UPDATE, daemonsets=True),
-    WebhookScope("pods.validate.gpushare.io", "gpushare-relevant", False, ("Pod",), ("CREATE",)),
-    WebhookScope("workloads.validate.gpushare.io", "gpushare-relevant", False, WORKLOAD_KINDS, CREATE_UPDATE),
-    WebhookScope("cronjobs.validate.gpushare.io", "gpushare-relevant", False, ("CronJob",), CREATE_UPDATE),
-    WebhookScope("nodes.validate.gpushare.io", "gpu-scheduling-labels", False, ("Node",), CREATE_UPDATE),
+    WebhookScope("pods.validate.gpushare.io", "gpushare-relevant", False, ("Pod",), ("CREATE",), controlled=False),
+    WebhookScope("controlled-pods.validate.gpushare.io", "gpushare-relevant", False, ("Pod",), ("CREATE",),
+                 controlled=True),
+    WebhookScope("workloads.validate.gpushare.io", "gpushare-relevant", False, WORKLOAD_KINDS, CREATE_UPDATE,
+                 controlled=False),
+    WebhookScope("cronjobs.validate.gpushare.io", "gpushare-relevant", False, ("CronJob",), CREATE_UPDATE,
+                 controlled=False),
+    # Mode changes wait for the webhook; a node registering does not (the audit judges it).
+    WebhookScope("nodes.validate.gpushare.io", "gpu-scheduling-labels", False, ("Node",), ("UPDATE",)),
+    WebhookScope("new-nodes.validate.gpushare.io", "gpu-scheduling-labels", False, ("Node",), ("CREATE",)),
     # Opt-in: custom resources holding pod templates (policies/workloads.py), registered at install.
     WebhookScope("custom-workloads.validate.gpushare.io", "gpushare-relevant", False, (CUSTOM_WORKLOADS,),
                  CREATE_UPDATE, component="custom-workloads"),
@@ -213,6 +224,34 @@ def _judges_changes(scope: WebhookScope, t: Triggers, settings: PolicySettings, 
     return f"({relevant}\n) && (request.operation != 'UPDATE' || {CEL_NOT_DELETING} && {changed})"
 
 
+# CEL: a controller made the object (Kubernetes "Owners and Dependents": at most one owner reference
+# has controller: true, the one the controller set).
+CEL_CONTROLLED = ("has(object.metadata.ownerReferences) && "
+                  "object.metadata.ownerReferences.exists(o, has(o.controller) && o.controller == true)")
+
+
+def controlled(obj: dict[str, Any]) -> bool:
+    """Whether a controller made ``obj``: what ``CEL_CONTROLLED`` answers."""
+    meta = obj.get("metadata")
+    owners = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    return isinstance(owners, list) and any(isinstance(o, dict) and o.get("controller") is True for o in owners)
+
+
+def scope_sends(scope: WebhookScope, t: Triggers, kind: str, obj: dict[str, Any], settings: PolicySettings, *,
+                operation: str = "CREATE", old: dict[str, Any] | None = None) -> bool:
+    """What the scope's condition answers, in Python: its triggers, its operations, whose objects."""
+    if operation not in scope.operations or (scope.controlled is not None and controlled(obj) != scope.controlled):
+        return False
+    return t.sends(kind, obj, settings, operation=operation, old=old)
+
+
+def _by_owner(scope: WebhookScope, condition: str) -> str:
+    if scope.controlled is None:
+        return condition
+    owner = CEL_CONTROLLED if scope.controlled else f"!({CEL_CONTROLLED})"
+    return f"{owner} && ({condition})"
+
+
 def condition(scope: WebhookScope, settings: PolicySettings) -> str:
     """The CEL expression of the scope's one matchCondition."""
     t = triggers(scope, settings)
@@ -222,7 +261,7 @@ def condition(scope: WebhookScope, settings: PolicySettings) -> str:
         return _judges_changes(scope, t, settings, _node_condition(t))
     if scope.kinds == (CUSTOM_WORKLOADS,):
         return _judges_changes(scope, t, settings, _workload_condition(t, settings))
-    return _judges_changes(scope, t, settings, _pod_spec_condition(scope, t, settings))
+    return _by_owner(scope, _judges_changes(scope, t, settings, _pod_spec_condition(scope, t, settings)))
 
 
 def match_conditions(settings: PolicySettings) -> dict[str, list[dict[str, str]]]:

@@ -406,7 +406,7 @@ def test_namespaces_left_out_and_the_narrow_daemonset_webhook(rendered):
     hooks = webhooks(rendered)
     narrow = hooks.pop("gpushare-daemonsets.mutate.gpushare.io")
     for name, webhook in hooks.items():
-        if name.startswith("nodes."):
+        if name.startswith(("nodes.", "new-nodes.")):
             assert "namespaceSelector" not in webhook  # nodes are cluster-scoped
             continue
         (expression,) = webhook["namespaceSelector"]["matchExpressions"]
@@ -459,10 +459,16 @@ BARE = {"name": "bare", "image": "busybox"}
 def test_pod_webhooks_see_exactly_the_pods_that_share_gpus(rendered, webhook):
     program = condition(rendered, webhook)
     assert matches(program, pod([GPU]))
+    # A pod a controller made goes to controlled-pods.validate (fails open) instead of pods.validate.
+    assert matches(program, pod([GPU], owner="gpu-ds")) is (webhook == "pods.mutate.gpushare.io")
+    assert matches(condition(rendered, "controlled-pods.validate.gpushare.io"), pod([GPU], owner="gpu-ds"))
+    assert not matches(condition(rendered, "controlled-pods.validate.gpushare.io"), pod([GPU]))
     # A compute share alone is judged (GS002) but has nothing to mutate (GM001 and GM003 need gpu-mem).
     assert matches(program, pod([CPU, CORE_REQUEST])) is (webhook == "pods.validate.gpushare.io")
     assert matches(program, pod([BARE], init=[GPU]))
-    assert matches(program, load_json("pod-realistic.json"))
+    realistic = load_json("pod-realistic.json")
+    assert matches(program, realistic) or matches(condition(rendered, "controlled-pods.validate.gpushare.io"),
+                                                   realistic)
     assert not matches(program, pod([CPU, BARE]))
     assert not matches(program, pod([BARE], init=[CPU]))
     assert not matches(program, pod([{**CPU, "resources": {"limits": {"nvidia.com/gpu": "1"}}}]))

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.engine import Engine
-from policies.match_conditions import SCOPES, match_conditions, triggers
+from policies.match_conditions import SCOPES, match_conditions, scope_sends, triggers
 from policies.relevance import Relevance
 from policies.rules.base import REGISTRY, rule
 from policies.workloads import pod_sites
@@ -51,6 +51,8 @@ ENGINE = Engine(SETTINGS)
 _ENV = celpy.Environment()
 TRIGGERS = {scope.name: triggers(scope, SETTINGS) for scope in SCOPES}
 POD_VALIDATE, POD_MUTATE = "pods.validate.gpushare.io", "pods.mutate.gpushare.io"
+CONTROLLED_VALIDATE = "controlled-pods.validate.gpushare.io"
+SCOPE = {scope.name: scope for scope in SCOPES}
 DAEMONSETS = "gpushare-daemonsets.mutate.gpushare.io"
 WORKLOADS, CRONJOBS = "workloads.validate.gpushare.io", "cronjobs.validate.gpushare.io"
 NODES = "nodes.validate.gpushare.io"
@@ -188,9 +190,11 @@ def as_cronjob(pod: dict[str, Any]) -> dict[str, Any]:
 def test_every_pod_a_rule_or_mutation_judges_is_sent_and_what_is_sent_is_what_the_rules_declare(pod):
     namespace = pod["metadata"]["namespace"]
     judged = judged_by("Pod", pod, namespace)
-    validated, mutated = sent(POD_VALIDATE, pod), sent(POD_MUTATE, pod)
-    assert validated == TRIGGERS[POD_VALIDATE].sends("Pod", pod, SETTINGS)
-    assert mutated == TRIGGERS[POD_MUTATE].sends("Pod", pod, SETTINGS)
+    bare, controlled = sent(POD_VALIDATE, pod), sent(CONTROLLED_VALIDATE, pod)
+    validated, mutated = bare or controlled, sent(POD_MUTATE, pod)
+    assert not (bare and controlled), "a pod is sent to one validating pod webhook at most"
+    for name, verdict in ((POD_VALIDATE, bare), (CONTROLLED_VALIDATE, controlled), (POD_MUTATE, mutated)):
+        assert verdict == scope_sends(SCOPE[name], TRIGGERS[name], "Pod", pod, SETTINGS), name
     rules = {r for r in judged if r in REGISTRY}
     assert validated or not rules, f"judged by {sorted(rules)} but not sent"
     assert mutated or not judged & {"GM001", "GM003"}, f"patched by {sorted(judged)} but not sent"
