@@ -132,7 +132,8 @@ def test_the_table_in_operations_md_is_what_the_registrations_give(installs):
     found = BLOCK.search(OPERATIONS_DOC.read_text())
     assert found, "docs/operations.md has no generated outage table"
     expected = outage_table(installs)
-    assert found["table"] == expected, f"regenerate the table in docs/operations.md:\n{expected}"
+    assert found["table"] == expected, ("regenerate the table in docs/operations.md (`python -m tests.test_outage`"
+                                        f" prints it):\n{expected}")
 
 
 # -- what the cluster needs is never refused ---------------------------------------------------------------
@@ -297,3 +298,18 @@ def test_the_chart_lets_the_validating_pod_webhook_fail_open_where_it_renders_th
     assert pods_policy({}) == "Fail"
     assert pods_policy({"backstop": {"enabled": True}}) == "Ignore"
     assert pods_policy({"backstop": {"enabled": True, "kubeVersion": ">=99.0-0"}}) == "Fail"  # not rendered there
+
+
+if __name__ == "__main__":  # python -m tests.test_outage: print the table for docs/operations.md
+    import shutil
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(dir=ROOT))  # kustomize wants the overlay beside the base
+    try:
+        rendered = {"base": registrations(render_kustomize())}
+        for component in ("backstop", "custom-workloads"):
+            (scratch / component).mkdir()
+            rendered[component] = registrations(render_with_components(scratch / component, COMPONENTS / component))
+        print(outage_table(rendered), end="")
+    finally:
+        shutil.rmtree(scratch)
