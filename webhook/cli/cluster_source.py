@@ -72,18 +72,19 @@ def no_cluster_configured(kubeconfig: Path | None, context: str | None) -> bool:
     return not any(p and os.path.isfile(p) for p in paths)
 
 
-def client_for(kubeconfig: Path | None, context: str | None) -> Any:
-    """An API client, or one line saying why there is none (and how to give a cluster instead)."""
+def client_for(kubeconfig: Path | None, context: str | None, alternatives: str = NO_CLUSTER) -> Any:
+    """An API client, or one line saying why there is none and what else to pass (``alternatives``:
+    only options the command has)."""
     from webhook.state.kube_client import KubeConfigError, api_client
 
     if no_cluster_configured(kubeconfig, context):
         where = f"$KUBECONFIG={os.environ['KUBECONFIG']}" if os.environ.get("KUBECONFIG") else "~/.kube/config"
-        raise UsageFailure(f"no cluster to read: no kubeconfig at {where} and not running in a pod; {NO_CLUSTER}")
+        raise UsageFailure(f"no cluster to read: no kubeconfig at {where} and not running in a pod; {alternatives}")
     quiet_insecure_warnings()
     try:
         return api_client(kubeconfig, context)
     except KubeConfigError as exc:
-        raise UsageFailure(f"{str(exc).rstrip('.')}; or {NO_CLUSTER}") from None
+        raise UsageFailure(f"{str(exc).rstrip('.')}; or {alternatives}") from None
 
 
 def quiet_insecure_warnings() -> None:
