@@ -134,6 +134,8 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
         where = ", ".join(stdin_filename if p == STDIN else p for p in paths)
         found = (f"{report.not_kubernetes} document{'s' * (report.not_kubernetes != 1)}, none a Kubernetes object"
                  if report.not_kubernetes else
+                 "passed over, as the note above says" if selection.passed_over
+                 and not selection.files else
                  "no *.yaml, *.yml or *.json file" if not selection.files else "no document")
         report.problems.append(Problem(where, None, f"nothing to check: {found} (--allow-empty accepts that)"))
     if state is None and report.objects:
