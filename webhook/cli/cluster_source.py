@@ -6,7 +6,6 @@ the same options and say the same thing when no cluster is given."""
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -98,20 +97,9 @@ def quiet_insecure_warnings() -> None:
 def unreachable(exc: BaseException, host: str = "") -> UsageFailure:
     """urllib3's "HTTPSConnectionPool(...): Max retries exceeded ... NewConnectionError(...)" as
     one line in plain words: which API server, and the operating system's reason."""
-    pool = getattr(exc, "pool", None)
-    if not host and pool is not None:
-        host = f"{pool.scheme}://{pool.host}:{pool.port}"
-    text = str(getattr(exc, "reason", None) or exc)
-    errno = re.search(r"\[Errno -?\d+\] ([^)'\"]+)", text)
-    if errno:
-        why = errno.group(1).strip().rstrip(".").lower()
-    elif "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
-        why = "its TLS certificate is not trusted (certificate-authority-data in the kubeconfig)"
-    elif "timed out" in text.lower() or "timeout" in type(exc).__name__.lower():
-        why = "timed out"
-    else:
-        why = type(getattr(exc, "reason", None) or exc).__name__
-    return UsageFailure(f"cannot reach the API server {host}: {why}")
+    from webhook.state.kube_client import connection_problem
+
+    return UsageFailure(connection_problem(exc, host))
 
 
 def live_state(kubeconfig: Path | None, context: str | None, names: Any) -> tuple[Any, str]:
