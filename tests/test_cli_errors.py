@@ -18,6 +18,9 @@ from .check_helpers import run_gpushare
     (["policy", "exprt"], "No such command 'exprt'. Did you mean 'export'? (see gpushare policy --help)"),
     (["check", "--outpt", "x"], "No such option '--outpt'. (Did you mean one of: '--output', '--output-file'?) "
                                 "(see gpushare check --help)"),
+    (["check", "--also-output", "sarif", "."], "Invalid value for '--also-output': 'sarif' is not FORMAT:FILE "
+                                               "with FORMAT one of text, json, junit, sarif, github, markdown "
+                                               "(see gpushare check --help)"),
     (["score", "--nodez", "x"], "No such option '--nodez'. Did you mean '--node'? (see gpushare score --help)"),
 ])
 def test_every_usage_error_is_one_line_in_one_style(args, message):
