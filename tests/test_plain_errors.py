@@ -186,3 +186,31 @@ def test_serve_refuses_half_a_pair_and_leaves_it_alone(tmp_path, present, missin
                            f"{missing} beside it, or remove {present} to have a new pair generated\n")
     assert sorted(p.name for p in certs.iterdir()) == [present]
     assert (certs / present).read_bytes() == (source / present).read_bytes()
+
+
+def test_explain_says_where_a_pod_of_that_name_is_or_how_to_name_its_namespace(tmp_path):
+    from .cluster_builders import gpu_node, gpu_pod, snapshot_yaml
+
+    snapshot = tmp_path / "cluster.yaml"
+    snapshot.write_text(snapshot_yaml(gpu_node("cn-a", "share"), gpu_pod("train", namespace="team-a", mem=4)))
+    elsewhere = run_gpushare("explain", "train", "--snapshot", snapshot)
+    assert assert_one_line(elsewhere) == (f"gpushare: error: pod default/train in {snapshot}: no such pod in that "
+                                          "namespace; one of that name is in team-a: pass -n team-a (or team-a/train)")
+    nowhere = run_gpushare("explain", "nosuch", "--demo")
+    assert assert_one_line(nowhere) == ("gpushare: error: pod default/nosuch in demo: no such pod; name its namespace "
+                                        "with -n NAMESPACE (or NAMESPACE/POD)")
+    assert run_gpushare("explain", "-n", "team-a", "train", "--snapshot", snapshot).returncode == 0
+
+
+@pytest.mark.parametrize("command", [("inspect",), ("audit",), ("score", POD), ("check", POD)], ids=lambda c: c[0])
+def test_a_node_whose_gpu_capacity_is_not_a_quantity_is_named(tmp_path, command):
+    from .cluster_builders import gpu_node, snapshot_yaml
+
+    bad = gpu_node("cn-bad", "share")
+    bad["status"]["capacity"]["aliyun.com/gpu-mem"] = "abc"
+    snapshot = tmp_path / "cluster.yaml"
+    snapshot.write_text(snapshot_yaml(bad, gpu_node("cn-good", "share")))
+    done = run_gpushare(*command, "--snapshot", snapshot)
+    assert assert_one_line(done) == (f"gpushare: error: {snapshot}: Node cn-bad: status.capacity[aliyun.com/gpu-mem] "
+                                     '"abc" is not a quantity (the API server refuses such a node; save the cluster '
+                                     "again with `kubectl get nodes,pods -A -o yaml`)")

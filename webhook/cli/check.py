@@ -176,7 +176,13 @@ def _stateful_rules(settings: Any) -> tuple[str, ...]:
 
 def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
     """The snapshot as cluster state, and its raw Node objects by name."""
-    from webhook.state.snapshot import SnapshotError, require_nodes, snapshot_from_objects, snapshot_objects
+    from webhook.state.snapshot import (
+        SnapshotError,
+        require_nodes,
+        require_quantities,
+        snapshot_from_objects,
+        snapshot_objects,
+    )
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -187,6 +193,7 @@ def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, 
         raise InputFailure(str(exc)) from None
     try:
         require_nodes(items, str(path))
+        require_quantities(items, settings.names, str(path))
     except SnapshotError as exc:
         raise InputFailure(str(exc)) from None
     nodes = {item["metadata"]["name"]: item for item in items
