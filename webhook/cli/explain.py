@@ -53,7 +53,7 @@ def explain(pod: str, namespace: str, snapshot: Path | None, demo: bool, kubecon
 
 def _elsewhere(state: object, pod: str) -> str:
     """Where a pod of that name is, when it is in another namespace, or how to name one."""
-    keys = getattr(state, "pod_keys", lambda: set())()
+    keys: set[str] = getattr(state, "pod_keys", set)()
     namespaces = sorted(key.partition("/")[0] for key in keys if key.partition("/")[2] == pod)
     if namespaces:
         shown = ", ".join(namespaces[:5]) + (", ..." if len(namespaces) > 5 else "")

@@ -88,8 +88,10 @@ def require_quantities(items: list[dict[str, Any]], names: Names, source: str) -
     for item in items:
         if item.get("kind") != "Node":
             continue
-        meta = item.get("metadata") if isinstance(item.get("metadata"), dict) else {}
-        status = item.get("status") if isinstance(item.get("status"), dict) else {}
+        meta = item.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        status = item.get("status")
+        status = status if isinstance(status, dict) else {}
         for block in ("capacity", "allocatable"):
             values = status.get(block)
             if not isinstance(values, dict):
