@@ -156,9 +156,19 @@ def test_kustomize_and_helm_render_the_same_objects(kustomized, helm_rendered):
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
 
 
-@pytest.mark.parametrize("configz", [False, True])
-def test_helm_lint_finds_no_error(configz):
-    report = helm.lint(str(CHART), {"scheduler": "none", "kubeletConfigz": {"enabled": configz}})
+# Every value a user of a system node pool and a private registry sets, as Helm's conventional names.
+PLACEMENT = {"nodeSelector": {"node-pool": "system"},
+             "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}],
+             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                 {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+             "imagePullSecrets": [{"name": "acr-credentials"}]}
+
+
+@pytest.mark.parametrize("values", [{"kubeletConfigz": {"enabled": False}}, {"kubeletConfigz": {"enabled": True}},
+                                    {**PLACEMENT, "podAnnotations": {"a": "b"}, "podLabels": {"team": "ml"}}],
+                         ids=["defaults", "configz", "placement"])
+def test_helm_lint_finds_no_error(values):
+    report = helm.lint(str(CHART), {"scheduler": "none", **values})
     assert report["total_charts_linted"] == 1 and report["errors"] == []
     # Only informational findings (severity 1, e.g. "icon is recommended") are tolerated.
     assert all(m["severity"] <= 1 for m in report["messages"]), report["messages"]
@@ -234,14 +244,6 @@ def test_helm_values_reach_the_objects(tmp_path):
                       "names": {"gpushare_daemonsets": ["a-ds", "b-ds"], "scheduler_name": "ack-co-scheduler"}}
     for obj in objects:
         kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
-
-
-# Every value a user of a system node pool and a private registry sets, as Helm's conventional names.
-PLACEMENT = {"nodeSelector": {"node-pool": "system"},
-             "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}],
-             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                 {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
-             "imagePullSecrets": [{"name": "acr-credentials"}]}
 
 
 def test_helm_places_every_pod_as_the_conventional_values_say():

@@ -80,7 +80,8 @@ def check(paths: tuple[str, ...], output: str, output_file: Path | None, fail_on
     """Check Kubernetes manifests against the webhook's rules, offline.
 
     PATH is a file, a directory (searched recursively for *.yaml, *.yml, *.json) or `-` for
-    standard input, e.g. `helm template ./chart | gpushare check -`.
+    standard input, e.g. `helm template ./chart | gpushare check -`. A directory holding a
+    kustomization.yaml is checked as `kubectl kustomize` renders it.
     """
     try:
         with output_to(output_file):
