@@ -16,7 +16,8 @@ from .check_helpers import run_gpushare
     (["certs", "client"], "Missing argument 'NAME'. (see gpushare certs client --help)"),
     (["certs", "clint"], "No such command 'clint'. Did you mean 'client'? (see gpushare certs --help)"),
     (["policy", "exprt"], "No such command 'exprt'. Did you mean 'export'? (see gpushare policy --help)"),
-    (["check", "--outpt", "x"], "No such option '--outpt'. (Did you mean one of: '--output', '--output-file'?) "
+    (["check", "--outpt", "x"], "No such option '--outpt'. (Did you mean one of: '--also-output', '--output', "
+                                "'--output-file'?) "
                                 "(see gpushare check --help)"),
     (["check", "--also-output", "sarif", "."], "Invalid value for '--also-output': 'sarif' is not FORMAT:FILE "
                                                "with FORMAT one of text, json, junit, sarif, github, markdown "
