@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -67,50 +68,107 @@ def _steps() -> list[dict]:
     return action["runs"]["steps"]
 
 
-def _substitute(text: str, inputs: dict[str, str]) -> str:
+def _substitute(text: str, inputs: dict[str, str], steps: dict[str, dict[str, str]] | None = None) -> str:
     def value(match: re.Match[str]) -> str:
         expression = match.group(1).strip()
+        if expression.startswith("steps.") and steps is not None:
+            step, _, name = expression.removeprefix("steps.").partition(".outputs.")
+            return steps.get(step, {}).get(name, "")
         assert expression.startswith("inputs."), expression
         return inputs[expression.removeprefix("inputs.")]
     return re.sub(r"\$\{\{(.*?)\}\}", value, text)
 
 
-def run_action(runner: dict[str, Path], *, install: bool = True,
-               **given: str) -> list[subprocess.CompletedProcess[str]]:
+def _read_outputs(path: Path) -> dict[str, str]:
+    """A step's $GITHUB_OUTPUT file: ``name=value`` lines (and ``name<<EOF`` blocks, as the runner reads them)."""
+    outputs: dict[str, str] = {}
+    lines = iter(path.read_text().splitlines()) if path.exists() else iter(())
+    for line in lines:
+        if "<<" in line and "=" not in line.split("<<")[0]:
+            name, _, delimiter = line.partition("<<")
+            block = []
+            for inner in lines:
+                if inner == delimiter:
+                    break
+                block.append(inner)
+            outputs[name] = "\n".join(block)
+        elif "=" in line:
+            name, _, text = line.partition("=")
+            outputs[name] = text
+    return outputs
+
+
+@dataclass
+class ActionRun:
+    steps: list[subprocess.CompletedProcess[str]]
+    outputs: dict[str, str]  # the action's outputs, as the workflow reads them
+    summary: str  # what the job summary shows
+
+
+def run_action(runner: dict[str, Path], *, install: bool = True, **given: str) -> ActionRun:
     """Every `run` step in order, as the runner does (``install=False``: all but the install step, which
-    a second run in the same job would repeat to no effect); `uses` steps are the platform's own."""
-    defaults = yaml.safe_load((ROOT / "action.yml").read_text())["inputs"]
-    inputs = {name: given.get(name.replace("-", "_"), spec.get("default", "")) for name, spec in defaults.items()}
+    a second run in the same job would repeat to no effect); `uses` steps are the platform's own. Each
+    step gets a $GITHUB_OUTPUT file of its own; the job shares $GITHUB_STEP_SUMMARY and $RUNNER_TEMP."""
+    action = yaml.safe_load((ROOT / "action.yml").read_text())
+    inputs = {name: given.get(name.replace("-", "_"), spec.get("default", ""))
+              for name, spec in action["inputs"].items()}
     path = f"{runner['tool'] / 'bin'}{os.pathsep}{os.environ['PATH']}"
-    done = []
-    for step in _steps():
+    job = runner["workspace"].parent / f"job-{len(list(runner['workspace'].parent.glob('job-*')))}"
+    (job / "temp").mkdir(parents=True)
+    summary = job / "step_summary.md"
+    summary.touch()
+    done, outputs = [], {}
+    for number, step in enumerate(_steps()):
         if "run" not in step or (not install and "pip install" in step["run"]):
             continue
         assert step["shell"] == "bash"
+        output = job / f"output-{number}"
+        output.touch()
         env = {k: _substitute(str(v), inputs) for k, v in (step.get("env") or {}).items()}
         result = subprocess.run([*BASH, "-c", _substitute(step["run"], inputs)], cwd=runner["workspace"],
                                 capture_output=True, text=True, timeout=600,
-                                env=_environment(PATH=path, GITHUB_ACTION_PATH=str(runner["action"]), **env))
+                                env=_environment(PATH=path, GITHUB_ACTION_PATH=str(runner["action"]),
+                                                 GITHUB_OUTPUT=str(output), GITHUB_STEP_SUMMARY=str(summary),
+                                                 RUNNER_TEMP=str(job / "temp"), **env))
         done.append(result)
+        if "id" in step:
+            outputs[step["id"]] = _read_outputs(output)
         if result.returncode != 0:
             break
-    return done
+    declared = {name: _substitute(spec["value"], inputs, outputs) for name, spec in action["outputs"].items()}
+    return ActionRun(done, declared, summary.read_text())
 
 
 def test_the_action_annotates_the_pull_request_from_the_base_install(runner):
-    install, check = run_action(runner, paths="deploy")
+    first = run_action(runner, paths="deploy")
+    cache, install, check = first.steps
+    assert cache.returncode == 0 and cache.stdout == "" and "dir=" in (runner["workspace"].parent / "job-0" /
+                                                                       "output-1").read_text()
     assert install.returncode == 0, install.stderr[-2000:]
     assert check.returncode == 0, check.stderr
     assert check.stdout.startswith("0 denials, 0 warnings in 1 object from 1 file\n")
+    assert first.outputs == {"exit-code": "0", "denials": "0", "warnings": "0", "exempted": "0", "errors": "0",
+                             "objects": "1", "sarif-file": "gpushare.sarif"}
+    assert first.summary.startswith("### gpushare check: passed\n")
     shutil.copy(SEED_33, runner["workspace"] / "deploy" / "job-33.yaml")
-    [failing] = run_action(runner, install=False, paths="deploy")
-    assert failing.returncode == 1
-    assert failing.stdout.startswith("::error file=deploy/job-33.yaml,line=24,title=GS001::GS001: Job "
-                                     "default/cuda-sample-33 container \"cuda-sample\"")
-    [sarif] = run_action(runner, install=False, paths="deploy", output="sarif", sarif_file="out.sarif")
-    assert sarif.returncode == 1 and sarif.stdout == ""
+    failing = run_action(runner, install=False, paths="deploy", output="sarif", sarif_file="out.sarif")
+    [_, check] = failing.steps
+    assert check.returncode == 1
+    # Annotations and the SARIF file from one run.
+    assert check.stdout.startswith("::error file=deploy/job-33.yaml,line=24,title=GS001::GS001: Job "
+                                   "default/cuda-sample-33 container \"cuda-sample\"")
     written = (runner["workspace"] / "out.sarif").read_text()
     assert '"ruleId": "GS001"' in written and '"uri": "deploy/job-33.yaml"' in written
+    assert failing.outputs == {"exit-code": "1", "denials": "1", "warnings": "0", "exempted": "0", "errors": "0",
+                               "objects": "2", "sarif-file": "out.sarif"}
+    # The job summary: the verdict, the counts per rule, the first findings with where they are.
+    assert failing.summary.startswith("### gpushare check: failed\n\n1 denial, 0 warnings in 2 objects from 2 "
+                                      "files\n\n| rule | severity | findings |\n|---|---|---:|\n| GS001 | deny | 1 |\n")
+    assert "- `deploy/job-33.yaml:24` **deny** GS001: Job default/cuda-sample-33 container" in failing.summary
+    # A usage error still sets the exit code output, and fails the step.
+    broken = run_action(runner, install=False, paths="deploy", args="--no-such-flag")
+    assert broken.steps[-1].returncode == 2 and broken.outputs["exit-code"] == "2"
+    assert broken.outputs["denials"] == "" and broken.summary == ""
     _holds_the_base_install(runner)
 
 

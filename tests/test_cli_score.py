@@ -36,13 +36,28 @@ def test_snapshot_file_and_binpack_picture(tmp_path):
     assert "GPU1 9/15" in result.stdout  # GPU0 is 15/15: binpack takes GPU1 to 9/15
 
 
-def test_nothing_fits_exits_1_and_says_why(tmp_path):
+def test_nothing_fits_is_a_warning_and_says_why(tmp_path):
     pod = tmp_path / "huge.yaml"
     pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: huge}\nspec:\n  containers:\n"
                    "  - {name: huge, image: cuda, resources: {limits: {aliyun.com/gpu-mem: 64}}}\n")
     result = run(str(pod), cwd=tmp_path)
-    assert result.returncode == 1
+    # As for check: the scheduler leaves such a pod Pending, it does not refuse it.
+    assert result.returncode == 0, result.stdout
     assert "GB004" in result.stdout and "needs 64" in result.stdout
+    # A node that does not fit scores 0, as /dry-run and the dashboard show it.
+    rows = [ln.split("│") for ln in result.stdout.splitlines() if "cn-" in ln and "│" in ln]
+    assert rows and all(r[2].strip() == "no" and r[3].strip() == "0" for r in rows if r[1].strip()), rows
+    strict = run(str(pod), "--fail-on", "warn", cwd=tmp_path)
+    assert strict.returncode == 1
+
+
+def test_the_help_names_the_exit_codes(tmp_path):
+    result = run("--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert ("  Exit codes:\n    0  no object is denied (one that fits no node now is a warning)\n"
+            "    1  an object is denied (--fail-on warn: or warned about, or fits no node)\n"
+            "    2  unreadable input, invalid YAML, a malformed object, an unknown --node, a bad config\n"
+            ) in result.stdout
 
 
 def test_stdin_and_a_judged_node(tmp_path):

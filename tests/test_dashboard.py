@@ -202,3 +202,42 @@ def test_loopback_only(demo: Dashboard) -> None:
     assert requests.get(demo.url, headers={"Host": f"evil.example:{port}"}, timeout=5).status_code == 403
     page = requests.get(demo.url, timeout=5).text
     assert "http://" not in page.replace(demo.url, "") and "https://" not in page  # nothing from a network
+
+
+def test_last_audit_names_its_time_zone_and_table_rows_are_as_tall_as_their_text(
+        browser: webdriver.Chrome, troubled: Dashboard) -> None:
+    browser.get(troubled.url)
+    summary = _text(browser.find_element(By.CSS_SELECTOR, "dl.summary"))
+    assert re.search(r"Last audit \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC[+-]\d\d:\d\d", summary), summary
+    # The two tables side by side are each as tall as their rows: a short one is not stretched to
+    # the other's height (which made its rows tall).
+    heights = {table: [row.size["height"] for row in browser.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr")]
+               for table in ("modes", "rules")}
+    assert len(heights["rules"]) != len(heights["modes"]), heights  # one is shorter
+    every = heights["modes"] + heights["rules"]
+    assert max(every) <= min(every) * 1.3, heights
+
+
+def test_the_dry_run_form_refuses_a_post_from_another_origin(demo: Dashboard) -> None:
+    import requests
+
+    form = {"manifests": (DATA / "seeds" / "000-cuda-sample-33.yaml").read_text()}
+    origin = demo.url.rstrip("/")
+    elsewhere = requests.post(demo.url + "dry-run", data=form, headers={"Origin": "http://evil.example"}, timeout=30)
+    assert (elsewhere.status_code, elsewhere.text) == (403, "cross-origin form posts are refused; open the "
+                                                            "dashboard itself\n")
+    other_port = requests.post(demo.url + "dry-run", data=form, headers={"Origin": "http://127.0.0.1:1"}, timeout=30)
+    assert other_port.status_code == 403
+    # What browsers say of a form on another site (Fetch Metadata), whatever its Origin.
+    for site in ("cross-site", "same-site"):
+        refused = requests.post(demo.url + "dry-run", data=form, headers={"Sec-Fetch-Site": site, "Origin": "null"},
+                                timeout=30)
+        assert refused.status_code == 403, site
+    itself = requests.post(demo.url + "dry-run", data=form, headers={"Origin": origin}, timeout=30)
+    assert itself.status_code == 200 and "GS001" in itself.text
+    # The page's own form as a browser posts it (the real browser does in test_dry_run_form_returns_a_verdict).
+    own = requests.post(demo.url + "dry-run", data=form, headers={"Sec-Fetch-Site": "same-origin", "Origin": "null"},
+                        timeout=30)
+    assert own.status_code == 200
+    tool = requests.post(demo.url + "dry-run", data=form, timeout=30)  # no Origin: not a browser
+    assert tool.status_code == 200

@@ -9,6 +9,7 @@ the webhooks' matchConditions are evaluated as CEL (cel-python) on real objects.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -92,7 +93,8 @@ def rendered(request, kustomized, helm_rendered) -> list[Obj]:
 
 
 EXPECTED = {
-    ("Namespace", "", NS), ("ServiceAccount", NS, "gpushare-webhook"), ("ServiceAccount", NS, "gpushare-webhook-certs"),
+    ("Namespace", "", NS), ("PriorityClass", "", "gpushare-webhook-critical"),
+    ("ServiceAccount", NS, "gpushare-webhook"), ("ServiceAccount", NS, "gpushare-webhook-certs"),
     ("ClusterRole", "", "gpushare-webhook"), ("ClusterRoleBinding", "", "gpushare-webhook"),
     ("Role", NS, "gpushare-webhook-certs"), ("RoleBinding", NS, "gpushare-webhook-certs"),
     ("ClusterRole", "", "gpushare-webhook-certs"), ("ClusterRoleBinding", "", "gpushare-webhook-certs"),
@@ -154,9 +156,19 @@ def test_kustomize_and_helm_render_the_same_objects(kustomized, helm_rendered):
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
 
 
-@pytest.mark.parametrize("configz", [False, True])
-def test_helm_lint_finds_no_error(configz):
-    report = helm.lint(str(CHART), {"scheduler": "none", "kubeletConfigz": {"enabled": configz}})
+# Every value a user of a system node pool and a private registry sets, as Helm's conventional names.
+PLACEMENT = {"nodeSelector": {"node-pool": "system"},
+             "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}],
+             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                 {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+             "imagePullSecrets": [{"name": "acr-credentials"}]}
+
+
+@pytest.mark.parametrize("values", [{"kubeletConfigz": {"enabled": False}}, {"kubeletConfigz": {"enabled": True}},
+                                    {**PLACEMENT, "podAnnotations": {"a": "b"}, "podLabels": {"team": "ml"}}],
+                         ids=["defaults", "configz", "placement"])
+def test_helm_lint_finds_no_error(values):
+    report = helm.lint(str(CHART), {"scheduler": "none", **values})
     assert report["total_charts_linted"] == 1 and report["errors"] == []
     # Only informational findings (severity 1, e.g. "icon is recommended") are tolerated.
     assert all(m["severity"] <= 1 for m in report["messages"]), report["messages"]
@@ -232,6 +244,71 @@ def test_helm_values_reach_the_objects(tmp_path):
                       "names": {"gpushare_daemonsets": ["a-ds", "b-ds"], "scheduler_name": "ack-co-scheduler"}}
     for obj in objects:
         kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
+
+
+def test_helm_places_every_pod_as_the_conventional_values_say():
+    objects = render_helm({**PLACEMENT, "priorityClassName": "system-cluster-critical",
+                           "priorityClass": {"create": False},
+                           "podAnnotations": {"example.com/owner": "platform"}, "podLabels": {"team": "ml"},
+                           "resources": {"requests": {"cpu": "200m", "memory": "300Mi"}},
+                           "certificates": {"resources": {"limits": {"cpu": "100m", "memory": "80Mi"}}}})
+    assert ("PriorityClass", "", "gpushare-webhook-critical") not in by_key(objects)
+    specs = dict(pod_specs(objects))
+    assert set(specs) == {"gpushare-webhook", "gpushare-webhook-certs", "gpushare-webhook-cert-rotation"}
+    for where, spec in specs.items():
+        for field, value in PLACEMENT.items():
+            assert spec[field] == value, (where, field)
+    templates = [one(objects, "Deployment", "gpushare-webhook")["spec"]["template"],
+                 one(objects, "Job", "gpushare-webhook-certs")["spec"]["template"]]
+    for template in templates:
+        assert template["metadata"]["labels"]["team"] == "ml"
+        assert template["metadata"]["annotations"]["example.com/owner"] == "platform"
+    webhook = specs["gpushare-webhook"]
+    assert webhook["priorityClassName"] == "system-cluster-critical"
+    # Helm merges values with the defaults: what is not given keeps its default.
+    assert webhook["containers"][0]["resources"] == {"requests": {"cpu": "200m", "memory": "300Mi"},
+                                                     "limits": {"cpu": "1", "memory": "1Gi"}}
+    assert specs["gpushare-webhook-certs"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "100m", "memory": "80Mi"}}
+    for obj in objects:
+        kubernetes_validate.validate(obj, KUBE_VERSIONS[-1], strict=True)
+
+
+def test_both_give_the_webhook_a_priority_class_of_its_own(rendered):
+    [priority] = [o for o in rendered if o["kind"] == "PriorityClass"]
+    # The highest value a class of one's own may take; above it are Kubernetes' system-* classes.
+    assert (priority["value"], priority["globalDefault"]) == (1_000_000_000, False)
+    spec = one(rendered, "Deployment", "gpushare-webhook")["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == priority["metadata"]["name"] == "gpushare-webhook-critical"
+
+
+@pytest.mark.parametrize(("values", "refusal"), [
+    ({"nodeSelectr": {"pool": "system"}}, "additional properties 'nodeSelectr' not allowed"),
+    ({"image": {"respository": "x"}}, "additional properties 'respository' not allowed"),
+    ({"replicas": "two"}, "at '/replicas': got string, want integer"),
+    ({"tolerations": {"key": "x"}}, "at '/tolerations': got object, want array"),
+    ({"webhooks": {"failurePolicy": {"pods": "fail"}}}, "/webhooks/failurePolicy/pods"),
+])
+def test_the_values_schema_refuses_what_the_chart_would_ignore(values, refusal):
+    with pytest.raises(helm.HelmValuesError, match="values don't meet the specifications") as refused:
+        render_helm(values)
+    assert refusal in str(refused.value)
+
+
+def test_the_values_schema_takes_what_helm_gives_a_dependency():
+    # A parent chart gives its dependencies `global`, and `enabled` when its condition names it
+    # (helm/helm#10392): the schema must not refuse them.
+    objects = render_helm({"global": {"imageRegistry": "registry.example"}, "enabled": True})
+    assert one(objects, "Deployment", "gpushare-webhook")
+
+
+def test_helm_refuses_to_create_a_system_priority_class():
+    with pytest.raises(helm.HelmRenderError, match=re.escape(
+            "priorityClassName system-cluster-critical is one of Kubernetes' own classes, which cannot be "
+            "created: set priorityClass.create=false to use it")):
+        render_helm({"priorityClassName": "system-cluster-critical"})
+    with pytest.raises(helm.HelmRenderError, match=re.escape("podLabels sets app.kubernetes.io/component")):
+        render_helm({"podLabels": {"app.kubernetes.io/component": "x"}})
 
 
 def pod_specs(objects: list[Obj]) -> list[tuple[str, Obj]]:
@@ -720,7 +797,12 @@ def test_the_chart_readme_explains_every_value_and_the_scheduler_choice():
                 out.add(path)
         return out
 
-    assert leaves(yaml.safe_load((CHART / "values.yaml").read_text())) == documented
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert leaves(values) == documented
+    # The schema knows every value (and what Helm gives a dependency), and nothing else.
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) == set(values) | {"global", "enabled"}
     assert "`scheduler=ack-co-scheduler`" in readme and "`scheduler=none`" in readme
 
 

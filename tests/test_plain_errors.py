@@ -154,3 +154,63 @@ def test_a_snapshot_without_nodes_is_refused(tmp_path, command):
                           "with `kubectl get nodes,pods -A -o yaml > cluster.yaml`")
     empty = run_gpushare(*command, "/dev/null", cwd=tmp_path)
     assert_one_line(empty, "/dev/null: not a cluster snapshot: no Node objects (it is empty)")
+
+
+@pytest.mark.parametrize(("command", "alternatives"), [
+    (("certs", "inject", "--ca-bundle", "material/ca.crt"), "pass --kubeconfig FILE (and --context NAME)"),
+    (("certs", "issue", "--secrets"), "pass --kubeconfig FILE (and --context NAME), or keep the material in a "
+                                      "directory with --cert-dir DIR instead of --secrets"),
+    (("certs", "client", "kube-scheduler", "--secrets", "--out", "out"),
+     "pass --kubeconfig FILE (and --context NAME), or keep the material in a directory with --cert-dir DIR "
+     "instead of --secrets"),
+], ids=lambda c: " ".join(c[:2]) if isinstance(c, tuple) else "")
+def test_certs_without_a_cluster_name_only_options_the_command_has(tmp_path, command, alternatives):
+    ensure_serving_certs(tmp_path / "material", ["localhost"])
+    done = run_gpushare(*command, env=no_cluster_env(tmp_path), cwd=tmp_path)
+    assert assert_one_line(done) == (f"gpushare: error: no cluster to read: no kubeconfig at $KUBECONFIG="
+                                     f"{tmp_path / 'no-kubeconfig'} and not running in a pod; {alternatives}")
+    assert "--snapshot" not in done.stderr and "--demo" not in done.stderr
+
+
+@pytest.mark.parametrize(("present", "missing"), [("tls.crt", "tls.key"), ("tls.key", "tls.crt"),
+                                                  ("ca.crt", "ca.key")])
+def test_serve_refuses_half_a_pair_and_leaves_it_alone(tmp_path, present, missing):
+    source = tmp_path / "source"
+    ensure_serving_certs(source, ["localhost"])
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / present).write_bytes((source / present).read_bytes())
+    done = run_gpushare("serve", "--port", "0", "--cert-dir", certs, "--snapshot", SNAPSHOT, timeout=60)
+    assert_one_line(done)
+    assert done.stderr == (f"gpushare: error: {certs} holds {present} but no {missing}: put the matching "
+                           f"{missing} beside it, or remove {present} to have a new pair generated\n")
+    assert sorted(p.name for p in certs.iterdir()) == [present]
+    assert (certs / present).read_bytes() == (source / present).read_bytes()
+
+
+def test_explain_says_where_a_pod_of_that_name_is_or_how_to_name_its_namespace(tmp_path):
+    from .cluster_builders import gpu_node, gpu_pod, snapshot_yaml
+
+    snapshot = tmp_path / "cluster.yaml"
+    snapshot.write_text(snapshot_yaml(gpu_node("cn-a", "share"), gpu_pod("train", namespace="team-a", mem=4)))
+    elsewhere = run_gpushare("explain", "train", "--snapshot", snapshot)
+    assert assert_one_line(elsewhere) == (f"gpushare: error: pod default/train in {snapshot}: no such pod in that "
+                                          "namespace; one of that name is in team-a: pass -n team-a (or team-a/train)")
+    nowhere = run_gpushare("explain", "nosuch", "--demo")
+    assert assert_one_line(nowhere) == ("gpushare: error: pod default/nosuch in demo: no such pod; name its namespace "
+                                        "with -n NAMESPACE (or NAMESPACE/POD)")
+    assert run_gpushare("explain", "-n", "team-a", "train", "--snapshot", snapshot).returncode == 0
+
+
+@pytest.mark.parametrize("command", [("inspect",), ("audit",), ("score", POD), ("check", POD)], ids=lambda c: c[0])
+def test_a_node_whose_gpu_capacity_is_not_a_quantity_is_named(tmp_path, command):
+    from .cluster_builders import gpu_node, snapshot_yaml
+
+    bad = gpu_node("cn-bad", "share")
+    bad["status"]["capacity"]["aliyun.com/gpu-mem"] = "abc"
+    snapshot = tmp_path / "cluster.yaml"
+    snapshot.write_text(snapshot_yaml(bad, gpu_node("cn-good", "share")))
+    done = run_gpushare(*command, "--snapshot", snapshot)
+    assert assert_one_line(done) == (f"gpushare: error: {snapshot}: Node cn-bad: status.capacity[aliyun.com/gpu-mem] "
+                                     '"abc" is not a quantity (the API server refuses such a node; save the cluster '
+                                     "again with `kubectl get nodes,pods -A -o yaml`)")

@@ -94,3 +94,19 @@ def test_a_busy_probe_port_or_one_shared_with_another_listener_is_refused_before
                                   text=True, timeout=60, env={**os.environ, "GPUSHARE_SERVER__PROBE_PORT": str(probe)})
             assert done.returncode == 2 and words in done.stderr, done.stderr
             assert not (tmp_path / "certs").exists()
+
+
+def test_the_responder_imports_the_standard_library_only():
+    """What keeps the process that answers the kubelet small (about 21 MiB resident, measured by
+    bench/probe_memory.py): nothing of the server's dependencies, nothing of the webhook beside it."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; before = set(sys.modules); import webhook.probes.responder; "
+             "print(' '.join(sorted(set(sys.modules) - before)))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            timeout=60).stdout.split()
+    ours = {"webhook", "webhook.probes", "webhook.probes.responder"}
+    assert ours <= set(loaded)
+    others = [m for m in loaded if m not in ours and m.split(".")[0] not in sys.stdlib_module_names]
+    assert others == [], others

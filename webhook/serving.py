@@ -168,6 +168,7 @@ def serving_names(settings: Settings) -> list[str]:
 def prepare_certificates(settings: Settings, cert_dir: Path) -> bool:
     """Generate what is missing, then prove the pair loads: a bad file is one line now, not a
     worker that fails to start over and over."""
+    refuse_half_pairs(cert_dir)
     try:
         generated = ensure_serving_certs(cert_dir, serving_names(settings), ca_days=settings.certs.ca_days,
                                          cert_days=settings.certs.cert_days, key_type=settings.certs.key_type)
@@ -185,6 +186,22 @@ def prepare_certificates(settings: Settings, cert_dir: Path) -> bool:
     if generated:
         log.warning("generated a self-signed CA and serving certificate in %s", cert_dir)
     return generated
+
+
+def refuse_half_pairs(cert_dir: Path) -> None:
+    """A certificate without its key (or a key without its certificate) is someone's material half
+    copied: generating a new pair would replace it in silence, so say what to do instead. The CA
+    pair matters only when a serving pair is to be generated from it."""
+    pairs = [("tls.crt", "tls.key")]
+    if not ((cert_dir / "tls.crt").exists() or (cert_dir / "tls.key").exists()):
+        pairs.append(("ca.crt", "ca.key"))
+    for cert, key in pairs:
+        present = [name for name in (cert, key) if (cert_dir / name).exists()]
+        if len(present) == 1:
+            [there] = present
+            missing = key if there == cert else cert
+            raise ServeError(f"{cert_dir} holds {there} but no {missing}: put the matching {missing} beside it, "
+                             f"or remove {there} to have a new pair generated")
 
 
 def check_address(host: str, port: int) -> None:

@@ -15,6 +15,7 @@ import click
 
 from webhook.cli.common import (
     ClusterFailure,
+    OneLineGroup,
     OneLineUsage,
     UsageFailure,
     kubeconfig_options,
@@ -32,13 +33,15 @@ class Target:
     dns_names: list[str]
     kubeconfig: Path | None
     context: str | None
+    # What else the command could be given, in its own options, when no cluster is configured.
+    alternatives: str = "pass --kubeconfig FILE (and --context NAME)"
     _api: Any = None
 
     def api(self) -> Any:
         from webhook.cli.cluster_source import client_for
 
         if self._api is None:
-            self._api = client_for(self.kubeconfig, self.context)
+            self._api = client_for(self.kubeconfig, self.context, self.alternatives)
         return self._api
 
 
@@ -77,6 +80,8 @@ def _target(config: Path | None, cert_dir: Path | None, secrets: bool, service: 
     settings = settings.model_copy(update={"certs": certs})
     names = [*certs.service_dns_names(), *certs.extra_sans, *san]
     target = Target(settings, None, names, kubeconfig, context)
+    if secrets:
+        target.alternatives += ", or keep the material in a directory with --cert-dir DIR instead of --secrets"
     if cert_dir is not None:
         from certs.store import DirectoryStore
 
@@ -139,7 +144,7 @@ def _report(target: Target, result: Any) -> None:
                    f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
 
 
-@click.group()
+@click.group(cls=OneLineGroup)
 def certs() -> None:
     """Issue, inject and rotate the webhook's CA and serving certificate."""
 
@@ -240,7 +245,7 @@ def rotate_command(renew_after: float | None, force: bool, force_ca: bool, injec
     _report(target, _run(lambda: rotate(target.store, request, publish)))
 
 
-@certs.command(name="client")
+@certs.command(name="client", cls=OneLineUsage)
 @click.argument("name")
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="YAML config file.")
 @click.option("--cert-dir", type=click.Path(file_okay=False, exists=True, path_type=Path),

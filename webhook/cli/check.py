@@ -69,20 +69,24 @@ def _note(message: str) -> None:
               help="Name reported for input read from `-`.")
 @click.option("--color", type=click.Choice(("auto", "always", "never")), default="auto", show_default=True,
               help="Colour the text output (auto: on a terminal, unless NO_COLOR is set).")
+@click.option("--also-output", "also", multiple=True, metavar="FORMAT:FILE", callback=lambda _c, _p, v: _also(v),
+              help="Also write the report in FORMAT to FILE, from the same run (repeatable), e.g. "
+                   "`-o github --also-output sarif:gpushare.sarif`.")
 @click.option("--allow-empty", is_flag=True,
               help="Exit 0 when the paths hold no Kubernetes object (e.g. a commit touching only CI files).")
 def check(paths: tuple[str, ...], output: str, output_file: Path | None, fail_on: str | None, config: Path | None,
           snapshot: Path | None, namespace_labels: Path | None, namespace: str, exclude: tuple[str, ...],
-          stdin_filename: str, color: str, allow_empty: bool) -> None:
+          stdin_filename: str, color: str, also: tuple[tuple[str, Path], ...], allow_empty: bool) -> None:
     """Check Kubernetes manifests against the webhook's rules, offline.
 
     PATH is a file, a directory (searched recursively for *.yaml, *.yml, *.json) or `-` for
-    standard input, e.g. `helm template ./chart | gpushare check -`.
+    standard input, e.g. `helm template ./chart | gpushare check -`. A directory holding a
+    kustomization.yaml is checked as `kubectl kustomize` renders it.
     """
     try:
         with output_to(output_file):
             code = _run(paths, output, fail_on, config, snapshot, namespace, exclude, stdin_filename, color,
-                        namespace_labels, allow_empty)
+                        namespace_labels, allow_empty, also)
     except click.ClickException:
         raise
     except BrokenPipeError:  # `gpushare check ... | head`: the reader left, nothing more to say
@@ -100,7 +104,8 @@ def check(paths: tuple[str, ...], output: str, output_file: Path | None, fail_on
 
 def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | None, snapshot: Path | None,
          namespace: str, exclude: tuple[str, ...], stdin_filename: str, color: str,
-         namespace_labels: Path | None = None, allow_empty: bool = False) -> int:
+         namespace_labels: Path | None = None, allow_empty: bool = False,
+         also: tuple[tuple[str, Path], ...] = ()) -> int:
     from policies.engine import Engine
     from webhook.documents.manifests import ManifestError
     from webhook.documents.sources import STDIN, select_files
@@ -134,15 +139,32 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
         where = ", ".join(stdin_filename if p == STDIN else p for p in paths)
         found = (f"{report.not_kubernetes} document{'s' * (report.not_kubernetes != 1)}, none a Kubernetes object"
                  if report.not_kubernetes else
+                 "passed over, as the note above says" if selection.passed_over
+                 and not selection.files else
                  "no *.yaml, *.yml or *.json file" if not selection.files else "no document")
         report.problems.append(Problem(where, None, f"nothing to check: {found} (--allow-empty accepts that)"))
     if state is None and report.objects:
         report.not_run = _stateful_rules(settings)
     render(report, fmt, sys.stdout, settings=settings, color=fmt == "text" and wants_color(color, sys.stdout))
     sys.stdout.flush()
+    for other, path in also:
+        with output_to(path):
+            render(report, other, sys.stdout, settings=settings)
     for problem in report.problems:
         _note(f"error: {problem.text}")
     return report.exit_code
+
+
+def _also(values: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
+    """--also-output FORMAT:FILE, each checked before anything runs."""
+    parsed = []
+    for value in values:
+        fmt, sep, path = value.partition(":")
+        if not sep or not path or fmt not in FORMATS:
+            raise click.BadParameter(f"{value!r} is not FORMAT:FILE with FORMAT one of {', '.join(FORMATS)}",
+                                     param_hint="'--also-output'")
+        parsed.append((fmt, Path(path)))
+    return tuple(parsed)
 
 
 def _stateful_rules(settings: Any) -> tuple[str, ...]:
@@ -155,7 +177,13 @@ def _stateful_rules(settings: Any) -> tuple[str, ...]:
 
 def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, Any]]]:
     """The snapshot as cluster state, and its raw Node objects by name."""
-    from webhook.state.snapshot import SnapshotError, require_nodes, snapshot_from_objects, snapshot_objects
+    from webhook.state.snapshot import (
+        SnapshotError,
+        require_nodes,
+        require_quantities,
+        snapshot_from_objects,
+        snapshot_objects,
+    )
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -166,6 +194,7 @@ def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, 
         raise InputFailure(str(exc)) from None
     try:
         require_nodes(items, str(path))
+        require_quantities(items, settings.names, str(path))
     except SnapshotError as exc:
         raise InputFailure(str(exc)) from None
     nodes = {item["metadata"]["name"]: item for item in items

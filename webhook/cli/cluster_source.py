@@ -6,7 +6,6 @@ the same options and say the same thing when no cluster is given."""
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -72,18 +71,19 @@ def no_cluster_configured(kubeconfig: Path | None, context: str | None) -> bool:
     return not any(p and os.path.isfile(p) for p in paths)
 
 
-def client_for(kubeconfig: Path | None, context: str | None) -> Any:
-    """An API client, or one line saying why there is none (and how to give a cluster instead)."""
+def client_for(kubeconfig: Path | None, context: str | None, alternatives: str = NO_CLUSTER) -> Any:
+    """An API client, or one line saying why there is none and what else to pass (``alternatives``:
+    only options the command has)."""
     from webhook.state.kube_client import KubeConfigError, api_client
 
     if no_cluster_configured(kubeconfig, context):
         where = f"$KUBECONFIG={os.environ['KUBECONFIG']}" if os.environ.get("KUBECONFIG") else "~/.kube/config"
-        raise UsageFailure(f"no cluster to read: no kubeconfig at {where} and not running in a pod; {NO_CLUSTER}")
+        raise UsageFailure(f"no cluster to read: no kubeconfig at {where} and not running in a pod; {alternatives}")
     quiet_insecure_warnings()
     try:
         return api_client(kubeconfig, context)
     except KubeConfigError as exc:
-        raise UsageFailure(f"{str(exc).rstrip('.')}; or {NO_CLUSTER}") from None
+        raise UsageFailure(f"{str(exc).rstrip('.')}; or {alternatives}") from None
 
 
 def quiet_insecure_warnings() -> None:
@@ -97,20 +97,9 @@ def quiet_insecure_warnings() -> None:
 def unreachable(exc: BaseException, host: str = "") -> UsageFailure:
     """urllib3's "HTTPSConnectionPool(...): Max retries exceeded ... NewConnectionError(...)" as
     one line in plain words: which API server, and the operating system's reason."""
-    pool = getattr(exc, "pool", None)
-    if not host and pool is not None:
-        host = f"{pool.scheme}://{pool.host}:{pool.port}"
-    text = str(getattr(exc, "reason", None) or exc)
-    errno = re.search(r"\[Errno -?\d+\] ([^)'\"]+)", text)
-    if errno:
-        why = errno.group(1).strip().rstrip(".").lower()
-    elif "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
-        why = "its TLS certificate is not trusted (certificate-authority-data in the kubeconfig)"
-    elif "timed out" in text.lower() or "timeout" in type(exc).__name__.lower():
-        why = "timed out"
-    else:
-        why = type(getattr(exc, "reason", None) or exc).__name__
-    return UsageFailure(f"cannot reach the API server {host}: {why}")
+    from webhook.state.kube_client import connection_problem
+
+    return UsageFailure(connection_problem(exc, host))
 
 
 def live_state(kubeconfig: Path | None, context: str | None, names: Any) -> tuple[Any, str]:

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import click
 
+from webhook.cli.common import OneLineGroup
+
 # name -> module in webhook.cli holding a click command of that name, in the order help lists them.
 COMMANDS = {"serve": "serve", "check": "check", "rules": "rules", "score": "score", "certs": "certs",
             "inspect": "inspect", "audit": "audit", "explain": "explain", "dashboard": "dashboard",
             "policy": "policy"}
 
 
-class LazyGroup(click.Group):
+class LazyGroup(OneLineGroup):
     """Commands are looked up by name and imported on use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:

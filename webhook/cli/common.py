@@ -66,7 +66,7 @@ class OneLineUsage(click.Command):
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:
-            raise UsageFailure(f"{exc.format_message()} (see {_command_path(self, parent)} --help)") from None
+            raise usage_failure(exc, _command_path(self, parent, info_name)) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -78,9 +78,50 @@ class OneLineUsage(click.Command):
                                f"{SERVER_EXTRA}") from None
 
 
-def _command_path(command: click.Command, parent: click.Context | None) -> str:
-    if parent is None:
-        return command.name or "gpushare"
+class OneLineGroup(click.Group):
+    """A group of commands with the commands' error style: a misspelt command gets the closest
+    one ("did you mean"), a usage error is one line naming the help to read, exit code 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("context_settings", {}).setdefault("help_option_names", ["-h", "--help"])
+        super().__init__(*args, **kwargs)
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise usage_failure(exc, _command_path(self, parent, info_name)) from None
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                               list[str]]:
+        name = click.utils.make_str(args[0])
+        if self.get_command(ctx, name) is None and not name.startswith("-"):
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise UsageFailure(f"No such command '{name}'.{hint} (see {ctx.command_path} --help)")
+        return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:  # a subcommand of its own class, not OneLineUsage
+            raise usage_failure(exc, exc.ctx.command_path if exc.ctx else ctx.command_path) from None
+
+
+def usage_failure(exc: click.UsageError, command_path: str) -> click.ClickException:
+    """Click's usage error in the one style: ``gpushare: error: WHAT (see COMMAND --help)``; a group
+    run without a command still prints its help (click signals that as a usage error)."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # click >= 8.2
+        return exc
+    return UsageFailure(f"{exc.format_message()} (see {command_path} --help)")
+
+
+def _command_path(command: click.Command, parent: click.Context | None, info_name: str | None = None) -> str:
+    if parent is None:  # the command run alone: the name it was run by (kubectl inspect cgpu)
+        return info_name or command.name or "gpushare"
     return f"{parent.command_path} {command.name}"
 
 

@@ -31,7 +31,7 @@ def explain(pod: str, namespace: str, snapshot: Path | None, demo: bool, kubecon
     state, source, _described = read_state(snapshot, demo, kubeconfig, context, settings.names)
     found = state.get_pod(namespace, pod)
     if found is None:
-        why = "it asks for no GPU" if state.has_pod(namespace, pod) else "no such pod"
+        why = "it asks for no GPU" if state.has_pod(namespace, pod) else f"no such pod{_elsewhere(state, pod)}"
         raise UsageFailure(f"pod {namespace}/{pod} in {source}: {why}")
     explanation = explain_pod(found, state, Scorer(settings.names))
     with output_to(output_file):
@@ -49,3 +49,13 @@ def explain(pod: str, namespace: str, snapshot: Path | None, demo: bool, kubecon
                 out.append(f"  {entry['node']}: {verdict}")
                 out += [f"    {reason}" for reason in entry["reasons"]]
         sys.stdout.write("\n".join(out) + "\n")
+
+
+def _elsewhere(state: object, pod: str) -> str:
+    """Where a pod of that name is, when it is in another namespace, or how to name one."""
+    keys: set[str] = getattr(state, "pod_keys", set)()
+    namespaces = sorted(key.partition("/")[0] for key in keys if key.partition("/")[2] == pod)
+    if namespaces:
+        shown = ", ".join(namespaces[:5]) + (", ..." if len(namespaces) > 5 else "")
+        return f" in that namespace; one of that name is in {shown}: pass -n {namespaces[0]} (or {namespaces[0]}/{pod})"
+    return "; name its namespace with -n NAMESPACE (or NAMESPACE/POD)"

@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from webhook.cli.common import OneLineUsage, config_option, load_cli_settings, output_options, output_to
+from webhook.cli.common import OneLineGroup, OneLineUsage, config_option, load_cli_settings, output_options, output_to
 
 
-@click.group()
+@click.group(cls=OneLineGroup)
 def policy() -> None:
     """The API server backstop (ValidatingAdmissionPolicy, Kubernetes >= 1.30) and the webhooks' matchConditions."""
 

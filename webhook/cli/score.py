@@ -1,11 +1,12 @@
 """``gpushare score FILE``: where each pod (or workload template) in FILE could go, as a table.
 
 The same ranking as ``POST /dry-run``, over a snapshot file (``--snapshot``, what
-``kubectl get nodes,pods -A -o yaml`` prints) or the embedded demo cluster. Exit codes:
-0 every pod fits somewhere (and, when judged on a node, there); 1 some object is denied
-or fits no node; 2 unreadable input, invalid YAML, no Kubernetes object at all (unless
-``--allow-empty``) or a bad config (one line naming the file and line). Heavy modules are
-imported inside the command so ``gpushare`` starts fast.
+``kubectl get nodes,pods -A -o yaml`` prints) or the embedded demo cluster. Exit codes as
+``check``'s: 0 no object is denied (one that fits no node now is a warning, as the scheduler
+leaves it Pending rather than refusing it); 1 some object is denied (with ``--fail-on warn``, also
+one with a warning or that fits no node); 2 unreadable input, invalid YAML, no Kubernetes object
+at all (unless ``--allow-empty``) or a bad config (one line naming the file and line). Heavy
+modules are imported inside the command so ``gpushare`` starts fast.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def _render(console: Console, report: ObjectReport, manifest: Manifest, limit: i
         entry = ranking_entry(score, report.request.demand)
         mark = "[green]yes[/green]" if score.fits else "[red]no[/red]"
         node = f"{score.node} *" if score.node == report.judged_node else score.node
-        table.add_row(node, mark, str(score.score) if score.fits else "-", _cards_cell(entry),
+        # A node that does not fit scores 0, as /dry-run and the dashboard show it.
+        table.add_row(node, mark, str(score.score), _cards_cell(entry),
                       "\n".join(entry["reasons"]))
     console.print(table)
     hidden = len(report.ranking) - len(shown)
@@ -110,10 +112,19 @@ def _render(console: Console, report: ObjectReport, manifest: Manifest, limit: i
 @click.option("--top", type=click.IntRange(0), default=20, show_default=True,
               help="Nodes shown per object, best first; 0 shows all.")
 @output_options(("text", "json"), "text", alias=False)
+@click.option("--fail-on", type=click.Choice(("deny", "warn")), default="deny", show_default=True,
+              help="Lowest severity that fails the run; warn also fails an object that fits no node.")
 @click.option("--allow-empty", is_flag=True, help="Exit 0 when FILE holds no Kubernetes object.")
 def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top: int, output: str,
-          output_file: Path | None, allow_empty: bool) -> None:
-    """Rank the nodes for every pod and workload template in FILE ('-' reads stdin)."""
+          output_file: Path | None, fail_on: str, allow_empty: bool) -> None:
+    """Rank the nodes for every pod and workload template in FILE ('-' reads stdin).
+
+    \b
+    Exit codes:
+      0  no object is denied (one that fits no node now is a warning)
+      1  an object is denied (--fail-on warn: or warned about, or fits no node)
+      2  unreadable input, invalid YAML, a malformed object, an unknown --node, a bad config
+    """
     from policies.dryrun import DryRun
     from policies.engine import Engine
     from policies.resources import ShapeError
@@ -163,7 +174,8 @@ def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top
             else:
                 results.append(_json_result(report, manifest))
             fits_somewhere = report.ranking is None or any(s.fits for s in report.ranking)
-            failed = failed or not report.verdict.allowed or not fits_somewhere
+            warned = not fits_somewhere or any(f.severity == "warn" for f in report.verdict.findings)
+            failed = failed or not report.verdict.allowed or (fail_on == "warn" and warned)
         if console is None:
             click.echo(json.dumps({"cluster": described, "results": results}, indent=2))
     sys.exit(2 if unreadable else 1 if failed else 0)

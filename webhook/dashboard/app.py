@@ -55,6 +55,29 @@ class AuditCache:
             return self.result, self._at
 
 
+def audit_time(at: float) -> str:
+    """When the audit ran, in local time with its offset from UTC: people reading the page may be
+    elsewhere than the machine serving it."""
+    local = time.localtime(at)
+    offset = local.tm_gmtoff or 0
+    sign = "+" if offset >= 0 else "-"
+    hours, minutes = divmod(abs(offset) // 60, 60)
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', local)} UTC{sign}{hours:02d}:{minutes:02d}"
+
+
+def same_origin(fetch_site: str | None, origin: str | None, host: str) -> bool:
+    """A request from this very page, or from no page at all (curl). Browsers say where a request
+    comes from in Sec-Fetch-Site (Fetch Metadata); with this page's Referrer-Policy: no-referrer,
+    their Origin on a form post is "null", so Origin alone decides only for browsers without it."""
+    if fetch_site is not None:
+        return fetch_site in ("same-origin", "none")
+    if origin is None:
+        return True
+    from urllib.parse import urlsplit
+
+    return origin != "null" and urlsplit(origin).netloc == host
+
+
 def create_dashboard(settings: Settings, state: ClusterState, config: DashboardConfig,
                      host_names: tuple[str, ...] = ()) -> Flask:
     app = Flask(__name__)  # templates/ and static/ beside this module
@@ -74,7 +97,7 @@ def create_dashboard(settings: Settings, state: ClusterState, config: DashboardC
         result, at = audits.get(state)
         page = request.args.get("page", "1")
         number = int(page) if page.isdigit() else 1
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+        stamp = audit_time(at)
         return build_page(state, scorer, result, stamp, config.source, number, config.page_size)
 
     def refresh_seconds() -> int:
@@ -93,7 +116,12 @@ def create_dashboard(settings: Settings, state: ClusterState, config: DashboardC
         return render_template("live.html", page=page_model())
 
     @app.post("/dry-run")
-    def dry_run_form() -> str:
+    def dry_run_form() -> str | Response:
+        if not same_origin(request.headers.get("Sec-Fetch-Site"), request.headers.get("Origin"), request.host):
+            # A page elsewhere may not post to this one (a browser sends Origin with every form POST;
+            # curl sends none and is allowed): the verdict shows the cluster's state.
+            return Response("cross-origin form posts are refused; open the dashboard itself\n", status=403,
+                            mimetype="text/plain")
         text = request.form.get("manifests", "")
         results, error = None, ""
         if not text.strip():

@@ -1,4 +1,4 @@
-"""Renderers of a check Report: text, json, junit, sarif, github. Each module has one job.
+"""Renderers of a check Report: text, json, junit, sarif, github, markdown. Each module has one job.
 
 Importing this package is cheap (the CLI reads FORMATS from it); a renderer is imported when used.
 """
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from webhook.report.checking import Report
     from webhook.settings import Settings
 
-FORMATS = ("text", "json", "junit", "sarif", "github")
+FORMATS = ("text", "json", "junit", "sarif", "github", "markdown")
 
 
 def render(report: Report, fmt: str, out: TextIO, *, settings: Settings, color: bool = False) -> None:

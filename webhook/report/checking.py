@@ -191,12 +191,17 @@ class Checker:
         self.annotations = read_annotations(engine.names)  # a placeholder there is not judged
 
     def check_path(self, path: str, source: str) -> FileResult:
-        """Read, parse and judge one file (``-`` is stdin); unreadable input becomes a Problem."""
+        """Read, parse and judge one file (``-`` is stdin); unreadable input becomes a Problem. A
+        kustomization file is what its directory renders to, when kubectl or kustomize can render it."""
+        from webhook.documents.kustomize import is_component, is_kustomization, render, renderer
+
+        rendering = path != STDIN and is_kustomization(path) and renderer() is not None and not is_component(path)
         try:
-            text = read_text(path, source)
+            text = render(path) if rendering else read_text(path, source)
         except ManifestError as exc:
             return FileResult(source, problems=[Problem.of(exc)])
-        return self.check_text(text, source)
+        result = self.check_text(text, source)
+        return _at_the_kustomization(result) if rendering else result
 
     def check_text(self, text: str, source: str) -> FileResult:
         result = FileResult(source)
@@ -271,6 +276,19 @@ class Checker:
                 yield from pool.imap(_check_in_worker, paths, chunksize=max(1, len(paths) // (workers * 8)))
         finally:
             _pool_checker = None
+
+
+def _at_the_kustomization(result: FileResult) -> FileResult:
+    """Findings in rendered objects point at the kustomization file (its first line): the lines of
+    the rendered stream are in no file the user has."""
+    import dataclasses
+
+    for obj in result.objects:
+        obj.line = 1
+        obj.findings = [dataclasses.replace(f, line=1, document_line=1) for f in obj.findings]
+        obj.exempted = [dataclasses.replace(f, line=1, document_line=1) for f in obj.exempted]
+    result.problems = [dataclasses.replace(p, line=None) for p in result.problems]
+    return result
 
 
 # Fan out only when there is enough to share: forking and collecting results costs ~50 ms.

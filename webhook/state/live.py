@@ -44,7 +44,7 @@ from policies.cluster import (
 from policies.isolation import judged_names
 from policies.resources import watched_resources
 from policies.settings import Names, StateSettings
-from webhook.state.kube_client import KubeConfigError, api_client
+from webhook.state.kube_client import KubeConfigError, api_client, connection_problem
 from webhook.state.kube_schema import NAMESPACE_DECODERS, NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
 from webhook.state.kubelet_config import Fetch, KubeletConfigReader, kubelet_signature
 from webhook.state.paging import list_pages
@@ -68,7 +68,8 @@ class WatchError(Exception):
 def core_api(kubeconfig: Path | None) -> tuple[k8s.CoreV1Api, str]:
     """A CoreV1Api from the kubeconfig file, else from the in-cluster service account; and its server URL."""
     try:
-        client = api_client(kubeconfig)
+        # The reflectors and the leader election retry with back-off of their own.
+        client = api_client(kubeconfig, retries=False)
     except KubeConfigError as exc:
         raise StateSourceError(str(exc)) from None
     return k8s.CoreV1Api(client), client.configuration.host
@@ -166,7 +167,9 @@ class Reflector:
                     self._disconnected("410 Gone", backoff=False)
                 else:
                     self._disconnected(f"API error {exc.status}: {exc.reason}")
-            except (urllib3.exceptions.HTTPError, OSError, WatchError, DecodeError, ValueError) as exc:
+            except urllib3.exceptions.HTTPError as exc:
+                self._disconnected(connection_problem(exc))
+            except (OSError, WatchError, DecodeError, ValueError) as exc:
                 self._disconnected(f"{type(exc).__name__}: {exc}")
 
     def _connected(self) -> None:

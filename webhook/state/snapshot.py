@@ -7,7 +7,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.cluster import ClusterSnapshot, node_from_manifest, node_resource_names, pod_from_manifest
+from policies.quantity import QuantityError, parse_quantity
 from policies.settings import Names
 from webhook.documents.reader import DocumentError, looks_like_json, read_json, read_yaml
 
@@ -79,11 +80,40 @@ def require_nodes(items: list[dict[str, Any]], source: str) -> None:
                         "`kubectl get nodes,pods -A -o yaml > cluster.yaml`")
 
 
+def require_quantities(items: list[dict[str, Any]], names: Names, source: str) -> None:
+    """A Node's GPU capacity and allocatable are quantities: the API server stores them as
+    resource.Quantity and refuses anything else, so a snapshot holding "abc" was edited by hand.
+    Ignoring the value would drop the node's GPUs in silence (inspect without the node, audit "ok")."""
+    watched = node_resource_names(names)
+    for item in items:
+        if item.get("kind") != "Node":
+            continue
+        meta = item.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        status = item.get("status")
+        status = status if isinstance(status, dict) else {}
+        for block in ("capacity", "allocatable"):
+            values = status.get(block)
+            if not isinstance(values, dict):
+                continue
+            for name in watched:
+                if name not in values:
+                    continue
+                try:
+                    parse_quantity(values[name])
+                except QuantityError:
+                    raise SnapshotError(
+                        f"{source}: Node {meta.get('name')}: status.{block}[{name}] {json.dumps(values[name])} is "
+                        "not a quantity (the API server refuses such a node; save the cluster again with `kubectl "
+                        "get nodes,pods -A -o yaml`)") from None
+
+
 def snapshot_from_text(text: str, names: Names, source: str = "<snapshot>") -> ClusterSnapshot:
     """Build a ClusterSnapshot from `kubectl get nodes,pods -A -o yaml|json` output; SnapshotError
-    when it holds no Node."""
+    when it holds no Node, or a Node whose GPU capacity is not a quantity."""
     items = snapshot_objects(text, source)
     require_nodes(items, source)
+    require_quantities(items, names, source)
     return snapshot_from_objects(items, names)
 
 

@@ -73,13 +73,53 @@ capabilities:
   drop: [ALL]
 {{- end }}
 
+{{/* podLabels, refused where they would change the labels the Deployment's selector and the
+Services match. */}}
+{{- define "gpushare.podLabels" -}}
+{{- range $name, $value := .Values.podLabels }}
+{{- if has $name (list "app.kubernetes.io/name" "app.kubernetes.io/component") }}
+{{- fail (printf "podLabels sets %s, which the chart's selectors use; choose another label" $name) }}
+{{- end }}
+{{- end }}
+{{- with .Values.podLabels }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Where every pod of the chart runs and what it pulls with (the webhook, the certificate Job and
+CronJob: a system node pool or a private registry concerns them all). */}}
+{{- define "gpushare.podPlacement" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+{{- toYaml . | nindent 0 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{- define "gpushare.certsPod" -}}
 metadata:
   labels:
     {{- include "gpushare.labels" "certificates" | nindent 4 }}
+    {{- with include "gpushare.podLabels" . | trim }}{{ . | nindent 4 }}{{ end }}
+  {{- with .Values.podAnnotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 spec:
   serviceAccountName: gpushare-webhook-certs
   restartPolicy: Never
+  {{- with include "gpushare.podPlacement" . | trim }}{{ . | nindent 2 }}{{ end }}
   securityContext:
     {{- include "gpushare.podSecurityContext" . | nindent 4 }}
   containers:
