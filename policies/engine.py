@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
+from .budget import BUDGET_ID, describe, overrun
 from .grants import NamespaceLabels
 from .mutations import MUTATIONS, Op, plan_patch
 from .resources import CUSTOM_WORKLOADS
@@ -189,6 +190,9 @@ class Engine:
         Stateful rules are skipped without cluster state (``gpushare check`` without
         ``--snapshot``). Findings of rules the object is exempted from are kept apart.
         """
+        verdict = self._over_budget(subject)
+        if verdict is not None:
+            return verdict
         verdict = Verdict(subject.kind, subject.name, subject.namespace)
         # Not honoured: GE001 says why, and the rules judge the object as if it asked for nothing.
         set_aside = subject.set_aside
@@ -226,6 +230,19 @@ class Engine:
                 f"{source}: {reason}" for source, reason in sources)
         return verdict
 
+    def _over_budget(self, subject: Subject) -> Verdict | None:
+        """The verdict on an object over ``budget`` (denied, or admitted unjudged), None when within.
+        Counted before any rule runs, on the object only: an UPDATE's old object was judged when
+        it was written."""
+        limits = self.settings.budget
+        found = overrun(subject.kind, subject.obj, subject.workload, limits)
+        if found is None:
+            return None
+        message, brief = describe(found, subject.label, limits)
+        severity: Severity = "warn" if limits.when_exceeded == "admit" else "deny"
+        return Verdict(subject.kind, subject.name, subject.namespace,
+                       [Finding(BUDGET_ID, severity, message, (), brief)])
+
     def _unavailable(self, exc: StateUnavailable, rule_ids: list[str]) -> Finding:
         """The configured fail mode for stateful rules whose state is not usable."""
         mode = getattr(self.settings.state.when_unavailable, exc.switch)
@@ -262,6 +279,9 @@ class Engine:
 
     def mutate(self, subject: Subject) -> Verdict:
         """Plan the JSON patch for the subject (no rules run)."""
+        verdict = self._over_budget(subject)
+        if verdict is not None:
+            return verdict  # not patched either: planning walks every container too
         verdict = Verdict(subject.kind, subject.name, subject.namespace)
         set_aside = subject.set_aside
         enabled = self._mutations - set_aside if set_aside else self._mutations
