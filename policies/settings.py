@@ -493,7 +493,8 @@ class BudgetSettings(_Section):
     # holds 7,000).
     max_containers: int = Field(1024, ge=1)
     # Node affinity requirements (at least one per term) and pod (anti-)affinity terms, together.
-    max_affinity_terms: int = Field(1024, ge=1)
+    # Reading them is linear; what they cost GC001 against the nodes is capped by capacity.max_work.
+    max_affinity_terms: int = Field(4096, ge=1)
     # deny: the object is refused, the answer saying what was counted and what is accepted;
     # admit: it is admitted unjudged, with a warning saying so (the backstop policy, where it is
     # installed, still judges it inside the API server).

@@ -171,6 +171,11 @@ class OverloadSettings(_Section):
     # burst of huge reviews cannot multiply the decoded size by the thread count.
     large_body_bytes: int = Field(256 * 1024, ge=1024)
     large_body_concurrency: int = Field(2, ge=1)
+    # Reviews with bodies over ``large_body_bytes`` (or of unknown length) take a lane of their
+    # own: this many evaluate at once, in slots apart from ``app_concurrency``, with their own
+    # queue and estimate, so a small review never waits behind a large one (docs/operations.md,
+    # "Large reviews in a lane of their own").
+    large_review_concurrency: int = Field(1, ge=1, le=16)
 
 
 class InputSettings(_Section):
