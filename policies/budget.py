@@ -122,8 +122,8 @@ def overrun(kind: str, obj: dict[str, Any], workload: WorkloadKind | None, limit
 def describe(overrun_: Overrun, label: str, limits: BudgetSettings) -> tuple[str, str]:
     """The finding's message and its brief form (a warning of at most 256 characters)."""
     found = overrun_
-    counted = (f"counted before stopping: {found.templates} pod templates, {found.containers} containers, "
-               f"{found.affinity_terms} affinity terms")
+    counted = (f"counted before stopping: {_count(found.templates, 'pod template')}, "
+               f"{_count(found.containers, 'container')}, {_count(found.affinity_terms, 'affinity term')}")
     accepted = (f"accepted: at most {limits.max_templates} pod templates, {limits.max_containers} containers and "
                 f"{limits.max_affinity_terms} affinity terms in one object (real workloads have a few of each), "
                 f"or a larger {found.setting} in the webhook's configuration")
@@ -131,3 +131,7 @@ def describe(overrun_: Overrun, label: str, limits: BudgetSettings) -> tuple[str
                else "denied (budget.when_exceeded: deny)")
     head = f"{BUDGET_ID}: {label} is too large to evaluate: more than {found.limit} {found.what} ({found.setting})"
     return f"{head} ({counted}); {accepted}; {outcome}", f"{head}; {outcome}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
