@@ -31,7 +31,9 @@ import yaml
 
 from bench.go_json import api_server_json
 from bench.review_bodies import deployment, realistic_pod
+from policies.budget import overrun
 from policies.field_paths import EVERY_ITEM, EVERY_VALUE
+from policies.settings import BudgetSettings
 from policies.workloads import BUILT_IN, group_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,3 +205,22 @@ def update_body(name: str, shape: str, each: int = ETCD_OBJECT_BYTES) -> tuple[i
     old = copy.deepcopy(new)
     old["metadata"].setdefault("labels", {})["revision"] = "1"
     return n, api_server_json(review(new, group, resource, old))
+
+
+def budget_body(name: str, shape: str) -> tuple[int, bytes]:
+    """A CREATE of kind ``name`` grown in ``shape`` (containers or templates) to exactly the
+    evaluation budget's default limit: the costliest review that is still judged in full."""
+    obj, group, resource = kinds()[name]
+    limits, grow = BudgetSettings(), SHAPES[shape]
+    workload = next((k for k in BUILT_IN if k.kind == obj["kind"] and k.group == group_of(obj)), None)
+
+    def within(n: int) -> bool:
+        return overrun(obj["kind"], grow(obj, n), workload, limits) is None
+
+    low, high = 0, 1
+    while within(high):
+        low, high = high, high * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if within(mid) else (low, mid)
+    return low, api_server_json(review(grow(obj, low), group, resource))

@@ -92,8 +92,8 @@ def small_costly_review(tag: str) -> bytes:
 def one_slot_server(tmp_path, env: dict[str, str] | None = None, nodes: int = COSTLY_NODES,
                     worker: str = "webhook") -> Iterator[RunningServer]:
     snapshot = many_nodes_snapshot(tmp_path / "cluster.json", nodes)
-    with gpushare_server(tmp_path, "--snapshot", str(snapshot), worker=worker,
-                         env={"GPUSHARE_OVERLOAD__APP_CONCURRENCY": "1", **ONE_LANE, **UNCAPPED, **(env or {})}) as server:
+    env = {"GPUSHARE_OVERLOAD__APP_CONCURRENCY": "1", **ONE_LANE, **UNCAPPED, **(env or {})}
+    with gpushare_server(tmp_path, "--snapshot", str(snapshot), worker=worker, env=env) as server:
         yield server
 
 
