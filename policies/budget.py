@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .resources import POD_SPEC_PATHS, pod_spec
+from .resources import CONTAINER_GROUPS, POD_SPEC_PATHS, ShapeError, pod_spec
 from .settings import BudgetSettings
 from .workloads import WorkloadKind, pod_locations
 
@@ -99,7 +99,8 @@ def _requirements(term: Any) -> int:
 
 
 def overrun(kind: str, obj: dict[str, Any], workload: WorkloadKind | None, limits: BudgetSettings) -> Overrun | None:
-    """The first budget ``obj`` exceeds, or None. Kinds without pods (a Node, a Binding) have none."""
+    """The first budget ``obj`` exceeds, or None. Kinds without pods (a Node, a Binding) have none.
+    ShapeError, as the rules' reading raises it, where the containers counted are not objects."""
     counter = _Counter(limits)
     if workload is not None:
         for spec, containers in pod_locations(workload, obj):
@@ -109,13 +110,19 @@ def overrun(kind: str, obj: dict[str, Any], workload: WorkloadKind | None, limit
         return None
     if kind not in POD_SPEC_PATHS:
         return None
-    try:
-        spec, _ = pod_spec(obj, kind)
-    except ValueError:  # a malformed object: the rules' own reading says where (a 400)
-        return None
+    spec, path = pod_spec(obj, kind)  # a ShapeError where the object has no pod spec's shape (a 400)
     if spec is None:
         return None
-    containers = sum(len(spec[g]) for g in _GROUPS if isinstance(spec.get(g), list))
+    containers = 0
+    for group in _GROUPS:
+        items = spec.get(group)
+        if not isinstance(items, list):
+            continue  # absent; anything else is the rules' to refuse (a 400)
+        if group in CONTAINER_GROUPS:  # as the rules read them: a malformed list is bad input, not a big one
+            for index, item in enumerate(items[: limits.max_containers + 1]):
+                if not isinstance(item, dict):
+                    raise ShapeError((*path, group, index), f"must be an object, got {type(item).__name__}")
+        containers += len(items)
     return counter.add_pod(spec, containers)
 
 
