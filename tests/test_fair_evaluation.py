@@ -19,6 +19,8 @@ import yaml
 
 from bench.large_reviews import BODY_LIMIT, create_body
 from policies.warning_text import WARNINGS_TOTAL_LIMIT
+from webhook.server.scheduling import Route, Scheduler, Work
+from webhook.settings import OverloadSettings
 
 from .helpers import DATA, admission_review, costly_pod, gpushare_server, load_json
 from .manifests import container, pod, pod_spec
@@ -177,3 +179,21 @@ def test_small_reviews_are_answered_while_large_ones_are_in_flight(tmp_path, wor
 
 def _costly_twin() -> dict:
     return costly_pod("lane-b", COSTLY_TERMS)
+
+
+def test_large_reviews_wait_and_are_refused_in_their_own_lane_only():
+    """The scheduler alone (no sockets, its own clock): a review over overload.large_body_bytes,
+    or of unknown length, is a large review; while one evaluates and another has waited past its
+    deadline, a large review arriving is refused, and a small one is still evaluated by the
+    poller at once."""
+    scheduler: Scheduler[str] = Scheduler(OverloadSettings())
+    assert scheduler.lane(Work.REVIEW, 4096) is Work.REVIEW
+    assert scheduler.lane(Work.REVIEW, 256 * 1024 + 1) is Work.LARGE_REVIEW
+    assert scheduler.lane(Work.REVIEW, None) is Work.LARGE_REVIEW  # chunked: its size is unknown
+    assert scheduler.lane(Work.TOOL, 4 * 1024 * 1024) is Work.TOOL
+    assert scheduler.arrive("a", Work.LARGE_REVIEW, "5s", 0.0, inline=False) is Route.THREAD
+    assert scheduler.arrive("b", Work.LARGE_REVIEW, "5s", 0.0, inline=False) is Route.QUEUED
+    assert scheduler.refusal(Work.LARGE_REVIEW, "5s", 4.0) == "late"  # b has waited 4 s of its 3.75
+    assert scheduler.refusal(Work.REVIEW, "5s", 4.0) is None
+    assert scheduler.arrive("small", Work.REVIEW, "5s", 4.0, inline=True) is Route.POLLER
+    assert scheduler.next_for_poller(4.0) == ("small", Work.REVIEW, None)
