@@ -15,7 +15,7 @@ declares its class where it is registered (``declare``):
   ``overload.large_review_concurrency`` slots, its own queue and its own estimate, refused by the
   same deadline and count. A large review costs tens of milliseconds or more to read, decode and
   judge; in the same queue as the small ones, six clients sending 4 MiB reviews back to back
-  made every small review wait behind them past its deadline. In their own lane, small reviews
+  made small reviews wait behind them for seconds (bench/fair_eval.py). In their own lane, small reviews
   never wait behind large ones; large ones wait behind each other (the API server's own Priority
   and Fairness keeps such flows apart the same way, by flow and by the work a request costs).
 - ``tool``: /dry-run, /explain and the scheduler extender, in ``overload.auxiliary_concurrency``
