@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
+from .budget import BUDGET_ID, describe, overrun
 from .grants import NamespaceLabels
 from .judged import JudgedParts, deleting, parts_for
 from .mutations import MUTATIONS, Op, plan_patch
@@ -236,6 +237,9 @@ class Engine:
 
     def _judge(self, subject: Subject) -> Verdict:
         """Every active rule for the subject's kind and operation, as the object stands."""
+        verdict = self._over_budget(subject)
+        if verdict is not None:
+            return verdict
         verdict = Verdict(subject.kind, subject.name, subject.namespace)
         # Not honoured: GE001 says why, and the rules judge the object as if it asked for nothing.
         set_aside = subject.set_aside
@@ -273,6 +277,19 @@ class Engine:
                 f"{source}: {reason}" for source, reason in sources)
         return verdict
 
+    def _over_budget(self, subject: Subject) -> Verdict | None:
+        """The verdict on an object over ``budget`` (denied, or admitted unjudged), None when within.
+        Counted before any rule runs, on each object judged: an UPDATE's old object is judged (and
+        so counted) only when the new one would be denied and its judged parts changed."""
+        limits = self.settings.budget
+        found = overrun(subject.kind, subject.obj, subject.workload, limits)
+        if found is None:
+            return None
+        message, brief = describe(found, subject.label, limits)
+        severity: Severity = "warn" if limits.when_exceeded == "admit" else "deny"
+        return Verdict(subject.kind, subject.name, subject.namespace,
+                       [Finding(BUDGET_ID, severity, message, (), brief)])
+
     def _unavailable(self, exc: StateUnavailable, rule_ids: list[str]) -> Finding:
         """The configured fail mode for stateful rules whose state is not usable."""
         mode = getattr(self.settings.state.when_unavailable, exc.switch)
@@ -309,6 +326,9 @@ class Engine:
 
     def mutate(self, subject: Subject) -> Verdict:
         """Plan the JSON patch for the subject (no rules run)."""
+        verdict = self._over_budget(subject)
+        if verdict is not None:
+            return verdict  # not patched either: planning walks every container too
         verdict = Verdict(subject.kind, subject.name, subject.namespace)
         set_aside = subject.set_aside
         enabled = self._mutations - set_aside if set_aside else self._mutations

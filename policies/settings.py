@@ -478,6 +478,29 @@ class CapacitySettings(_Section):
     max_work: int = Field(100_000, ge=1_000)
 
 
+BudgetOutcome = Literal["deny", "admit"]
+
+
+class BudgetSettings(_Section):
+    """What one object may make the rules judge (policies/budget.py; docs/operations.md, "What one
+    review may cost"). The rules' work grows with pod templates, containers and affinity terms,
+    not with bytes; an object over any of these is not judged."""
+
+    # Pod templates (a Pod or a Deployment has one, a Volcano Job one per task, an Argo Workflow
+    # one per template). Real workloads have a few; 4 MiB of Volcano Job holds 5,000.
+    max_templates: int = Field(256, ge=1)
+    # Containers of every kind in all the templates together (real pods have a few; 4 MiB of Pod
+    # holds 7,000).
+    max_containers: int = Field(1024, ge=1)
+    # Node affinity requirements (at least one per term) and pod (anti-)affinity terms, together.
+    # Reading them is linear; what they cost GC001 against the nodes is capped by capacity.max_work.
+    max_affinity_terms: int = Field(4096, ge=1)
+    # deny: the object is refused, the answer saying what was counted and what is accepted;
+    # admit: it is admitted unjudged, with a warning saying so (the backstop policy, where it is
+    # installed, still judges it inside the API server).
+    when_exceeded: BudgetOutcome = "deny"
+
+
 class PolicySettings(_Section):
     """What the domain reads: names, rule overrides and the sections rules, placement, audit,
     exemptions and the backstop use. The edge's settings object (``webhook.settings.Settings``)
@@ -494,4 +517,5 @@ class PolicySettings(_Section):
     isolation: IsolationSettings = Field(default_factory=IsolationSettings.model_construct)
     backstop: BackstopSettings = Field(default_factory=BackstopSettings.model_construct)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings.model_construct)
+    budget: BudgetSettings = Field(default_factory=BudgetSettings.model_construct)
     workloads: WorkloadSettings = Field(default_factory=WorkloadSettings.model_construct)

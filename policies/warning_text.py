@@ -81,3 +81,60 @@ def brief(message: str, limit: int = WARNING_LIMIT) -> str:
         return _cut_at_word(_drop_details(text, limit), limit)
     room = limit - len(last) - len(sep)
     return _cut_at_word(_drop_details(head, room), room) + sep + last
+
+
+# What the API server passes on of a response's warnings (k8s.io/apiserver, pkg/endpoints/filters/
+# warning.go: truncateAtTotalRunes = 4 * 1024, truncateItemRunes = 256): warnings are added whole
+# while their runes total at most 4,096; past that every warning is cut to 256 runes and, once the
+# cut ones again total 4,096, the rest are dropped. So an answer never needs more than this.
+WARNINGS_TOTAL_LIMIT = 4096
+# A denial's message (the Status the user reads) and each audit annotation are held to the same size.
+MESSAGE_LIMIT = 4096
+
+
+def _rule_of(text: str) -> str:
+    head = text.split(":", 1)[0]
+    return head if head and len(head) <= 16 and " " not in head else "other"
+
+
+def _summary(left: list[str], what: str) -> str:
+    """"… and 5153 more warnings (GW001 x5153)": what ``left`` held, by rule."""
+    counts: dict[str, int] = {}
+    for text in left:
+        rule = _rule_of(text)
+        counts[rule] = counts.get(rule, 0) + 1
+    by_rule = ", ".join(f"{rule} x{n}" for rule, n in counts.items())
+    return brief(f"… and {len(left)} more {what} ({by_rule}); the audit annotations name every rule")
+
+
+def bounded(texts: list[str], total: int, *, what: str = "warnings", item: int = WARNING_LIMIT) -> list[str]:
+    """``texts`` without repeats, each in at most ``item`` characters, in at most ``total``
+    characters together: as many as fit in order, then one line saying how many more, of which
+    rules, were left out."""
+    out: list[str] = []
+    used = 0
+    unique = list(dict.fromkeys(texts))
+    last = len(unique) - 1
+    for index, text in enumerate(unique):
+        text = brief(text, item)
+        room = total - used - (WARNING_LIMIT if index < last else 0)  # room for the summary if more follow
+        if len(text) > room:
+            return [*out, _summary(unique[index:], what)]
+        out.append(text)
+        used += len(text)
+    return out
+
+
+def joined(texts: list[str], limit: int, *, what: str, sep: str = "; ") -> str:
+    """``texts`` joined by ``sep`` in at most about ``limit`` characters: as many whole as fit,
+    then how many more were left out, by rule."""
+    out: list[str] = []
+    used = 0
+    for index, text in enumerate(texts):
+        if not out and len(text) > limit - WARNING_LIMIT:
+            text = brief(text, limit - WARNING_LIMIT)
+        if out and used + len(sep) + len(text) > limit - WARNING_LIMIT:
+            return sep.join([*out, _summary(texts[index:], what)])
+        out.append(text)
+        used += len(text) + (len(sep) if len(out) > 1 else 0)
+    return sep.join(out)

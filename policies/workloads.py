@@ -415,3 +415,22 @@ def group_of(obj: dict[str, Any]) -> str:
     """The API group an object's apiVersion names ("" for the core group or none)."""
     api_version = obj.get("apiVersion")
     return api_version.rpartition("/")[0] if isinstance(api_version, str) else ""
+
+
+def pod_locations(kind: WorkloadKind, obj: dict[str, Any]) -> Iterator[tuple[dict[str, Any] | None, int]]:
+    """For each pod location of ``obj`` (leniently: what has another shape holds nothing), its pod
+    spec (where nodeSelector and affinity are; None when the location has none) and how many
+    containers it holds; for counting an object's size before judging it (policies/budget.py)."""
+    for location in kind.locations:
+        reader = _Reader(kind, location, strict=False)
+        shape = location.shape
+        for _, node in reader.expand(obj, location.pattern, ()):
+            if not isinstance(node, dict) and not (shape.holders and shape.holders[0].many):
+                yield None, 0
+                continue
+            spec = reader.one(node, shape.spec, ())[0] if shape.spec is not None and isinstance(node, dict) else None
+            containers = 0
+            for holder in shape.holders:
+                for _, value in reader.expand(node, holder.field, ()):
+                    containers += (len(value) if isinstance(value, list) else 0) if holder.many else 1
+            yield spec, containers

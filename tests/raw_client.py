@@ -73,6 +73,9 @@ COSTLY_NODES, COSTLY_TERMS = 2000, 4000
 # GC001 stops a pod like that at capacity.max_work ("too costly to evaluate"); these servers lift
 # the cap so that it costs its full price.
 UNCAPPED = {"GPUSHARE_CAPACITY__MAX_WORK": str(10**12)}
+# The costly review (about 360 KB) kept in the small reviews' lane: the tests of one_slot_server are
+# about that lane's one slot (tests/test_lanes.py has the large reviews' lane).
+ONE_LANE = {"GPUSHARE_OVERLOAD__LARGE_BODY_BYTES": str(4 * 1024 * 1024)}
 
 
 # A costly review small enough for the poller to evaluate itself (under overload.inline_max_bytes).
@@ -89,8 +92,8 @@ def small_costly_review(tag: str) -> bytes:
 def one_slot_server(tmp_path, env: dict[str, str] | None = None, nodes: int = COSTLY_NODES,
                     worker: str = "webhook") -> Iterator[RunningServer]:
     snapshot = many_nodes_snapshot(tmp_path / "cluster.json", nodes)
-    with gpushare_server(tmp_path, "--snapshot", str(snapshot), worker=worker,
-                         env={"GPUSHARE_OVERLOAD__APP_CONCURRENCY": "1", **UNCAPPED, **(env or {})}) as server:
+    env = {"GPUSHARE_OVERLOAD__APP_CONCURRENCY": "1", **ONE_LANE, **UNCAPPED, **(env or {})}
+    with gpushare_server(tmp_path, "--snapshot", str(snapshot), worker=worker, env=env) as server:
         yield server
 
 

@@ -52,6 +52,10 @@ class ServerSettings(_Section):
     host: str = "0.0.0.0"
     port: int = Field(8443, ge=0, le=65535)
     cert_dir: Path = Path("certs-dev")
+    # Never below what the API server sends: it reads bodies of up to 3 MiB (MaxRequestBodyBytes,
+    # k8s.io/apiserver pkg/server/config.go) and etcd stores objects of up to 1.5 MiB
+    # (DefaultMaxRequestBytes, etcd server/embed/config.go); an UPDATE's review carries the object
+    # and the old object, each up to that as JSON, plus the envelope (docs/operations.md, "Hostile input").
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     # Which gunicorn worker runs the app: ``webhook``, the project's own (a poller reads and
     # writes every connection without blocking; docs/operations.md, "Overload and slow
@@ -171,6 +175,11 @@ class OverloadSettings(_Section):
     # burst of huge reviews cannot multiply the decoded size by the thread count.
     large_body_bytes: int = Field(256 * 1024, ge=1024)
     large_body_concurrency: int = Field(2, ge=1)
+    # Reviews with bodies over ``large_body_bytes`` (or of unknown length) take a lane of their
+    # own: this many evaluate at once, in slots apart from ``app_concurrency``, with their own
+    # queue and estimate, so a small review never waits behind a large one (docs/operations.md,
+    # "Large reviews in a lane of their own").
+    large_review_concurrency: int = Field(1, ge=1, le=16)
 
 
 class InputSettings(_Section):

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from policies.engine import Verdict
-from policies.warning_text import brief
+from policies.warning_text import MESSAGE_LIMIT, WARNING_LIMIT, WARNINGS_TOTAL_LIMIT, bounded, joined
 
 SUPPORTED_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 
@@ -127,13 +127,12 @@ def build_response(review: AdmissionReview, verdict: Verdict | None, *, allowed:
         allowed = judged_allowed if allowed is None else allowed
         if verdict.findings:
             found_warnings = verdict.warnings
-            sent = [brief(w.brief or w.message) for w in found_warnings]
-            for w, text in zip(found_warnings, sent, strict=True):
-                if text != w.message:
+            for w in found_warnings:  # shortened for the answer: whole in the audit annotations
+                if w.brief or len(w.message) > WARNING_LIMIT:
                     full.setdefault(w.rule, []).append(w.message)
-            warns = sent + warns
+            warns = [w.brief or w.message for w in found_warnings] + warns
             if not judged_allowed:
-                denial = "; ".join(v.message for v in verdict.violations)
+                denial = joined([v.message for v in verdict.violations], MESSAGE_LIMIT, what="violations")
                 message = denial if message is None else f"{message}; {denial}"
         if verdict.patch:
             response["patch"] = b2a_base64(_PATCH_ENCODER.encode(verdict.patch), newline=False).decode()
@@ -142,12 +141,12 @@ def build_response(review: AdmissionReview, verdict: Verdict | None, *, allowed:
     notes = response["auditAnnotations"] = audit_annotations(verdict, response["allowed"])
     # The API server passes on warnings of at most 256 characters whole; the audit log keeps the rest.
     for rule, texts in full.items():
-        notes[f"warning.{rule}"] = " | ".join(texts)
+        notes[f"warning.{rule}"] = joined(texts, MESSAGE_LIMIT, what="warnings", sep=" | ")
     if not response["allowed"]:
         response["status"] = {"code": 403, "reason": "Forbidden", "message": message or "denied",
                               "status": "Failure"}
     elif message:
         warns.append(message)
     if warns:
-        response["warnings"] = [brief(w) for w in warns]
+        response["warnings"] = bounded(warns, WARNINGS_TOTAL_LIMIT)
     return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": response}

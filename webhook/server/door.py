@@ -31,6 +31,8 @@ class RequestHead:
     # Framed by Content-Length (or no body), with nothing the door cannot answer for itself
     # (chunked, Expect, Upgrade, conflicting lengths, a malformed header line).
     plain: bool
+    # The body's bytes by Content-Length (None: chunked, or none given): which lane a review takes.
+    length: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +123,8 @@ def _scan(head: bytes) -> _Head:
         try:
             path, _, query = target.decode("ascii").partition("?")
             request = RequestHead(method.decode("ascii", "replace"), path, close,
-                                  timeout_parameter(query) if query else None, plain)
+                                  timeout_parameter(query) if query else None, plain,
+                                  None if chunked else (length or 0))
         except UnicodeDecodeError:
             request = None
     return _Head(length, bad_length, chunked, expect, request)

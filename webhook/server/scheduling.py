@@ -10,6 +10,14 @@ declares its class where it is registered (``declare``):
   not be answered before the API server's deadline (``webhook.server.deadline``) or when
   ``overload.max_waiting_requests`` are already waiting. Their evaluation times, and nothing
   else's, make the review-time estimate those refusals use.
+- ``large review``: a review whose body is over ``overload.large_body_bytes`` (or of unknown
+  length). The route declares ``review``; the scheduler puts it in a lane of its own (``lane``):
+  ``overload.large_review_concurrency`` slots, its own queue and its own estimate, refused by the
+  same deadline and count. A large review costs tens of milliseconds or more to read, decode and
+  judge; in the same queue as the small ones, six clients sending 4 MiB reviews back to back
+  made small reviews wait behind them for seconds (bench/fair_eval.py). In their own lane, small reviews
+  never wait behind large ones; large ones wait behind each other (the API server's own Priority
+  and Fairness keeps such flows apart the same way, by flow and by the work a request costs).
 - ``tool``: /dry-run, /explain and the scheduler extender, in ``overload.auxiliary_concurrency``
   slots of their own; past ``overload.max_waiting_tools`` waiting, a fast 503.
 - ``probe``: /healthz, /readyz, and anything no route declares (its 404 or 405 costs nothing):
@@ -37,6 +45,7 @@ T = TypeVar("T")
 
 class Work(Enum):
     REVIEW = "review"
+    LARGE_REVIEW = "large review"  # not declared by routes: a review over overload.large_body_bytes
     TOOL = "tool"
     PROBE = "probe"
     SCRAPE = "scrape"
@@ -134,25 +143,37 @@ class Scheduler(Generic[T]):
 
     def __init__(self, limits: OverloadSettings) -> None:
         self.limits = limits
-        self.estimate = ReviewTime(limits.estimate_half_life_seconds)
-        self._free = {Work.REVIEW: limits.app_concurrency, Work.TOOL: limits.auxiliary_concurrency,
-                      Work.SCRAPE: limits.scrape_concurrency}
+        self.estimate = ReviewTime(limits.estimate_half_life_seconds)  # of the small reviews
+        self._estimates = {Work.REVIEW: self.estimate,
+                           Work.LARGE_REVIEW: ReviewTime(limits.estimate_half_life_seconds)}
+        self._free = {Work.REVIEW: limits.app_concurrency, Work.LARGE_REVIEW: limits.large_review_concurrency,
+                      Work.TOOL: limits.auxiliary_concurrency, Work.SCRAPE: limits.scrape_concurrency}
         self._queued: dict[Work, deque[Waiting[T]]] = {work: deque() for work in self._free}
         self._probes: deque[T] = deque()
         self._inline: deque[Waiting[T]] = deque()  # reviews the poller evaluates, oldest first
         self.evaluating = 0  # requests holding a slot, plus the poller's review while it runs
 
+    def lane(self, work: Work, body_bytes: int | None) -> Work:
+        """A review's lane by its body's size (None: unknown, a chunked body): large or small."""
+        if work is Work.REVIEW and (body_bytes is None or body_bytes > self.limits.large_body_bytes):
+            return Work.LARGE_REVIEW
+        return work
+
     # -- what is waiting
 
     def waiting(self) -> int:
         """Requests waiting to be evaluated (reviews and tools; probes are answered at once)."""
-        return len(self._inline) + len(self._queued[Work.REVIEW]) + len(self._queued[Work.TOOL])
+        queued = self._queued
+        return len(self._inline) + len(queued[Work.REVIEW]) + len(queued[Work.LARGE_REVIEW]) + len(queued[Work.TOOL])
 
     def busy(self) -> bool:
         """Anything waiting or running (a draining worker waits for this to end)."""
         return bool(self.waiting() or self._queued[Work.SCRAPE] or self._probes or self.evaluating)
 
-    def reviews_ahead(self) -> int:
+    def reviews_ahead(self, work: Work = Work.REVIEW) -> int:
+        """Reviews waiting in ``work``'s lane."""
+        if work is Work.LARGE_REVIEW:
+            return len(self._queued[work])
         return len(self._inline) + len(self._queued[Work.REVIEW])
 
     def reviews_in_threads(self) -> int:
@@ -160,21 +181,22 @@ class Scheduler(Generic[T]):
 
     # -- refusing at the door
 
-    def expected_wait(self, now: float) -> float:
-        """When a review arriving now would be answered: the reviews ahead of it times the
-        estimate, divided by the slots (the poller evaluates its own queue alone), plus its own
-        evaluation; and at least as late as the oldest waiting review has waited already (a
-        stalled queue shows there first)."""
-        in_poller = len(self._inline)
-        in_queue = len(self._queued[Work.REVIEW])
-        estimate = (in_poller + in_queue / self.limits.app_concurrency + 1) * self.estimate.seconds(now)
-        return max(estimate, now - self._oldest(now))
+    def expected_wait(self, now: float, work: Work = Work.REVIEW) -> float:
+        """When a review arriving now in ``work``'s lane would be answered: the reviews ahead of it
+        times the lane's estimate, divided by its slots (the poller evaluates its own queue alone),
+        plus its own evaluation; and at least as late as the lane's oldest waiting review has waited
+        already (a stalled queue shows there first)."""
+        in_poller = len(self._inline) if work is Work.REVIEW else 0
+        in_queue = len(self._queued[work])
+        slots = self.limits.app_concurrency if work is Work.REVIEW else self.limits.large_review_concurrency
+        estimate = (in_poller + in_queue / slots + 1) * self._estimates[work].seconds(now)
+        return max(estimate, now - self._oldest(now, work))
 
-    def _oldest(self, now: float) -> float:
+    def _oldest(self, now: float, work: Work = Work.REVIEW) -> float:
         oldest = now
-        if self._inline:
+        if self._inline and work is Work.REVIEW:
             oldest = self._inline[0].queued_at
-        queue = self._queued[Work.REVIEW]
+        queue = self._queued[work]
         if queue:
             oldest = min(oldest, queue[0].queued_at)
         return oldest
@@ -185,18 +207,18 @@ class Scheduler(Generic[T]):
         A review is refused only while other reviews wait: an idle server refuses nothing."""
         if work is Work.TOOL:
             return "busy" if len(self._queued[Work.TOOL]) >= self.limits.max_waiting_tools else None
-        if work is not Work.REVIEW:
+        if work is not Work.REVIEW and work is not Work.LARGE_REVIEW:
             return None
-        ahead = self.reviews_ahead()
+        ahead = self.reviews_ahead(work)
         if not ahead:
             return None
         if ahead >= self.limits.max_waiting_requests:
             return "full"
         budget = deadline.budget_seconds(timeout, self.limits)
-        if now - self._oldest(now) > budget:
+        if now - self._oldest(now, work) > budget:
             return "late"  # measured: the oldest waiting review has waited longer already
-        if self.expected_wait(now) > budget:
-            self.estimate.refused(now)  # predicted only: the prediction erodes with every refusal
+        if self.expected_wait(now, work) > budget:
+            self._estimates[work].refused(now)  # predicted only: the prediction erodes with every refusal
             return "late"
         return None
 
@@ -254,8 +276,8 @@ class Scheduler(Generic[T]):
 
     def _late(self, waiting: Waiting[T], now: float) -> str | None:
         waited = now - waiting.queued_at
-        if waiting.behind and waited + self.estimate.seconds(now) > deadline.budget_seconds(waiting.timeout,
-                                                                                             self.limits):
+        estimate = self._estimates[waiting.work].seconds(now)
+        if waiting.behind and waited + estimate > deadline.budget_seconds(waiting.timeout, self.limits):
             return self.late_reason(waited, waiting.timeout)
         return None
 
@@ -267,7 +289,7 @@ class Scheduler(Generic[T]):
         for work, queue in self._queued.items():
             while queue and self._free[work]:
                 waiting = queue.popleft()
-                why = self._late(waiting, now) if work is Work.REVIEW else None
+                why = self._late(waiting, now) if work in self._estimates else None
                 if why is not None:
                     refused.append(Refusal(waiting.item, why))
                     continue
@@ -299,5 +321,6 @@ class Scheduler(Generic[T]):
         if in_thread and work in self._free:
             self._free[work] += 1
             self.evaluating -= work is not Work.SCRAPE
-        if work is Work.REVIEW:
-            self.estimate.observe(seconds, now)
+        lane = self._estimates.get(work)
+        if lane is not None:
+            lane.observe(seconds, now)

@@ -10,7 +10,8 @@ deadline is refused instead of evaluated. The refusals happen here, in the handl
 Gatekeeper caps concurrency inside its handler), once gthread has given the request a thread
 and parsed it: what the project's worker does in its poller before any of that, this cannot.
 
-Reviews are never evaluated inline (there is no poller here): ``overload.inline_admission``
+Reviews over ``overload.large_body_bytes`` take the large reviews' lane, by their Content-Length,
+as in the project's worker. Reviews are never evaluated inline (there is no poller here): ``overload.inline_admission``
 does not apply. A body with a Content-Length within ``server.max_body_bytes`` is read into
 memory before the request asks for a slot, so a slow sender holds a thread but not a slot.
 A review waits for its slot on its gthread thread, never longer than its deadline; while it
@@ -72,6 +73,8 @@ class SchedulingMiddleware:
         work = work_of(environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""))
         if work is Work.PROBE:
             return self._app(environ, start_response)
+        length = environ.get("CONTENT_LENGTH") or ""
+        work = self.scheduler.lane(work, int(length) if length.isdigit() else None)
         if not _read_body(environ, self._max_body_bytes):
             return _answer(start_response, 400, "malformed request body: it ended before its Content-Length")
         query = environ.get("QUERY_STRING", "")
@@ -102,7 +105,7 @@ class SchedulingMiddleware:
     def _granted(self, ticket: _Ticket, work: Work, timeout: str | None) -> bool:
         """Wait for a slot; False when refused instead. A review waits at most until its
         deadline; tools and scrapes until their turn (as in the project's worker)."""
-        if work is not Work.REVIEW:
+        if work is not Work.REVIEW and work is not Work.LARGE_REVIEW:
             ticket.event.wait()
             return True
         budget = deadline.budget_seconds(timeout, self._limits)

@@ -52,7 +52,7 @@ from webhook.server.transport import Transport
 from webhook.settings import OverloadSettings
 
 log = logging.getLogger("gpushare.worker")
-_SLOTTED = (Work.REVIEW, Work.TOOL)
+_SLOTTED = (Work.REVIEW, Work.LARGE_REVIEW, Work.TOOL)
 
 
 class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
@@ -93,7 +93,8 @@ class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
             self.counts.metrics.open_connections.set_function(lambda: self.transport.nr_conns)
         self.transport.selector.register(self.PIPE[0], selectors.EVENT_READ, self._wake)
         self.transport.listen(self.sockets)
-        evaluators = self.limits.app_concurrency + self.limits.auxiliary_concurrency
+        limits = self.limits
+        evaluators = limits.app_concurrency + limits.large_review_concurrency + limits.auxiliary_concurrency
         helpers = max(1, self.cfg.threads - evaluators)
         for i, target in enumerate([self._evaluator] * evaluators + [self._helper] * helpers):
             thread = threading.Thread(target=target, name=f"request-{i}", daemon=True)
@@ -160,7 +161,7 @@ class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
     # -- what the transport hands over (its Admission)
 
     def door_answer(self, head: door.RequestHead, now: float) -> bytes | None:
-        work = work_of(head.method, head.path)
+        work = self.scheduler.lane(work_of(head.method, head.path), head.length)
         why = self.scheduler.refusal(work, head.timeout, now) if work in _SLOTTED else None
         return None if why is None else self.shedding.answer(why, head.timeout, close=head.close)
 
@@ -185,7 +186,8 @@ class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
             self._helpers.put((True, conn))
             return
         conn.head, conn.size = head, reading.size
-        work = work_of(head.method, head.path) if head is not None else Work.PROBE  # the parser answers 400
+        # The parser answers a head the door could not read (400).
+        work = self.scheduler.lane(work_of(head.method, head.path), head.length) if head is not None else Work.PROBE
         conn.work = work
         timeout = head.timeout if head is not None else None
         if head is not None and head.plain and reading.size == len(conn.data) and not judged and work in _SLOTTED:
@@ -203,7 +205,7 @@ class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
         conn.head = door.RequestHead(req.method, req.path, req.should_close(),
                                      timeout_parameter(req.query) if req.query else None, False)
         conn.size = None
-        work = conn.work = work_of(req.method, req.path)
+        work = conn.work = self.scheduler.lane(work_of(req.method, req.path), None)  # not buffered: large
         timeout = conn.head.timeout
         why = self.scheduler.refusal(work, timeout, time.monotonic()) if work in _SLOTTED else None
         if why is not None:
