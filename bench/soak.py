@@ -684,7 +684,7 @@ def main() -> int:
                        f"{len(reviews.wrong):6d} {rss:8.1f} {fds:5d} {threads:4d}")
                 print(row, flush=True)
                 rows.append(row)
-                if final:
+                if final or time.monotonic() >= end:
                     break
                 churn.running.set()
                 previous = ""  # a checkpoint came between: the next sample is not this fault's
@@ -718,7 +718,8 @@ def main() -> int:
     print()
     print(f"writes by kind: {dict(churn.done)}")
     print(f"faults injected: {dict(faults.injected)}; relists seen after them: {dict(faults.relists)}")
-    print(f"compactions every 30 s besides; lists started in all: {faults.lists()}")
+    print(f"410s the double answered, by form: {dict(api.gone)}; compactions every 30 s besides; lists started "
+          f"in all: {faults.lists()}")
     print(f"catch-up after pausing: max {max(catchups):.1f} s (metrics refresh every {refresh:g} s, two refreshes "
           f"{2 * refresh:g} s); metric divergences after catch-up {totals['metrics']}, inspect divergences "
           f"{totals['inspect']}; exact-fit verdicts right {totals['right']}/{totals['judged']}; "
@@ -732,6 +733,9 @@ def main() -> int:
               f"threads {min(s[3] for s in samples)}-{max(s[3] for s in samples)}")
         print("RSS after each relist (MiB): " + " ".join(f"{s[1]:.0f}" for s in samples))
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    for form in ("watch-event", "watch-http", "continue"):
+        if not api.gone[form]:
+            failures.append(f"no 410 of the form {form} was answered")
     for line in failures[:40] + reviews.wrong[:10]:
         print("  " + line)
     if failures or reviews.wrong:

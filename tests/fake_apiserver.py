@@ -73,6 +73,7 @@ import ssl
 import threading
 import time
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -206,6 +207,9 @@ class FakeApiServer:
         self.gone_as_http = gone_as_http
         self.token = token
         self.requests: list[Request] = []
+        # 410s answered, by form: "watch-event" (ERROR in a stream: a start below the floor or an
+        # expired watch), "watch-http" (HTTP 410 on a watch start), "continue" (a page's expired token)
+        self.gone: Counter[str] = Counter()
         self._kubelets: dict[str, bytes] = {}  # node name -> what its kubelet's /configz answers
         self._custom: dict[CollectionKey, CustomResource] = {}  # installed CRDs, by collection
         self.pruned: list[str] = []  # "<Kind> <ns>/<name>: <field path>" dropped from custom objects
@@ -513,6 +517,7 @@ class FakeApiServer:
                 if list_rv == -1:  # the token a 410 handed out: the rest of the list as it is now
                     list_rv = self._rv
                 elif list_rv < self._floor:
+                    self.gone["continue"] += 1
                     raise ApiError(410, "Expired", _INCONSISTENT_CONTINUE,
                                    {"continue": _continue_token(-1, after)})
             keys = collection.sorted_keys()
@@ -557,6 +562,7 @@ class FakeApiServer:
             else:
                 start_rv = int(since)
             if start_rv < self._floor:
+                self.gone["watch-http" if self.gone_as_http else "watch-event"] += 1
                 return ApiError(410, "Expired", f"too old resource version: {start_rv} ({self._floor})"), []
             watch.delivered = start_rv
             self._watches.add(watch)
@@ -601,6 +607,8 @@ class FakeApiServer:
                 rv = self._rv
                 watch.bookmark = False
             if watch.expire:
+                with self._lock:
+                    self.gone["watch-event"] += 1
                 yield _dumps({"type": "ERROR", "object": ApiError(
                     410, "Expired", "The resourceVersion for the provided watch is too old.").status()})
                 return
