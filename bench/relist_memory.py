@@ -60,9 +60,13 @@ def main() -> int:
     first = tracemalloc.take_snapshot()
     print(f"synced: traced {tracemalloc.get_traced_memory()[0] / 2**20:.1f} MiB, RSS {rss_mib():.1f} MiB", flush=True)
     for i in range(1, args.relists + 1):
+        deadline = time.monotonic() + 120
+        while api.open_watches() < len(live.reflectors):  # every watch open, or one would not expire
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the watches did not open before relist {i}")
+            time.sleep(0.05)  # poll pacing under a deadline
         lists = live.pods_reflector.lists, live.nodes_reflector.lists
         api.expire_watches()
-        deadline = time.monotonic() + 120
         while live.pods_reflector.lists <= lists[0] or live.nodes_reflector.lists <= lists[1] or \
                 not all(r.connected for r in live.placement_reflectors):
             if time.monotonic() > deadline:
