@@ -28,8 +28,9 @@ History, compaction and faults, as kube-apiserver behaves (Kubernetes documentat
 API Concepts": "Efficient detection of changes", "Resource versions", "Retrieving large results
 sets in chunks"; k8s.io/apiserver ``pkg/storage/cacher`` and ``pkg/storage/etcd3``):
 
-- ``compact()`` is etcd's compaction: it raises the floor below which history is gone. A list
-  or watch that *starts* below it gets 410 Gone ("Servers are not required to serve all older
+- ``compact()`` is etcd's compaction: it raises the floor below which history is gone. A watch,
+  or a page whose continue token, *starts* below it gets 410 Gone (a new list reads the current
+  state and is never too old; "Servers are not required to serve all older
   resource versions and may return a HTTP 410 (Gone) status code if a client requests a
   resourceVersion older than the server has retained"): a watch as an ``ERROR`` event with a
   410 ``Expired`` Status in a 200 stream, which is what the watch cache answers ("once we have
