@@ -134,6 +134,7 @@ def test_a_watch_or_list_that_starts_below_the_compaction_gets_410():
         api.gone_as_http = True
         status, body = get(api, f"{PATH}?watch=true&resourceVersion={old}")
         assert status == 410 and body["reason"] == "Expired"
+        assert api.gone == {"watch-event": 1, "watch-http": 1}  # what a soak counts, by form
         # a new list (no continue token) is never too old: it reads the current state
         status, body = get(api, PATH)
         assert status == 200 and [i["metadata"]["name"] for i in body["items"]] == ["a", "b"]
@@ -156,7 +157,7 @@ def test_a_continue_token_from_before_a_compaction_expires_with_a_token_for_the_
         api.compact()
         status, gone = get(api, f"{PATH}?limit=2&continue={token}")
         assert status == 410 and gone["kind"] == "Status" and gone["reason"] == "Expired"
-        assert "use the continue token in this response" in gone["message"]
+        assert "use the continue token in this response" in gone["message"] and api.gone == {"continue": 1}
         # the token in the Status reads the rest of the list as it is now (inconsistent: e shows up)
         rest: list[str] = []
         token = gone["metadata"]["continue"]
