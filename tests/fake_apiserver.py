@@ -5,12 +5,11 @@ It speaks what clients (the official ``kubernetes`` client, kubectl-like tools) 
 - any collection path: ``/api/v1/nodes``, ``/api/v1/pods``, ``/api/v1/namespaces/NS/pods``,
   ``/apis/GROUP/VERSION[/namespaces/NS]/RESOURCE``;
 - **list**: ``{"kind": "<Kind>List", "metadata": {"resourceVersion"}, "items"}``; ``limit`` and
-  ``continue`` paging (a continue token older than the compaction point answers 410 Expired);
+  ``continue`` paging, every page of one list at the first page's resourceVersion;
 - **watch** (``watch=true``): a chunked stream of ``{"type", "object"}`` lines, one per event,
   from the given ``resourceVersion``; ``resourceVersion`` unset or "0" starts with synthetic
   ADDED events; ``allowWatchBookmarks`` gets BOOKMARK events; ``timeoutSeconds`` ends the
-  stream cleanly; a resourceVersion older than the compaction point gets an ``ERROR`` event
-  with a 410 Status (as kube-apiserver does), or an HTTP 410 with ``gone_as_http=True``;
+  stream cleanly;
 - single objects: GET, POST (create; 409 AlreadyExists), PUT (409 Conflict when it names an
   older ``metadata.resourceVersion``, checked atomically), PATCH (merge, strategic-merge as
   merge, JSON patch), DELETE, each producing the watch events a real server would; lists take
@@ -25,11 +24,45 @@ It speaks what clients (the official ``kubernetes`` client, kubectl-like tools) 
   when it cannot dial the kubelet (503 ServiceUnavailable, "error trying to reach service: ...",
   k8s.io/apimachinery pkg/util/proxy/transport.go), an unknown node 404.
 
-Test controls: ``add``/``update``/``delete`` objects, ``compact()`` history, ``expire_watches()``
-(ERROR 410 to open watches), ``drop_watches()`` (cut connections mid-stream), ``bookmark()``,
-``fail_next(n, status)`` and ``set_unavailable()``; ``requests`` logs every request (with its
-User-Agent).
-Binds 127.0.0.1 only.
+History, compaction and faults, as kube-apiserver behaves (Kubernetes documentation, "Kubernetes
+API Concepts": "Efficient detection of changes", "Resource versions", "Retrieving large results
+sets in chunks"; k8s.io/apiserver ``pkg/storage/cacher`` and ``pkg/storage/etcd3``):
+
+- ``compact()`` is etcd's compaction: it raises the floor below which history is gone. A watch,
+  or a page whose continue token, *starts* below it gets 410 Gone (a new list reads the current
+  state and is never too old; "Servers are not required to serve all older
+  resource versions and may return a HTTP 410 (Gone) status code if a client requests a
+  resourceVersion older than the server has retained"): a watch as an ``ERROR`` event with a
+  410 ``Expired`` Status in a 200 stream, which is what the watch cache answers ("once we have
+  passed authn/authz/admission ... errors must fail with a watch event of type ERROR, rather than
+  a directly returned error", ``cacher.go``; message "too old resource version: RV (OLDEST)",
+  ``watch_cache.go``), or, with ``gone_as_http`` set, as an HTTP 410, which the page says a
+  client must also tolerate. Compaction **never ends or thins an open watch**: kube-apiserver
+  serves watches from its watch cache, whose window etcd's compaction does not touch, so an
+  open watch keeps receiving every event after ``compact()`` (the history an open watch has
+  not delivered yet is kept until it has).
+- ``expire_watches()``: the server can no longer serve the open watches (an etcd watch that
+  fell behind a compaction, ``etcd3/errors.go``: "The resourceVersion for the provided watch is
+  too old."): each gets an ``ERROR`` event with a 410 ``Expired`` Status and its stream ends;
+  it also compacts, so resuming from before the latest write is 410 too.
+- continue tokens expire with compaction ("Like a watch operation, a continue token will
+  expire after a short amount of time (by default 5 minutes) and return a 410 Gone"): a page
+  asked for with a token from below the floor answers 410 ``Expired`` whose Status carries a
+  fresh ``metadata.continue`` token for the rest of the list at the current state, with the
+  message of ``etcd3/store.go`` (``compactedContinue``: "...or use the continue token in this
+  response to retrieve the remainder of the results..."). ``compact_before_next_page()`` makes a
+  compaction land between two pages of the next paged list the cluster has moved past.
+- ``bookmark()`` and ``bookmark_interval``: BOOKMARK events ("an object of the type requested by
+  the request, but only resourceVersion field is set"), only to watches that asked with
+  ``allowWatchBookmarks``; their resourceVersion is the server's current one.
+- ``drop_watches()`` cuts every open watch connection mid-stream, without the closing chunk;
+  ``set_unavailable()`` answers 503 to everything and cuts the watches; ``fail_next(n, status)``
+  answers the next requests with a Status of that code (500 ``InternalError``, 503
+  ``ServiceUnavailable``, 403 ``Forbidden``), as the API server's ``responsewriters`` write a
+  failed request's Status.
+
+Other controls: ``add``/``update``/``delete`` objects; ``requests`` logs every request (with its
+User-Agent). Binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -41,10 +74,12 @@ import ssl
 import threading
 import time
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -123,23 +158,39 @@ class Request:
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, metadata: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
+        self.metadata = metadata or {}
 
     def status(self) -> dict[str, Any]:
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        return {"kind": "Status", "apiVersion": "v1", "metadata": self.metadata, "status": "Failure",
                 "message": self.message, "reason": self.reason, "code": self.code}
+
+
+def _continue_token(list_rv: int, after: tuple[str, ...] | ObjectKey) -> str:
+    return base64.urlsafe_b64encode(_dumps({"rv": list_rv, "start": list(after)})).decode()
 
 
 class _Watch:
     """One open watch connection, as the controls see it."""
 
-    def __init__(self, handler: BaseHTTPRequestHandler) -> None:
+    def __init__(self, handler: BaseHTTPRequestHandler, key: CollectionKey) -> None:
         self.handler = handler
+        self.key = key
+        self.delivered = 0  # the resourceVersion up to which this watch has taken the history's events
         self.expire = False
         self.bookmark = False
         self.dropped = False
+
+
+_RV = attrgetter("rv")
+_INCONSISTENT_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new "
+    "list without the continue parameter, or use the continue token in this response to retrieve the "
+    "remainder of the results. Continuing with the provided token results in an inconsistent list - objects "
+    "that were created, modified, or deleted between the time the first chunk was returned and now may show "
+    "up in the list.")
 
 
 class FakeApiServer:
@@ -151,11 +202,15 @@ class FakeApiServer:
         self._collections: dict[CollectionKey, Collection] = {}
         self._watches: set[_Watch] = set()
         self._fail: list[tuple[int, int, str]] = []  # [(remaining, status, path prefix)]
+        self._compact_before_page: list[str] = []  # path prefixes: compact before the next continued page
         self._unavailable = False
         self.bookmark_interval = bookmark_interval
         self.gone_as_http = gone_as_http
         self.token = token
         self.requests: list[Request] = []
+        # 410s answered, by form: "watch-event" (ERROR in a stream: a start below the floor or an
+        # expired watch), "watch-http" (HTTP 410 on a watch start), "continue" (a page's expired token)
+        self.gone: Counter[str] = Counter()
         self._kubelets: dict[str, bytes] = {}  # node name -> what its kubelet's /configz answers
         self._custom: dict[CollectionKey, CustomResource] = {}  # installed CRDs, by collection
         self.pruned: list[str] = []  # "<Kind> <ns>/<name>: <field path>" dropped from custom objects
@@ -354,19 +409,37 @@ class FakeApiServer:
 
     # -- controls --------------------------------------------------------------------------
     def compact(self) -> None:
-        """Forget history up to now: older resourceVersions and continue tokens get 410."""
+        """Compact history up to now, as etcd does: lists, watches and continue tokens that start
+        below the current resourceVersion get 410. Open watches keep streaming every event: the
+        history they have not delivered yet stays until they have."""
         with self._lock:
             self._floor = self._rv
-            for collection in self._collections.values():
-                collection.history.clear()
+            self._trim_history()
+
+    def _trim_history(self) -> None:
+        """Drop the events below the floor that no open watch still has to deliver. Caller holds the lock."""
+        for key, collection in self._collections.items():
+            keep_after = min([self._floor, *(w.delivered for w in self._watches
+                                              if w.key == key and not (w.expire or w.dropped))])
+            cut = bisect_right(collection.history, keep_after, key=_RV)
+            if cut:
+                del collection.history[:cut]
 
     def expire_watches(self) -> None:
-        """Compact, and tell every open watch its resourceVersion is gone (ERROR event, code 410)."""
+        """The server can no longer serve the open watches: compact, and end each with an ERROR
+        event carrying a 410 Expired Status."""
         with self._lock:
-            self.compact()
             for watch in self._watches:
                 watch.expire = True
+            self.compact()
             self._lock.notify_all()
+
+    def compact_before_next_page(self, prefix: str = "") -> None:
+        """Compact just before the next page of a paged list (to a path starting with ``prefix``)
+        that the cluster has moved past (a write since its first page): that page answers 410
+        Expired, as when etcd compacts in the middle of a list."""
+        with self._lock:
+            self._compact_before_page.append(prefix)
 
     def drop_watches(self) -> None:
         """Cut every open watch connection mid-stream, without the closing chunk."""
@@ -423,7 +496,7 @@ class FakeApiServer:
                 return status
         return None
 
-    def _list(self, key: CollectionKey, namespace: str, query: dict[str, str]) -> bytes:
+    def _list(self, key: CollectionKey, namespace: str, query: dict[str, str], path: str = "") -> bytes:
         limit = int(query.get("limit") or 0)
         token = query.get("continue")
         with self._lock:
@@ -435,10 +508,19 @@ class FakeApiServer:
                     list_rv, after = int(decoded["rv"]), tuple(decoded["start"])
                 except (ValueError, KeyError, TypeError):
                     raise ApiError(400, "BadRequest", "invalid continue token") from None
-                if list_rv < self._floor:
-                    raise ApiError(410, "Expired", "The provided continue parameter is too old to display a "
-                                                   "consistent list result. You can start a new list without the "
-                                                   "continue parameter.")
+                for i, prefix in enumerate(self._compact_before_page):
+                    # Compacting at the list's own resourceVersion expires nothing (etcd still serves
+                    # that revision): the compaction waits for a page of a list the cluster has moved past.
+                    if path.startswith(prefix) and list_rv != -1 and list_rv < self._rv:
+                        del self._compact_before_page[i]
+                        self.compact()
+                        break
+                if list_rv == -1:  # the token a 410 handed out: the rest of the list as it is now
+                    list_rv = self._rv
+                elif list_rv < self._floor:
+                    self.gone["continue"] += 1
+                    raise ApiError(410, "Expired", _INCONSISTENT_CONTINUE,
+                                   {"continue": _continue_token(-1, after)})
             keys = collection.sorted_keys()
             position = bisect_right(keys, after) if after is not None else 0
             page: list[ObjectKey] = []
@@ -459,22 +541,20 @@ class FakeApiServer:
             api_version = collection.api_version or "v1"
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
         if more and page:
-            meta["continue"] = base64.urlsafe_b64encode(_dumps({"rv": list_rv, "start": list(page[-1])})).decode()
+            meta["continue"] = _continue_token(list_rv, page[-1])
             if remaining is not None:
                 meta["remainingItemCount"] = remaining
         head = _dumps({"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta})[:-1]
         return head + b',"items":[' + b",".join(bodies) + b"]}"
 
-    def _watch_events(self, key: CollectionKey, namespace: str, query: dict[str, str],
-                      watch: _Watch) -> Iterator[bytes]:
-        """The lines of one watch stream; returns when the stream should end cleanly."""
-        timeout = float(query.get("timeoutSeconds") or 1800)
-        deadline = time.monotonic() + timeout
-        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+    def _open_watch(self, key: CollectionKey, namespace: str, query: dict[str, str],
+                    watch: _Watch) -> tuple[ApiError | None, list[bytes]]:
+        """Register a watch at its starting resourceVersion: (a 410 when that is below the floor, the
+        synthetic ADDED bodies of a watch from "" or "0"). Done under the lock, so a compaction
+        cannot fall between the check and the registration."""
         since = query.get("resourceVersion") or ""
         with self._lock:
             collection = self._collection(key)
-            kind, api_version = collection.kind or "Unknown", collection.api_version or "v1"
             initial: list[bytes] = []
             if since in ("", "0"):
                 start_rv = self._rv
@@ -482,12 +562,23 @@ class FakeApiServer:
                            if not namespace or k[0] == namespace]
             else:
                 start_rv = int(since)
-            floor = self._floor
-            position = next((i for i, e in enumerate(collection.history) if e.rv > start_rv), len(collection.history))
-        if start_rv < floor:
-            yield _dumps({"type": "ERROR", "object": ApiError(
-                410, "Expired", f"too old resource version: {start_rv} ({floor})").status()})
-            return
+            if start_rv < self._floor:
+                self.gone["watch-http" if self.gone_as_http else "watch-event"] += 1
+                return ApiError(410, "Expired", f"too old resource version: {start_rv} ({self._floor})"), []
+            watch.delivered = start_rv
+            self._watches.add(watch)
+            watch.dropped = self._unavailable  # cut while this request was on its way in
+        return None, initial
+
+    def _watch_events(self, key: CollectionKey, namespace: str, query: dict[str, str], watch: _Watch,
+                      initial: list[bytes]) -> Iterator[bytes]:
+        """The lines of one registered watch stream; returns when the stream should end cleanly."""
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        deadline = time.monotonic() + timeout
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        with self._lock:
+            collection = self._collection(key)
+            kind, api_version = collection.kind or "Unknown", collection.api_version or "v1"
         for body in initial:
             yield b'{"type":"ADDED","object":' + body + b"}"
         last_bookmark = time.monotonic()
@@ -496,7 +587,9 @@ class FakeApiServer:
                 while True:
                     if watch.expire or watch.dropped:
                         break
-                    pending = collection.history[position:]
+                    history = collection.history
+                    start = bisect_right(history, watch.delivered, key=_RV)
+                    pending = history[start:]
                     now = time.monotonic()
                     due = bookmarks and (watch.bookmark or (self.bookmark_interval is not None
                                                             and now - last_bookmark >= self.bookmark_interval))
@@ -510,12 +603,15 @@ class FakeApiServer:
                     return
                 if watch.expire:
                     pending, due = [], False
-                position += len(pending)
+                if pending:
+                    watch.delivered = pending[-1].rv
                 rv = self._rv
                 watch.bookmark = False
             if watch.expire:
+                with self._lock:
+                    self.gone["watch-event"] += 1
                 yield _dumps({"type": "ERROR", "object": ApiError(
-                    410, "Expired", "too old resource version: watch expired").status()})
+                    410, "Expired", "The resourceVersion for the provided watch is too old.").status()})
                 return
             for event in pending:
                 if not namespace or event.key[0] == namespace:
@@ -678,7 +774,7 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 elif self.command == "GET" and _is_watch(query):
                     self._stream(key, okey[0] if okey else "", query)
                 elif self.command == "GET":
-                    self._send(200, api._list(key, okey[0] if okey else "", query))
+                    self._send(200, api._list(key, okey[0] if okey else "", query, parts.path))
                 elif self.command in ("POST", "PUT", "PATCH", "DELETE"):
                     status, obj = api._write(self.command, key, okey, body, self.headers.get("Content-Type", ""))
                     self._send(status, _dumps(obj))
@@ -690,21 +786,21 @@ def _handler_for(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 self._error(ApiError(400, "BadRequest", str(exc)))
 
         def _stream(self, key: CollectionKey, namespace: str, query: dict[str, str]) -> None:
-            watch = _Watch(self)
-            since = query.get("resourceVersion") or ""
-            if api.gone_as_http and since not in ("", "0") and int(since) < api._floor:
-                self._error(ApiError(410, "Expired", f"too old resource version: {since} ({api._floor})"))
+            watch = _Watch(self, key)
+            gone, initial = api._open_watch(key, namespace, query, watch)
+            if gone is not None and api.gone_as_http:
+                self._error(gone)
                 return
-            events = api._watch_events(key, namespace, query, watch)
-            with api._lock:
-                api._watches.add(watch)
-                watch.dropped = api._unavailable  # cut while this request was on its way in
             try:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 self.wfile.flush()
+                if gone is not None:
+                    events: Iterable[bytes] = [_dumps({"type": "ERROR", "object": gone.status()})]
+                else:
+                    events = api._watch_events(key, namespace, query, watch, initial)
                 for line in events:
                     data = line + b"\n"
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -87,10 +87,10 @@ def test_expired_watch_lists_again_and_drops_what_vanished(api, live):
     lists = api.count(path="/api/v1/pods", watch=False)
     api.set_unavailable()  # cuts the watches; nothing gets through
     wait_until(lambda: not live.pods_reflector.connected, timeout=10)
-    api.set_unavailable(False)
     # While the client was away the pod went and history was compacted: only a list can tell.
     api.delete(gpu_pod("mem-a"))
     api.compact()
+    api.set_unavailable(False)
     wait_until(lambda: live.get_pod("default", "mem-a") is None, timeout=10, what="relist dropping mem-a")
     assert api.count(path="/api/v1/pods", watch=False) > lists
     assert live.has_pod("default", "core-x")
@@ -106,6 +106,22 @@ def test_error_event_410_on_an_open_watch_relists(api, live):
     wait_until(lambda: live.pods_reflector.lists > lists, timeout=10, what="a relist after ERROR 410")
     api.add(gpu_pod("after", node_name=NODE))
     wait_until(lambda: live.get_pod("default", "after") is not None, timeout=10)
+
+
+def test_compaction_neither_ends_open_watches_nor_makes_them_miss_events(api, live):
+    seed(api)
+    live.start()
+    assert live.wait_synced(10)
+    wait_until(lambda: api.open_watches() == len(live.reflectors), timeout=10)
+    lists = live.pods_reflector.lists, live.nodes_reflector.lists
+    api.add(gpu_pod("before", mem=1, node_name=NODE))
+    api.compact()  # possibly before the watch delivered "before": it still must
+    api.add(gpu_pod("after", mem=1, node_name=NODE))
+    api.delete(gpu_pod("mem-a"))
+    wait_until(lambda: live.get_pod("default", "mem-a") is None and live.get_pod("default", "after") is not None,
+               timeout=10, what="the events after the compaction")
+    assert live.get_pod("default", "before") is not None
+    assert (live.pods_reflector.lists, live.nodes_reflector.lists) == lists  # nothing expired: no relist
 
 
 def test_http_410_on_watch_start_relists(tmp_path):
