@@ -323,7 +323,7 @@ def envs_of(items: Iterable[tuple[str, int, Any, Path]], names: Names,
         sources, others = _sources(env_from, (*path, "envFrom"), judged) if env_from else ((), ())
         context: tuple[RawEnv, ...] = ()
         if any(e.value and "$" in e.value for e in entries):  # the kubelet expands it: read the whole env
-            context = _raw_env(env)
+            context = _raw_env(env if isinstance(env, list) else [])
             entries = _expanded(entries, context, (*(s.prefix for s in sources), *others), links)
         if entries or sources:
             name = container.get("name")
@@ -430,7 +430,8 @@ def env_manifest(env: PodEnv) -> dict[str, list[dict[str, Any]]]:
     for container, resources in zip(env.containers, env.resources, strict=True):
         if container.context:  # an expanded value: the whole env it was read from
             entries = [{"name": r.name, "value": r.value} if r.value is not None
-                       else {"name": r.name, "valueFrom": {r.source: {}} if r.source else {}} for r in container.context]
+                       else {"name": r.name, "valueFrom": {r.source: {}} if r.source else {}}
+                       for r in container.context]
         else:
             entries = [{"name": e.name, "value": e.value} if e.value is not None
                        else {"name": e.name, "valueFrom": {e.source: {}} if e.source else {}}

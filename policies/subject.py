@@ -47,6 +47,7 @@ class StateUnavailable(Exception):
 
 
 T = TypeVar("T")
+_NOUNS = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}  # else "container"
 
 
 @dataclass(slots=True)
@@ -247,7 +248,7 @@ class Subject:
         """How a message names a container: 'Job default/x container "c"'; in a custom workload by its
         path, which names the replica: 'PyTorchJob default/x spec.pytorchReplicaSpecs.Worker.template
         .spec.containers[0] (container "pytorch")'."""
-        noun = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}.get(group, "container")
+        noun = _NOUNS.get(group, "container")
         if self.workload is None:
             return f'{self.label} {noun} "{name}"'
         if group == "resources":  # a ResourceRequirements standing for the containers it sizes

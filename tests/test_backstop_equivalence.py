@@ -373,8 +373,8 @@ def test_on_kubectl_debug_the_policy_and_the_engine_judge_the_added_containers_a
     failures = strict_backstop.failures(new, namespace, labels, old=old, sub_resource="ephemeralcontainers")
     new, old = literal_only(new), literal_only(old)
     subject = STRICT_ENGINE.subject("Pod", new, operation="UPDATE", old=old, namespace=namespace,
-                                    namespaces=StaticNamespaces({namespace: labels}), sub_resource="ephemeralcontainers",
-                                    admission=True)
+                                    namespaces=StaticNamespaces({namespace: labels}),
+                                    sub_resource="ephemeralcontainers", admission=True)
     subject.today = date(2030, 1, 1)
     violations = STRICT_ENGINE.validate(subject).violations
     assert {m.split(":", 1)[0] for m in failures} == {f.rule for f in violations} <= set(ISOLATION)
