@@ -304,3 +304,61 @@ def test_what_cannot_be_read_at_admission_is_unknown():
     assert expand("$(KUBERNETES_SERVICE_PORT)", {}, resolve) == Unknown("KUBERNETES_SERVICE_PORT", "a service link")
     assert expand("$(WEB_SERVICE_HOST)", {}, ResolveMissing((), True)) == Unknown("WEB_SERVICE_HOST", "a service link")
     assert expand("$(X)", {"X": Unknown("X", "secretKeyRef")}, resolve) == Unknown("X", "secretKeyRef")
+
+
+# -- the audit: running pods, from a snapshot and from the live list/watch ---------------------------------
+
+def _audit_objects() -> list[dict[str, Any]]:
+    from .cluster_objects import gpu_pod, node, plain_pod
+
+    debugged = gpu_pod("debugged", mem=2, node_name="gpu-1", namespace="team-a")
+    debugged["spec"]["ephemeralContainers"] = [{"name": "debugger-8ztsd", "image": "busybox:1.36", "env": [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]
+    expanded = gpu_pod("expanded", mem=2, node_name="gpu-1", namespace="team-a")
+    expanded["spec"]["containers"][0]["env"] = [{"name": "LANG", "value": "C"}, {"name": "X", "value": "true"},
+                                                {"name": "CGPU_DISABLE", "value": "$(X)"}]
+    linked = gpu_pod("linked", mem=2, node_name="gpu-1", namespace="team-a")
+    linked["spec"]["enableServiceLinks"] = False  # $(WEB_SERVICE_PORT) then stays as written: undocumented
+    linked["spec"]["containers"][0]["env"] = [{"name": "CGPU_DISABLE", "value": "$(WEB_SERVICE_PORT)"}]
+    harmless = gpu_pod("harmless", mem=2, node_name="gpu-1", namespace="team-a")
+    harmless["spec"]["containers"][0]["env"] = [{"name": "D", "value": "none"},
+                                                {"name": "NVIDIA_VISIBLE_DEVICES", "value": "$(D)"}]
+    configured = plain_pod("configured", node_name="gpu-1", namespace="team-a")
+    configured["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "web"}}]
+    return [node("gpu-1", mode="cgpu", cards=2, card_gib=15), debugged, expanded, linked, harmless, configured]
+
+
+AUDITED = {
+    "debugged": f'GS011: Pod team-a/debugged ephemeral container "debugger-8ztsd": env NVIDIA_VISIBLE_DEVICES=all '
+                f"exposes {UNASKED}",
+    "expanded": f'GS011: Pod team-a/expanded container "cuda": env CGPU_DISABLE=$(X) (expands to true) turns {DISABLES}',
+    "linked": 'GS011: Pod team-a/linked container "cuda": env CGPU_DISABLE=$(WEB_SERVICE_PORT) is not a value cGPU '
+              "documents (true or 1 turn its memory isolation off, false or 0 leave it on) and cGPU's parser is not "
+              "published, so it may take it as true; write one of those four",
+    "configured": f'GS011: Pod team-a/configured container "cuda": envFrom configMapRef "web" {GPU_FREE_ENV_FROM}',
+}
+
+
+def _audited(*args: Any) -> dict[str, str]:
+    from .check_helpers import run_gpushare
+
+    done = run_gpushare("audit", "--format", "json", *args)
+    assert "Traceback" not in done.stderr, done.stderr
+    return {f["object"]["name"]: f["message"] for f in json.loads(done.stdout)["findings"]
+            if f["rule"] in ("GS010", "GS011")}
+
+
+def test_the_audit_reports_debug_containers_expansion_and_gpu_free_env_from(tmp_path):
+    import yaml
+
+    from .fake_apiserver import FakeApiServer
+
+    snapshot = tmp_path / "cluster.yaml"
+    snapshot.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": _audit_objects()}))
+    assert _audited("--snapshot", snapshot) == AUDITED
+    api = FakeApiServer().start()
+    try:
+        api.add(*_audit_objects())
+        assert _audited("--kubeconfig", api.kubeconfig(tmp_path / "kubeconfig")) == AUDITED
+    finally:
+        api.stop()
