@@ -41,7 +41,23 @@ class Unknown:
 
     @property
     def shown(self) -> str:
-        return f"<{self.name} from {self.source}>"
+        return f"<{self.name} from {self.source}>" if self.name else f"<{self.source}>"
+
+
+# What one container's expansion may produce in all, in characters. A value may reference a long one
+# many times (700 KB referenced 100,000 times fits in a pod); past this, what is left is unknown
+# (judged as the worst) rather than built in memory.
+BUDGET = 1 << 22
+TOO_LONG = Unknown("", f"more than {BUDGET} characters once expanded")
+
+
+class Budget:
+    """The characters one container's expansion may still produce."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int = BUDGET) -> None:
+        self.left = left
 
 
 Value = str | Unknown
@@ -57,13 +73,18 @@ class RawEnv:
     source: str = ""
 
 
-def expand(text: str, lookup: Mapping[str, Value] | None, resolve: ResolveMissing) -> Value:
-    """``text`` expanded as the kubelet's ``expansion.Expand`` does; Unknown when a reference is."""
+def expand(text: str, lookup: Mapping[str, Value] | None, resolve: ResolveMissing,
+           budget: Budget | None = None) -> Value:
+    """``text`` expanded as the kubelet's ``expansion.Expand`` does; Unknown when a reference is, or when
+    the result would pass what ``budget`` has left."""
     if "$" not in text:
         return text
+    budget = budget or Budget()
+    length = len(text)  # what is copied as written is at most the text itself
     out: list[str] = []
     unknown: Unknown | None = None
     checkpoint, cursor, size = 0, 0, len(text)
+    unclosed = False  # no ")" is left: every later "$(" is incomplete (no search again: linear in the text)
     while cursor < size:
         if text[cursor] == "$" and cursor + 1 < size:
             out.append(text[checkpoint:cursor])
@@ -72,8 +93,9 @@ def expand(text: str, lookup: Mapping[str, Value] | None, resolve: ResolveMissin
                 out.append("$")
                 advance = 1
             elif after == "(":
-                closer = text.find(")", cursor + 2)
+                closer = -1 if unclosed else text.find(")", cursor + 2)
                 if closer < 0:  # an incomplete reference stays, and reading goes on after its "("
+                    unclosed = True
                     out.append("$(")
                     advance = 1
                 else:
@@ -84,6 +106,9 @@ def expand(text: str, lookup: Mapping[str, Value] | None, resolve: ResolveMissin
                     if isinstance(found, Unknown):
                         unknown = unknown or found
                     else:
+                        length += len(found)
+                        if length > budget.left:
+                            return TOO_LONG
                         out.append(found)
                     advance = closer - cursor
             else:  # an operator that starts nothing: it stays with the character after it
@@ -95,7 +120,9 @@ def expand(text: str, lookup: Mapping[str, Value] | None, resolve: ResolveMissin
     if unknown is not None:
         return unknown
     out.append(text[checkpoint:])
-    return "".join(out)
+    result = "".join(out)
+    budget.left -= len(result)
+    return result
 
 
 class ResolveMissing:
@@ -123,6 +150,7 @@ def expanded_values(env: Iterable[RawEnv], wanted: Iterable[int], prefixes: Sequ
     wanted = set(wanted)
     last = max(wanted, default=-1)
     resolve = ResolveMissing(prefixes, service_links)
+    budget = Budget()
     known: dict[str, Value] = {}
     found: dict[int, Value] = {}
     for position, entry in enumerate(env):
@@ -133,7 +161,7 @@ def expanded_values(env: Iterable[RawEnv], wanted: Iterable[int], prefixes: Sequ
         elif entry.value == "":
             value = ""  # the kubelet expands a non-empty value only
         else:
-            value = expand(entry.value, known, resolve)
+            value = expand(entry.value, known, resolve, budget)
         known[entry.name] = value
         if position in wanted:
             found[position] = value

@@ -297,6 +297,31 @@ def test_expansion_follows_the_kubelet(text, expanded):
     assert expand(text, {"X": "true"}, ResolveMissing((), service_links=True)) == expanded
 
 
+def test_a_value_of_unclosed_references_is_read_once_through():
+    """200,000 "$(" with no ")": each is incomplete and stays; the text is not searched again for each."""
+    text = "$(" * 200_000
+    assert expand(text, {}, ResolveMissing((), True)) == text
+
+
+def test_an_expansion_past_its_budget_is_judged_unknown_not_built():
+    """A 700 KB value referenced 100,000 times would be 70 GB once expanded (the kubelet would build it):
+    the webhook stops at its budget and judges the value as the worst it could be."""
+    from policies.env_expansion import BUDGET, RawEnv, expanded_values
+
+    env = [RawEnv("A", "x" * 700_000), RawEnv("B", "$(A)" * 100_000), RawEnv("CGPU_DISABLE", "$(B)")]
+    [value] = expanded_values(env, [2], (), True).values()
+    assert value == Unknown("", f"more than {BUDGET} characters once expanded")
+    pod = workload("Pod", pod_spec(container("app", limits={MEM: 2}, env=[
+        {"name": e.name, "value": e.value} for e in env])), name="p")
+    from policies.engine import Engine
+    from webhook.settings import Settings
+
+    engine = Engine(Settings())
+    [finding] = engine.validate(engine.subject("Pod", pod, namespace="default")).findings
+    assert finding.message == (f'GS011: Pod default/p container "app": env CGPU_DISABLE=$(B) (expands to <more than '
+                               f"{BUDGET} characters once expanded>) may turn {DISABLES}")
+
+
 def test_what_cannot_be_read_at_admission_is_unknown():
     resolve = ResolveMissing(("APP_",), service_links=False)
     assert expand("$(APP_FLAG)", {}, resolve) == Unknown("APP_FLAG", "envFrom")
