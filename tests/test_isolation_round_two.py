@@ -356,7 +356,8 @@ def _audit_objects() -> list[dict[str, Any]]:
 AUDITED = {
     "debugged": f'GS011: Pod team-a/debugged ephemeral container "debugger-8ztsd": env NVIDIA_VISIBLE_DEVICES=all '
                 f"exposes {UNASKED}",
-    "expanded": f'GS011: Pod team-a/expanded container "cuda": env CGPU_DISABLE=$(X) (expands to true) turns {DISABLES}',
+    "expanded": f'GS011: Pod team-a/expanded container "cuda": env CGPU_DISABLE=$(X) (expands to true) '
+                f"turns {DISABLES}",
     "linked": 'GS011: Pod team-a/linked container "cuda": env CGPU_DISABLE=$(WEB_SERVICE_PORT) is not a value cGPU '
               "documents (true or 1 turn its memory isolation off, false or 0 leave it on) and cGPU's parser is not "
               "published, so it may take it as true; write one of those four",
