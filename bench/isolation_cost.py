@@ -4,9 +4,10 @@
 
 A realistic GPU pod (tests/data/pod-realistic.json) with ``--env`` ordinary variables plus GM003's
 own ALIYUN_COM_GPU_MEM_CONTAINER (what every mutated GPU pod carries) is judged by the engine with
-GS010 and GS011 enabled and disabled, and with a judged value written as ``$(VAR)`` (expanded as
-the kubelet does), in turns within one process so that the host's load shifts them alike; and projected into the state's record with and without what the audit keeps. Prints
-the median and the best of ``--rounds`` per-call times, in microseconds.
+GS010 and GS011 enabled and disabled, and with a judged value written as ``$(VAR)`` (expanded
+as the kubelet does), in turns within one process so that the host's load shifts them alike; and
+projected into the state's record with and without what the audit keeps. Prints the median and the
+best of ``--rounds`` per-call times, in microseconds.
 """
 
 from __future__ import annotations

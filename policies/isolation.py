@@ -251,10 +251,16 @@ def added_ephemeral_envs(spec: Mapping[str, Any] | None, old: Mapping[str, Any] 
         return ()
     old_spec = old.get("spec") if isinstance(old, dict) else None
     before = old_spec.get(EPHEMERAL) if isinstance(old_spec, dict) else None
-    had = {c.get("name") for c in before if isinstance(c, dict)} if isinstance(before, list) else set()
+    had = {n for c in before if (n := _name(c)) is not None} if isinstance(before, list) else set()
     items = [(EPHEMERAL, index, container, (*base, EPHEMERAL, index)) for index, container in enumerate(found)
-             if not (isinstance(container, dict) and container.get("name") in had)]
+             if _name(container) not in had]
     return envs_of(items, names, service_links(spec))
+
+
+def _name(container: Any) -> str | None:
+    """A container's name when it has one (a name of another type is none: it matches no other)."""
+    name = container.get("name") if isinstance(container, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def _raw_env(env: list[Any]) -> tuple[RawEnv, ...]:

@@ -98,9 +98,11 @@ class Triggers:
         "ephemeralcontainers": an ephemeral container the old pod does not have sets a trigger name."""
         if sub_resource == "ephemeralcontainers":
             spec, before = _at(obj, ("spec", "ephemeralContainers")), _at(old, ("spec", "ephemeralContainers"))
-            had = {c.get("name") for c in before if isinstance(c, dict)} if isinstance(before, list) else set()
-            return isinstance(spec, list) and any(isinstance(c, dict) and c.get("name") not in had
-                                                  and _sets_env(c, self.env) for c in spec)
+            had = {c.get("name") for c in before if isinstance(c, dict) and isinstance(c.get("name"), str)} \
+                if isinstance(before, list) else set()
+            return isinstance(spec, list) and any(
+                isinstance(c, dict) and not (isinstance(c.get("name"), str) and c["name"] in had)
+                and _sets_env(c, self.env) for c in spec)
         workload = workload_table(settings).lookup(group_of(obj) if group is None else group, kind)
         if workload is not None:
             return self._sends_workload(workload, obj, settings)

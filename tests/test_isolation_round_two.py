@@ -139,6 +139,21 @@ def test_only_the_isolation_rules_judge_a_debug_request(server, session, hardene
         assert response["allowed"] is True and "warnings" not in response
 
 
+@pytest.mark.parametrize("spoiled", [
+    {"name": {"not": "a name"}}, {"name": 7}, {}, "debugger", None,
+], ids=["object name", "number name", "no name", "a string", "null"])
+def test_a_malformed_debug_container_is_answered_never_a_server_error(server, session, spoiled):
+    review = debug_review()
+    for pod in (review["request"]["object"], review["request"]["oldObject"]):
+        pod["spec"].setdefault("ephemeralContainers", []).insert(0, copy.deepcopy(spoiled))
+    reply = server.post_json("/validate", review, session)
+    assert reply.status_code in (200, 400), reply.text
+    if reply.status_code == 200:  # the container it adds is still judged
+        assert reply.json()["response"]["warnings"][0].endswith(f"exposes {UNASKED}")
+    else:
+        assert "Traceback" not in reply.text and reply.json()["reason"]
+
+
 def test_the_mutating_webhook_leaves_a_debug_request_alone(server, session):
     reply = server.post_json("/mutate", debug_review(), session)
     response = reply.json()["response"]
