@@ -33,6 +33,7 @@ from ..isolation import (
     env_problems,
     envs_of,
     may_run_on_mps,
+    service_links,
 )
 from ..relevance import Relevance
 from ..subject import Subject
@@ -65,7 +66,8 @@ def problems(subject: Subject) -> list[EnvProblem]:
         pods = [(container_envs(spec, base, names), subject.containers, subject.pod_labels, spec)]
     else:  # a custom workload: each pod it makes, its containers wherever they are kept
         pods = [(envs_of(((c.group, c.index, c.container, c.path) for c in pod.site.containers
-                          if c.group != "resources"), names), pod.containers, pod.labels, pod.spec)
+                          if c.group != "resources"), names, service_links(pod.spec)), pod.containers, pod.labels,
+                 pod.spec)
                 for pod in subject.pods if pod.site is not None]
     found: list[EnvProblem] = []
     for containers, requests, labels, spec in pods:
