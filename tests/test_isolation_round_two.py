@@ -26,7 +26,10 @@ EXPOSES = "GPUs the device plugin did not assign to this container; remove it or
 UNASKED = "the node's GPUs to a container that requests none; set none or void, or have an admin exempt the pod"
 DISABLES = ("off cGPU memory isolation: the container can use all of its card's memory; remove it, or have an "
             "admin exempt the pod")
-HARDENED = {"rules": {"GS011": {"severity": "deny"}}, "isolation": {"env_from": "deny"}}
+HARDENED = {"rules": {"GS011": {"severity": "deny"}}, "isolation": {"env_from": "deny"},
+            "exemptions": {"grants": [{"name": "sre-debugging", "namespace": "sre", "names": "*", "rules": ["GS011"],
+                                       "reason": "SREs run nvidia-smi in debug containers",
+                                       "expires": "2999-12-31"}]}}
 DEBUGGED = 'Pod team-a/cuda-train-6b9c7f5d8-x2kqp ephemeral container "debugger-8ztsd"'
 
 
@@ -90,6 +93,20 @@ def test_a_debug_container_exposing_every_card_is_warned_and_denied_when_hardene
     assert default["allowed"] is True and default["warnings"] == [message]
     assert strict["allowed"] is False and strict["status"]["message"] == message
     assert strict["auditAnnotations"]["denied"] == "GS011"
+
+
+def test_a_debug_container_exposing_gpus_passes_where_an_admin_grants_it(hardened):
+    review = debug_review()
+    request = review["request"]
+    request["namespace"] = "sre"
+    for pod in (request["object"], request["oldObject"]):
+        pod["metadata"]["namespace"] = "sre"
+    granted = _answer(*hardened, review)
+    assert granted["allowed"] is True and "warnings" not in granted
+    assert granted["auditAnnotations"]["exempted_by"] == "grant:sre-debugging"
+    # The grant covers GS011 only: forging the device plugin's variables is still refused.
+    forged = _debugger(review, [{"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "16"}])
+    assert _answer(*hardened, forged)["allowed"] is False
 
 
 def test_a_debug_container_forging_its_size_is_denied(server, session, hardened):
