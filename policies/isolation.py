@@ -36,7 +36,15 @@ from operator import methodcaller
 from typing import Any
 
 from .env_expansion import RawEnv, Unknown, expanded_values
-from .resources import CONTAINER_GROUPS, ContainerRequest, Path, ShapeError, cards_per_container, memory_share
+from .resources import (
+    CONTAINER_GROUPS,
+    ContainerRequest,
+    Path,
+    ShapeError,
+    cards_per_container,
+    container_noun,
+    memory_share,
+)
 from .settings import EnvNames, Names
 
 # CGPU_DISABLE values judged as true: the values cGPU's documentation shows (ACK "Disable the memory
@@ -78,11 +86,6 @@ def env_from_gpu_free(visible_devices: str) -> str:
     return (f"may set {visible_devices}, exposing the node's GPUs to a container that requests none, or what "
             f"the GPU-sharing device plugin sets, unseen at admission; give the source a prefix, or set "
             f"{visible_devices}=void in env")
-
-
-def noun_of(group: str) -> str:
-    """How a message names a container of ``group``."""
-    return {"initContainers": "init container", EPHEMERAL: "ephemeral container"}.get(group, "container")
 
 
 def _clipped(value: str) -> str:
@@ -158,7 +161,7 @@ class ContainerEnv:
 
     @property
     def noun(self) -> str:
-        return noun_of(self.group)
+        return container_noun(self.group)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from .resources import (
     POD_SPEC_PATHS,
     ContainerRequest,
     Path,
+    container_noun,
     container_requests,
     pod_spec,
     render_path,
@@ -47,7 +48,6 @@ class StateUnavailable(Exception):
 
 
 T = TypeVar("T")
-_NOUNS = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}  # else "container"
 
 
 @dataclass(slots=True)
@@ -248,7 +248,7 @@ class Subject:
         """How a message names a container: 'Job default/x container "c"'; in a custom workload by its
         path, which names the replica: 'PyTorchJob default/x spec.pytorchReplicaSpecs.Worker.template
         .spec.containers[0] (container "pytorch")'."""
-        noun = _NOUNS.get(group, "container")
+        noun = container_noun(group)
         if self.workload is None:
             return f'{self.label} {noun} "{name}"'
         if group == "resources":  # a ResourceRequirements standing for the containers it sizes
