@@ -4,9 +4,10 @@
 
 A realistic GPU pod (tests/data/pod-realistic.json) with ``--env`` ordinary variables plus GM003's
 own ALIYUN_COM_GPU_MEM_CONTAINER (what every mutated GPU pod carries) is judged by the engine with
-GS010 and GS011 enabled and disabled, in turns within one process so that the host's load shifts
-both alike; and projected into the state's record with and without what the audit keeps. Prints
-the median and the best of ``--rounds`` per-call times, in microseconds.
+GS010 and GS011 enabled and disabled, and with a judged value written as ``$(VAR)`` (expanded
+as the kubelet does), in turns within one process so that the host's load shifts them alike; and
+projected into the state's record with and without what the audit keeps. Prints the median and the
+best of ``--rounds`` per-call times, in microseconds.
 """
 
 from __future__ import annotations
@@ -49,8 +50,14 @@ def main() -> None:
     off = Engine(Settings(rules={"GS010": {"enabled": False}, "GS011": {"enabled": False}}))
     names = on.settings.names
     requests = on.subject("Pod", pod, namespace="default").containers
+    # The same pod whose containers end with FLAG=false and CGPU_DISABLE=$(FLAG): the kubelet's expansion
+    # reads every entry before it (policies/env_expansion.py).
+    expanded = json.loads(json.dumps(pod))
+    for container in expanded["spec"]["containers"]:
+        container["env"] += [{"name": "FLAG", "value": "false"}, {"name": "CGPU_DISABLE", "value": "$(FLAG)"}]
     cases = {
         "validate, GS010/GS011 on": lambda: on.validate(on.subject("Pod", pod, namespace="default")),
+        "validate, a $(VAR) judged": lambda: on.validate(on.subject("Pod", expanded, namespace="default")),
         "validate, GS010/GS011 off": lambda: off.validate(off.subject("Pod", pod, namespace="default")),
         "state record, with env": lambda: pod_from_manifest(pod, names, requests),
         "state record, without env": lambda: pod_from_manifest(pod, names, requests, with_env=False),

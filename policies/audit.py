@@ -328,12 +328,15 @@ def pod_manifest(pod: PodInfo, names: Names, exempt: Iterable[str]) -> dict[str,
     if pod.env is not None:  # a container that sets judged names is rebuilt from its record, GPUs and all
         for group, built in env_manifest(pod.env).items():
             names_set = {c["name"] for c in built}
-            groups[group] = [c for c in groups[group] if c["name"] not in names_set] + built
+            groups[group] = [c for c in groups.get(group, []) if c["name"] not in names_set] + built
     spec: dict[str, Any] = {"containers": groups["containers"] or [{"name": "main"}]}
-    if groups["initContainers"]:
-        spec["initContainers"] = groups["initContainers"]
+    for group in ("initContainers", "ephemeralContainers"):
+        if groups.get(group):
+            spec[group] = groups[group]
     if pod.env is not None and pod.env.mode is not None:
         spec["nodeSelector"] = {names.labels.schedule: pod.env.mode}
+    if pod.env is not None and not pod.env.service_links:
+        spec["enableServiceLinks"] = False
     metadata: dict[str, Any] = {"name": _PLACEHOLDER_NAME, "namespace": _PLACEHOLDER_NS, "annotations": annotations}
     spread = max((g.cards for g in pod.gpus), default=1)
     if spread > 1:

@@ -40,7 +40,7 @@ from .settings import ExemptionGrant, LabelSelector, PolicySettings
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 # The resources whose objects carry a pod spec (policies/resources.py POD_SPEC_PATHS), by API group.
-RESOURCE_RULES = (("", ("pods", "podtemplates", "replicationcontrollers")),
+RESOURCE_RULES = (("", ("pods", "pods/ephemeralcontainers", "podtemplates", "replicationcontrollers")),
                   ("apps", ("deployments", "statefulsets", "daemonsets", "replicasets")),
                   ("batch", ("jobs", "cronjobs")))
 CORE_ACCEPTED = "^([1-9][05]|5|100)$"  # canonical quantities 5, 10, ..., 100
@@ -226,6 +226,9 @@ BACKSTOP_RULES: tuple[BackstopRule, ...] = (
                  "without an admin's grant", isolation.lifted_variables),
 )
 SCHEDULER_RULE = "GM001"  # the optional rule stands in for the GM001 mutation while the webhook is down
+# The rules that judge kubectl debug's ephemeralcontainers subresource (GS010, GS011: the variables an
+# ephemeral container sets); every other validation passes such a request.
+DEBUG_RULES = frozenset({"GS010", "GS011"})
 
 
 def covered_rules(settings: PolicySettings) -> list[BackstopRule]:
@@ -306,6 +309,7 @@ def _variables(settings: PolicySettings, rules: list[BackstopRule], rule_ids: li
                                              "object.metadata.name : (has(object.metadata.generateName) ? "
                                              "object.metadata.generateName : '')"},
         {"name": "subject", "expression": "object.kind + ' ' + request.namespace + '/' + variables.objectName"},
+        *isolation.ephemeral_variables(),
         {"name": "annotationAllowed", "expression": " || ".join(allowed)},
         {"name": "exemptIds", "expression": "variables.annotationAllowed ? "
                                             + by_kind(lambda kind: _annotation_value(settings, kind), "''")
@@ -328,7 +332,7 @@ def _scheduler_validation(settings: PolicySettings) -> dict[str, str]:
     wanted = settings.names.injected_scheduler
     assert wanted is not None
     return {
-        "expression": f"variables.exempt{SCHEDULER_RULE} || object.kind != 'Pod' || "
+        "expression": f"{isolation.DEBUG} || variables.exempt{SCHEDULER_RULE} || object.kind != 'Pod' || "
                       f"!{CONTAINERS}.exists(c, {mem.named()}) || "
                       f"(has(object.spec.schedulerName) && object.spec.schedulerName == {_q(wanted)})",
         "messageExpression": f"'{SCHEDULER_RULE}: ' + {SUBJECT} + ' asks for {mem.name} but names scheduler ' + "
@@ -358,7 +362,9 @@ def backstop_policy(settings: PolicySettings, known_ids: frozenset[str]) -> list
     # The scheduler rule stands in for GM001: with names.scheduler_name "none" there is no scheduler to require.
     scheduler_rule = backstop.scheduler_rule and settings.names.injected_scheduler is not None
     ids = [r.id for r in rules] + ([SCHEDULER_RULE] if scheduler_rule else [])
-    validations = [{"expression": f"variables.exempt{r.id} || !{r.bad(settings)}",
+    # On kubectl debug's subresource only the rules that judge the ephemeral containers it adds run.
+    validations = [{"expression": f"{'' if r.id in DEBUG_RULES else isolation.DEBUG + ' || '}variables.exempt{r.id} "
+                                  f"|| !{r.bad(settings)}",
                     "messageExpression": r.message(settings), "message": r.static, "reason": "Forbidden"}
                    for r in rules]
     if scheduler_rule:

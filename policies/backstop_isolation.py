@@ -2,7 +2,9 @@
 judged as policies/isolation.py judges it, the first finding word for word as the webhook writes it.
 
 The literal ``env`` is what the API server shows the policy; ``envFrom`` is judged here only when
-``isolation.env_from`` is deny (GS010 then refuses it in the webhook too). Only standard CEL and
+``isolation.env_from`` is deny (GS010 then refuses it in the webhook too). A value the kubelet may
+expand (``$(`` or ``$$`` in it) is left to the webhook; on the ``ephemeralcontainers`` subresource
+(kubectl debug) the ephemeral containers it adds are judged, and nothing else. Only standard CEL and
 ``matches`` (the backstop's common ground with cel-python, docs/operations.md): the exception for
 ALIYUN_COM_GPU_MEM_CONTAINER compares the entry's digits times the pod's cards with every canonical
 spelling of that number, since CEL here cannot take a quantity's suffix apart.
@@ -29,6 +31,12 @@ from .settings import PolicySettings
 
 VALUE = "(has(e.value) ? e.value : '')"
 READ_LATER = "has(e.valueFrom)"  # set from a ConfigMap, a Secret or a field: known only at run time
+# A value the kubelet may expand ("$(" or "$$" in it) is left to the webhook: the expansion reads the
+# entries before it in order, which standard CEL (no list index, no substring) cannot follow.
+LITERAL = "!(has(e.value) && e.value.matches('[$][($]'))"
+# kubectl debug: the ephemeralcontainers subresource, judged on the ephemeral containers it adds.
+DEBUG = "variables.debugContainer"
+ADDED = "variables.addedEphemeral"
 SHOWN = (f"e.name + '=' + ({READ_LATER} ? '<from ' + (size(e.valueFrom) > 0 ? e.valueFrom.filter(k, true)[0] : "
          f"'valueFrom') + '>' : (size({VALUE}) > {SHOWN_CHARACTERS} ? '<' + string(size({VALUE})) + ' characters>' "
          f": {VALUE}))")
@@ -75,9 +83,9 @@ def _forged(s: PolicySettings, app: bool) -> str:
     """Entry ``e`` of container ``c`` overrides what the device plugin sets (GS010)."""
     env, mem = s.names.env, Res(s.names.resources.gpu_mem)
     own = f" && !(e.name == {quote(s.names.env_mem_container)} && {_gm003_value(s)})" if app else ""
-    return (f"((e.name in {string_list(env.device_plugin)}{own}) || (e.name in {string_list(env.mps)} && "
-            f"{mem.named()} && variables.mayRunOnMps) || (e.name == {quote(env.visible_devices)} && ({_uses_gpu(s)}) "
-            f"&& {EXPOSES}))")
+    return (f"({LITERAL} && ((e.name in {string_list(env.device_plugin)}{own}) || (e.name in {string_list(env.mps)} "
+            f"&& {mem.named()} && variables.mayRunOnMps) || (e.name == {quote(env.visible_devices)} && "
+            f"({_uses_gpu(s)}) && {EXPOSES})))")
 
 
 def _forged_text(s: PolicySettings) -> str:
@@ -108,13 +116,25 @@ def _containers(bad_init: str, bad_app: str, text: str, extra: str = "") -> str:
         found = f"(has(c.env) ? c.env.filter(e, {bad}).map(e, {text}) : [])"
         return f"[{quote(noun + ' ' + chr(34))} + c.name + '\"'] + {found}{extra}"
 
-    return (f"(has(variables.spec.initContainers) ? variables.spec.initContainers.map(c, "
+    return (f"{DEBUG} ? {ADDED}.map(c, {listed('ephemeral container', bad_init)}) : "
+            f"((has(variables.spec.initContainers) ? variables.spec.initContainers.map(c, "
             f"{listed('init container', bad_init)}) : []) + variables.spec.containers.map(c, "
-            f"{listed('container', bad_app)})")
+            f"{listed('container', bad_app)}))")
 
 
 def _first(found: str) -> str:
     return f"{found}.filter(x, size(x) > 1)[0]"
+
+
+def ephemeral_variables() -> list[dict[str, str]]:
+    """debugContainer: the request is an UPDATE of the ephemeralcontainers subresource (kubectl debug);
+    addedEphemeral: then the ephemeral containers the old pod does not have (by name: none can be
+    changed or removed), else none. Shared by every rule (the others pass a debug request)."""
+    new, old = "object.spec.ephemeralContainers", "oldObject.spec.ephemeralContainers"
+    return [{"name": "debugContainer", "expression": "has(request.subResource) && request.subResource == "
+                                                     "'ephemeralcontainers'"},
+            {"name": "addedEphemeral", "expression": f"({DEBUG} && has({new})) ? {new}.filter(c, !(has({old}) && "
+                                                     f"{old}.exists(o, o.name == c.name))) : []"}]
 
 
 def forged_variables(s: PolicySettings) -> list[dict[str, str]]:
@@ -146,8 +166,8 @@ def forged_message(s: PolicySettings) -> str:
 def _lifted(s: PolicySettings) -> str:
     """Entry ``e`` of container ``c`` lifts isolation (GS011)."""
     env, mem = s.names.env, Res(s.names.resources.gpu_mem)
-    return (f"((e.name == {quote(env.disable_isolation)} && {mem.named()} && {TRUE}) || "
-            f"(e.name == {quote(env.visible_devices)} && !({_uses_gpu(s)}) && {EXPOSES}))")
+    return (f"({LITERAL} && ((e.name == {quote(env.disable_isolation)} && {mem.named()} && {TRUE}) || "
+            f"(e.name == {quote(env.visible_devices)} && !({_uses_gpu(s)}) && {EXPOSES})))")
 
 
 def lifted_variables(s: PolicySettings) -> list[dict[str, str]]:

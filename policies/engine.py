@@ -120,8 +120,8 @@ class Engine:
                 continue
             severity = override.severity if override is not None and override.severity else rule.severity
             self._active.append(ActiveRule(rule, severity))
-        self._by_kind: dict[tuple[str, str], list[ActiveRule]] = {}
-        self._plans: dict[tuple[str, str], list[tuple[Any, list[ActiveRule]]]] = {}
+        self._by_kind: dict[tuple[str, str, str], list[ActiveRule]] = {}
+        self._plans: dict[tuple[str, str, str], list[tuple[Any, list[ActiveRule]]]] = {}
         self._mutations = frozenset(m for m in MUTATIONS if self.mutation_enabled(m))
         self._known_ids = frozenset(REGISTRY) | frozenset(MUTATIONS)
         self._handled = frozenset(k for a in self._active for k in a.rule.kinds) | {"Pod", "DaemonSet"}
@@ -141,22 +141,24 @@ class Engine:
         """Every rule and mutation id."""
         return self._known_ids
 
-    def rules_for(self, kind: str, operation: str) -> list[ActiveRule]:
-        key = (kind, operation)
+    def rules_for(self, kind: str, operation: str, sub_resource: str = "") -> list[ActiveRule]:
+        """The active rules for kind and operation; on a subresource, those registered for it."""
+        key = (kind, operation, sub_resource)
         found = self._by_kind.get(key)
         if found is None:
-            found = [a for a in self._active if kind in a.rule.kinds and operation in a.rule.operations]
+            found = [a for a in self._active if kind in a.rule.kinds and operation in a.rule.operations
+                     and (not sub_resource or sub_resource in a.rule.subresources)]
             self._by_kind[key] = found
         return found
 
-    def _plan(self, kind: str, operation: str) -> list[tuple[Any, list[ActiveRule]]]:
+    def _plan(self, kind: str, operation: str, sub_resource: str = "") -> list[tuple[Any, list[ActiveRule]]]:
         """The rules for kind and operation in id order, runs of one family test grouped, so
         that a failed test skips its whole run (e.g. GB001-GB005 for a pod that is not placed)."""
-        key = (kind, operation)
+        key = (kind, operation, sub_resource)
         plan = self._plans.get(key)
         if plan is None:
             plan = []
-            for active in self.rules_for(kind, operation):
+            for active in self.rules_for(kind, operation, sub_resource):
                 if plan and plan[-1][0] is active.applies:
                     plan[-1][1].append(active)
                 else:
@@ -179,9 +181,10 @@ class Engine:
     def subject(self, kind: str, obj: dict[str, Any], *, operation: str = "CREATE", namespace: str = "",
                 old: dict[str, Any] | None = None, user: UserInfo | None = None,
                 state: ClusterState | None = None, namespaces: NamespaceLabels | None = None,
-                group: str | None = None) -> Subject:
+                group: str | None = None, sub_resource: str = "", admission: bool = False) -> Subject:
         """The subject; namespace labels come from ``namespaces``, else from the state when it has them.
-        ``group`` is the object's API group (None: read from its apiVersion)."""
+        ``group`` is the object's API group (None: read from its apiVersion); ``sub_resource`` the
+        subresource a review names; ``admission``: sent by the API server."""
         if namespaces is None and hasattr(state, "namespace_labels"):
             namespaces = state  # type: ignore[assignment]
         if group is None:
@@ -189,7 +192,8 @@ class Engine:
         workload = self.workloads.lookup(group, kind) if group else None  # core kinds (Pod): no call
         return Subject(kind=kind, obj=obj, names=self.names, operation=operation, request_namespace=namespace,
                        old=old, user=user or UserInfo(), state=state, settings=self.settings,
-                       catalog=self.catalog, namespaces=namespaces, known_ids=self._known_ids, workload=workload)
+                       catalog=self.catalog, namespaces=namespaces, known_ids=self._known_ids, workload=workload,
+                       sub_resource=sub_resource, admission=admission)
 
     def judged(self, kind: str) -> JudgedParts:
         """What the enabled rules judge on objects of ``kind`` (a custom workload's: CUSTOM_WORKLOADS),
@@ -207,7 +211,8 @@ class Engine:
         Stateful rules are skipped without cluster state (``gpushare check`` without
         ``--snapshot``). Findings of rules the object is exempted from are kept apart.
         """
-        if subject.operation == "UPDATE" and isinstance(subject.old, dict):
+        # A subresource's review (kubectl debug's ephemeralcontainers) is judged on what it adds already.
+        if subject.operation == "UPDATE" and isinstance(subject.old, dict) and not subject.sub_resource:
             return self._ratchet(subject)
         return self._judge(subject)
 
@@ -249,7 +254,7 @@ class Engine:
         applicable: dict[Any, bool] = {}  # each family test once per subject
         # A custom workload's rules are those registered for all of them (inline: this runs per review).
         rule_kind = subject.kind if subject.workload is None else CUSTOM_WORKLOADS
-        for applies, run in self._plan(rule_kind, subject.operation):
+        for applies, run in self._plan(rule_kind, subject.operation, subject.sub_resource):
             if applies is not None:
                 ok = applicable.get(applies)
                 if ok is None:
@@ -307,6 +312,8 @@ class Engine:
         one node see each other. ``subject.state`` should be ``ledger.view(...)``. Dry-run and
         offline paths call ``validate`` instead and record nothing.
         """
+        if subject.sub_resource:  # a subresource's change places and creates nothing
+            return self.validate(subject)
         where = placement_of(subject)
         if where is None:
             verdict = self.validate(subject)
@@ -330,6 +337,8 @@ class Engine:
         if verdict is not None:
             return verdict  # not patched either: planning walks every container too
         verdict = Verdict(subject.kind, subject.name, subject.namespace)
+        if subject.sub_resource:  # the mutations patch objects, never a subresource's change
+            return verdict
         set_aside = subject.set_aside
         enabled = self._mutations - set_aside if set_aside else self._mutations
         for mutation_id, op in plan_patch(subject, enabled.__contains__):

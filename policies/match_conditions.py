@@ -26,6 +26,7 @@ from typing import Any
 from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .cel import guarded, quote, string_list
 from .judged import CEL_NOT_DELETING, parts_for
+from .isolation import EPHEMERAL, EPHEMERAL_SUBRESOURCE
 from .mutations import MUTATIONS
 from .near_miss import skipped_keys
 from .near_miss_regex import domain_regex, name_part_regex
@@ -56,6 +57,9 @@ class WebhookScope:
     # CronJob's Job); False: only the others. What a controller makes comes from a template the
     # webhooks judged; its registration fails open, so an outage never stops a workload from healing.
     controlled: bool | None = None
+    # The subresource it is registered for ("": the objects themselves): only the rules registered for
+    # that subresource's change declare what it is sent.
+    subresource: str = ""
 
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController")
@@ -76,6 +80,9 @@ SCOPES: tuple[WebhookScope, ...] = (
     # Mode changes wait for the webhook; a node registering does not (the audit judges it).
     WebhookScope("nodes.validate.gpushare.io", "gpu-scheduling-labels", False, ("Node",), ("UPDATE",)),
     WebhookScope("new-nodes.validate.gpushare.io", "gpu-scheduling-labels", False, ("Node",), ("CREATE",)),
+    # kubectl debug: pods/ephemeralcontainers, whose UPDATE sends the whole Pod (policies/isolation.py).
+    WebhookScope("debug-containers.validate.gpushare.io", "gpushare-debug-containers", False, ("Pod",), ("UPDATE",),
+                 subresource=EPHEMERAL_SUBRESOURCE),
     # Opt-in: custom resources holding pod templates (policies/workloads.py), registered at install.
     WebhookScope("custom-workloads.validate.gpushare.io", "gpushare-relevant", False, (CUSTOM_WORKLOADS,),
                  CREATE_UPDATE, component="custom-workloads"),
@@ -93,7 +100,7 @@ def declarations(scope: WebhookScope, settings: PolicySettings) -> list[Relevanc
     if scope.mutating:
         return [m.relevance for m in MUTATIONS.values() if _enabled(m.id, settings) and kinds & m.kinds]
     return [r.relevance for r in REGISTRY.values() if _enabled(r.id, settings) and kinds & r.kinds
-            and set(scope.operations) & r.operations]
+            and set(scope.operations) & r.operations and (not scope.subresource or scope.subresource in r.subresources)]
 
 
 def triggers(scope: WebhookScope, settings: PolicySettings) -> Triggers:
@@ -101,6 +108,11 @@ def triggers(scope: WebhookScope, settings: PolicySettings) -> Triggers:
     found = resolve(declarations(scope, settings), settings)
     if scope.daemonsets:
         return Triggers(gpushare_daemonsets=found.gpushare_daemonsets)
+    if scope.subresource == EPHEMERAL_SUBRESOURCE:
+        # An ephemeral container has no resources: the names judged only beside gpu-mem (the mps
+        # variables, CGPU_DISABLE) find nothing in it, and only env names can make one relevant.
+        env = settings.names.env
+        return Triggers(env=found.env - {*env.mps, env.disable_isolation})
     return replace(found, gpushare_daemonsets=frozenset())
 
 
@@ -250,11 +262,22 @@ def _by_owner(scope: WebhookScope, condition: str) -> str:
         return condition
     owner = CEL_CONTROLLED if scope.controlled else f"!({CEL_CONTROLLED})"
     return f"{owner} && ({condition})"
+def _debug_condition(t: Triggers) -> str:
+    """The ephemeralcontainers subresource: an ephemeral container the old pod does not have (by name:
+    none can be changed or removed) sets a judged name. Ephemeral containers have no resources, so
+    names are all that can make one relevant."""
+    if not t.env:
+        return "false"
+    new, old = f"object.spec.{EPHEMERAL}", f"oldObject.spec.{EPHEMERAL}"
+    return (f"has({new}) && {new}.exists(c, has(c.env) && c.env.exists(e, e.name in {string_list(t.env)}) && "
+            f"!(has({old}) && {old}.exists(o, o.name == c.name)))")
 
 
 def condition(scope: WebhookScope, settings: PolicySettings) -> str:
     """The CEL expression of the scope's one matchCondition."""
     t = triggers(scope, settings)
+    if scope.subresource == EPHEMERAL_SUBRESOURCE:
+        return _debug_condition(t)
     if scope.daemonsets:
         return _daemonset_condition(t)
     if scope.kinds == ("Node",):

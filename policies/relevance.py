@@ -103,9 +103,17 @@ class Triggers:
                     self.patch_mentions))
 
     def sends(self, kind: str, obj: dict[str, Any], settings: PolicySettings, *, operation: str = "CREATE",
-              old: dict[str, Any] | None = None, group: str | None = None) -> bool:
+              old: dict[str, Any] | None = None, group: str | None = None, sub_resource: str = "") -> bool:
         """Whether an object of ``kind`` shows any trigger: what the generated matchConditions answer.
-        ``group`` is the object's API group (None: its apiVersion's)."""
+        ``group`` is the object's API group (None: its apiVersion's); ``sub_resource``
+        "ephemeralcontainers": an ephemeral container the old pod does not have sets a trigger name."""
+        if sub_resource == "ephemeralcontainers":
+            spec, before = _at(obj, ("spec", "ephemeralContainers")), _at(old, ("spec", "ephemeralContainers"))
+            had = {c.get("name") for c in before if isinstance(c, dict) and isinstance(c.get("name"), str)} \
+                if isinstance(before, list) else set()
+            return isinstance(spec, list) and any(
+                isinstance(c, dict) and not (isinstance(c.get("name"), str) and c["name"] in had)
+                and _sets_env(c, self.env) for c in spec)
         workload = workload_table(settings).lookup(group_of(obj) if group is None else group, kind)
         # An UPDATE that changes no judged part, or of an object being deleted, is never sent; the
         # GPU-sharing DaemonSets' mutation (the only triggers naming them) is sent every UPDATE.

@@ -33,6 +33,12 @@ WORKLOAD_KINDS = frozenset(POD_SPEC_PATHS) - {"Pod"}
 # training jobs, Ray clusters, inference services... whose pod templates the rule judges too.
 CUSTOM_WORKLOADS = "custom workloads"
 CONTAINER_GROUPS = ("initContainers", "containers")
+_NOUNS = {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}
+
+
+def container_noun(group: str) -> str:
+    """How a message names a container of ``group`` (ephemeral containers: kubectl debug's)."""
+    return _NOUNS.get(group, "container")
 
 
 class ShapeError(ValueError):

@@ -16,6 +16,7 @@ from .resources import (
     POD_SPEC_PATHS,
     ContainerRequest,
     Path,
+    container_noun,
     container_requests,
     pod_spec,
     render_path,
@@ -107,6 +108,12 @@ class Subject:
     known_ids: frozenset[str] = frozenset()
     # A custom resource of the workload table (policies/workloads.py); None for Kubernetes' own kinds.
     workload: WorkloadKind | None = None
+    # The subresource an admission review names ("ephemeralcontainers" for kubectl debug; "" for the
+    # object itself): only the rules registered for it run, on what it changes.
+    sub_resource: str = ""
+    # Sent by the API server (the webhooks), not read from a file: what the webhooks are never sent
+    # (a GPU-free container's envFrom) is left to check and the audit.
+    admission: bool = False
     # Results several rules share (e.g. one placement check feeds GB001-GB005).
     memo: dict[str, object] = field(default_factory=dict)
     # Every verdict names its object, so these are worked out at once (see __post_init__).
@@ -241,7 +248,7 @@ class Subject:
         """How a message names a container: 'Job default/x container "c"'; in a custom workload by its
         path, which names the replica: 'PyTorchJob default/x spec.pytorchReplicaSpecs.Worker.template
         .spec.containers[0] (container "pytorch")'."""
-        noun = "init container" if group == "initContainers" else "container"
+        noun = container_noun(group)
         if self.workload is None:
             return f'{self.label} {noun} "{name}"'
         if group == "resources":  # a ResourceRequirements standing for the containers it sizes

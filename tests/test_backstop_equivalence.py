@@ -14,8 +14,10 @@ docs/operations.md); ``GPUSHARE_EQUIVALENCE_EXAMPLES`` sets the whole-object cou
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
 from datetime import date
 from typing import Any
 
@@ -85,10 +87,16 @@ class Backstop:
                     return value
         raise KeyError(name)
 
-    def failures(self, obj: dict[str, Any], namespace: str, labels: dict[str, str]) -> list[str]:
-        """The messages of the validations that fail (a CEL error fails the test: policy is failurePolicy Fail)."""
-        request = {"namespace": namespace, "operation": "CREATE", "kind": {"kind": obj["kind"]}}
+    def failures(self, obj: dict[str, Any], namespace: str, labels: dict[str, str], *,
+                 old: dict[str, Any] | None = None, sub_resource: str = "") -> list[str]:
+        """The messages of the validations that fail (a CEL error fails the test: policy is failurePolicy Fail).
+        ``old`` and ``sub_resource``: an UPDATE of that subresource (kubectl debug's ephemeralcontainers)."""
+        request: dict[str, Any] = {"namespace": namespace, "operation": "UPDATE" if old is not None else "CREATE",
+                                   "kind": {"kind": obj["kind"]}}
+        if sub_resource:
+            request["subResource"] = sub_resource
         activation: dict[str, Any] = {"object": celpy.json_to_cel(obj), "request": celpy.json_to_cel(request),
+                                      "oldObject": celpy.json_to_cel(old),
                                       "namespaceObject": celpy.json_to_cel({"metadata": {"name": namespace,
                                                                                          "labels": labels}})}
         bound = celpy.celtypes.MapType({})
@@ -173,8 +181,12 @@ ENV_NAMES = ["ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_CONTAINER", "AL
              "ALIYUN_COM_GPU_VISIBLE_DEVICES", "ALIYUN_COM_GPU_SCHD_WEIGHT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
              "NVIDIA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE", "CGPU_DISABLE",
              "NVIDIA_DRIVER_CAPABILITIES"]
+# Values with "$": those the kubelet may expand ("$(" or "$$") are left to the webhook, the others are
+# literal to both.
 ENV_VALUES = ["1", "2", "4", "8", "15", "1000", "1024", "02", "", "0", "all", "none", "void", "NONE", "0,1",
-              "GPU-8932f937-d72c", "true", "True", " 1", "false", "yes", "x" * 70]
+              "GPU-8932f937-d72c", "true", "True", " 1", "false", "yes", "x" * 70, "$(NVIDIA_DRIVER_CAPABILITIES)",
+              "$$(X)", "$(X", "pa$word", "$", "$1"]
+EXPANDED = re.compile(r"[$][($]")
 ENV_ENTRIES = st.builds(lambda name, value: {"name": name, **value}, st.sampled_from(ENV_NAMES), st.one_of(
     st.sampled_from(ENV_VALUES).map(lambda v: {"value": v}), st.just({}),
     st.sampled_from(["configMapKeyRef", "secretKeyRef", "fieldRef"]).map(lambda k: {"valueFrom": {k: {"key": "k"}}})))
@@ -235,7 +247,28 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], str, dict[str, str]]:
     return {"apiVersion": WORKLOADS[kind], "kind": kind, **obj}, namespace, labels
 
 
+def literal_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without the env entries whose value the kubelet may expand: what the backstop judges
+    (it leaves those to the webhook: CEL cannot follow the expansion's reading in order)."""
+    obj = copy.deepcopy(obj)
+
+    def strip(node: Any) -> None:
+        if isinstance(node, dict):
+            env = node.get("env")
+            if isinstance(env, list):
+                node["env"] = [e for e in env if not (isinstance(e.get("value"), str) and EXPANDED.search(e["value"]))]
+            for value in node.values():
+                strip(value)
+        elif isinstance(node, list):
+            for value in node:
+                strip(value)
+
+    strip(obj)
+    return obj
+
+
 def _engine_denials(obj: dict[str, Any], namespace: str, labels: dict[str, str]) -> set[str]:
+    obj = literal_only(obj)
     subject = ENGINE.subject(obj["kind"], obj, namespace=namespace, namespaces=StaticNamespaces({namespace: labels}))
     subject.today = date(2030, 1, 1)
     return {f.rule for f in ENGINE.validate(subject).violations}
@@ -293,11 +326,12 @@ def strict_backstop(tmp_path_factory) -> Backstop:
 @given(cases())
 def test_isolation_rules_set_to_deny_the_policy_and_the_engine_deny_alike_and_say_the_same(strict_backstop, case):
     obj, namespace, labels = case
+    failures = strict_backstop.failures(obj, namespace, labels)
+    obj = literal_only(obj)
     subject = STRICT_ENGINE.subject(obj["kind"], obj, namespace=namespace,
                                     namespaces=StaticNamespaces({namespace: labels}))
     subject.today = date(2030, 1, 1)
     violations = STRICT_ENGINE.validate(subject).violations
-    failures = strict_backstop.failures(obj, namespace, labels)
     assert {m.split(":", 1)[0] for m in failures} - {SCHEDULER_RULE} == {f.rule for f in violations} & COVERED
     # The policy names a generateName without the engine's "*" (named alike otherwise).
     label = f"{obj['kind']} {namespace}/{subject.name.removesuffix('*')}"
@@ -305,6 +339,66 @@ def test_isolation_rules_set_to_deny_the_policy_and_the_engine_deny_alike_and_sa
         engine = [f.message.replace(subject.label, label) for f in violations if f.rule == rule_id]
         policy = [m for m in failures if m.startswith(f"{rule_id}:")]
         assert policy == engine[:1], (policy, engine)
+
+
+@st.composite
+def debug_cases(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], str, dict[str, str]]:
+    """kubectl debug on a Pod of ``cases``: the pod, perhaps debugged before, and it with a debug container
+    more (no resources: Kubernetes forbids them); the earlier debug containers are re-sent unchanged."""
+    obj, namespace, labels = draw(cases().filter(lambda case: case[0]["kind"] == "Pod"))
+
+    def debuggers(prefix: str, least: int) -> list[dict[str, Any]]:
+        found = []
+        for container in draw(containers(prefix))[:2] if least == 0 else draw(containers(prefix))[:1]:
+            container.pop("resources", None)
+            found.append(container)
+        return found
+
+    old = copy.deepcopy(obj)
+    earlier = debuggers("debugger-old", 0)
+    if earlier:
+        old["spec"]["ephemeralContainers"] = earlier
+    new = copy.deepcopy(old)
+    added = debuggers("debugger-new", 1) or [{"name": "debugger-new", "image": "busybox"}]
+    new["spec"]["ephemeralContainers"] = earlier + added
+    return new, old, namespace, labels
+
+
+@settings(max_examples=max(EXAMPLES // 2, 25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(debug_cases())
+def test_on_kubectl_debug_the_policy_and_the_engine_judge_the_added_containers_alike(strict_backstop, case):
+    """Only GS010 and GS011 judge the ephemeralcontainers subresource, on the debug containers it adds,
+    word for word; every other rule passes it (the pod itself is not judged again)."""
+    new, old, namespace, labels = case
+    failures = strict_backstop.failures(new, namespace, labels, old=old, sub_resource="ephemeralcontainers")
+    new, old = literal_only(new), literal_only(old)
+    subject = STRICT_ENGINE.subject("Pod", new, operation="UPDATE", old=old, namespace=namespace,
+                                    namespaces=StaticNamespaces({namespace: labels}),
+                                    sub_resource="ephemeralcontainers", admission=True)
+    subject.today = date(2030, 1, 1)
+    violations = STRICT_ENGINE.validate(subject).violations
+    assert {m.split(":", 1)[0] for m in failures} == {f.rule for f in violations} <= set(ISOLATION)
+    label = f"Pod {namespace}/{subject.name.removesuffix('*')}"
+    for rule_id in ISOLATION:
+        engine = [f.message.replace(subject.label, label) for f in violations if f.rule == rule_id]
+        assert [m for m in failures if m.startswith(f"{rule_id}:")] == engine[:1]
+
+
+def test_on_kubectl_debug_the_pod_itself_is_not_judged_again(strict_backstop):
+    """A pod the backstop would refuse today (an invalid gpu-mem, the wrong scheduler) can still be debugged."""
+    pod = _env_pod([], {MEM: "1500m"}, schedulerName="default-scheduler")
+    debugged = copy.deepcopy(pod)
+    debugged["spec"]["ephemeralContainers"] = [{"name": "debugger-x", "image": "busybox"}]
+    assert {m.split(":", 1)[0] for m in strict_backstop.failures(pod, "default", {})} >= {"GS003", "GM001"}
+    assert strict_backstop.failures(debugged, "default", {}, old=pod, sub_resource="ephemeralcontainers") == []
+    debugged["spec"]["ephemeralContainers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    assert strict_backstop.failures(debugged, "default", {}, old=pod, sub_resource="ephemeralcontainers") == [
+        "GS011: Pod default/p ephemeral container \"debugger-x\": env NVIDIA_VISIBLE_DEVICES=all exposes the node's "
+        "GPUs to a container that requests none; set none or void, or have an admin exempt the pod"]
+    # Re-sent by a later kubectl debug, it is not judged again.
+    again = copy.deepcopy(debugged)
+    again["spec"]["ephemeralContainers"].append({"name": "debugger-y", "image": "busybox"})
+    assert strict_backstop.failures(again, "default", {}, old=debugged, sub_resource="ephemeralcontainers") == []
 
 
 OVERRIDES = "overrides what the GPU-sharing device plugin sets; remove it"

@@ -10,6 +10,7 @@ rule needs (``test_every_trigger_is_needed``).
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from pathlib import Path
@@ -56,6 +57,7 @@ SCOPE = {scope.name: scope for scope in SCOPES}
 DAEMONSETS = "gpushare-daemonsets.mutate.gpushare.io"
 WORKLOADS, CRONJOBS = "workloads.validate.gpushare.io", "cronjobs.validate.gpushare.io"
 NODES = "nodes.validate.gpushare.io"
+DEBUG = "debug-containers.validate.gpushare.io"
 
 # A cluster with every mode: the placement rules judge pods created with spec.nodeName against it.
 STATIC = {"gpushare.io/cpu-manager-policy": "static"}
@@ -90,15 +92,17 @@ def sent(webhook: str, obj: dict[str, Any], *, resource: str = "pods", operation
 
 
 def judged_by(kind: str, obj: dict[str, Any], namespace: str, *, operation: str = "CREATE",
-              old: dict[str, Any] | None = None) -> set[str]:
-    """Every rule that finds something on ``obj`` (with and without the cluster) and every mutation that
-    patches it."""
+              old: dict[str, Any] | None = None, sub_resource: str = "") -> set[str]:
+    """Every rule that finds something on ``obj`` as the webhooks judge it (with and without the cluster)
+    and every mutation that patches it."""
     found: set[str] = set()
     for state in (None, STATE):
-        subject = ENGINE.subject(kind, obj, namespace=namespace, state=state, operation=operation, old=old)
+        subject = ENGINE.subject(kind, obj, namespace=namespace, state=state, operation=operation, old=old,
+                                 sub_resource=sub_resource, admission=True)
         verdict = ENGINE.validate(subject)
         found |= {f.rule for f in [*verdict.findings, *verdict.exempted]}
-    subject = ENGINE.subject(kind, obj, namespace=namespace, operation=operation, old=old)
+    subject = ENGINE.subject(kind, obj, namespace=namespace, operation=operation, old=old, sub_resource=sub_resource,
+                             admission=True)
     return found | set(ENGINE.mutate(subject).patch_ids)
 
 
@@ -113,7 +117,9 @@ KEYS = st.one_of(st.sampled_from([MEM, CORE]), st.sampled_from([WHOLE, TOPOLOGY,
                  st.sampled_from([key for key, _, _ in NEAR_MISSES]), RESOURCE_KEYS.filter(lambda k: k.strip() != ""))
 ENV_NAMES = ["ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_SCHD_WEIGHT", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE",
              "CUDA_MPS_PIPE_DIRECTORY", "PATH", "LANG"]
-ENV_VALUES: list[dict[str, Any]] = [{"value": v} for v in ("1", "2", "all", "none", "true")] + [
+# Values the kubelet expands too ($(PATH), $$), and CGPU_DISABLE spellings cGPU does not document (on).
+ENV_VALUES: list[dict[str, Any]] = [{"value": v} for v in ("1", "2", "all", "none", "true", "on", "$(LANG)",
+                                                           "$(PATH)", "$$(PATH)")] + [
     {"valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
 ANNOTATIONS = [{}, {"gpushare.io/exempt": "GS003"}, {"gpushare.io/exempt": "GS003", "gpushare.io/exempt-reason": "r"},
                {"gpushare.io/exempt": ""}, {"example.com/note": "x"}]
@@ -215,6 +221,43 @@ def test_every_template_a_rule_judges_is_sent_and_only_what_the_rules_declare(po
         assert verdict or not rules, f"{workload['kind']} judged by {sorted(rules)} but not sent"
 
 
+@st.composite
+def debug_updates(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
+    """kubectl debug's UPDATE of pods/ephemeralcontainers: the old pod (perhaps debugged before) and the
+    same pod with one or two debug containers more. The earlier ones are re-sent unchanged, as the API
+    server requires; none has resources (Kubernetes forbids them)."""
+    old = draw(pods())
+    def debuggers(prefix: str, least: int) -> list[dict[str, Any]]:
+        found = []
+        for container in draw(containers(prefix, least)):
+            container.pop("resources", None)
+            found.append({**container, "image": "busybox:1.36", "targetContainerName": "main-0"})
+        return found
+    earlier = debuggers("debugger-old", 0)
+    if earlier:
+        old["spec"]["ephemeralContainers"] = earlier
+    new = copy.deepcopy(old)
+    new["spec"]["ephemeralContainers"] = earlier + debuggers("debugger-new", 1)
+    return new, old
+
+
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
+@given(update=debug_updates())
+def test_every_debug_container_a_rule_judges_is_sent_and_only_what_the_rules_declare(update):
+    new, old = update
+    verdict = sent(DEBUG, new, operation="UPDATE", old=old)
+    assert verdict == TRIGGERS[DEBUG].sends("Pod", new, SETTINGS, operation="UPDATE", old=old,
+                                            sub_resource="ephemeralcontainers")
+    rules = judged_by("Pod", new, new["metadata"]["namespace"], operation="UPDATE", old=old,
+                      sub_resource="ephemeralcontainers")
+    assert verdict or not rules, f"debug container judged by {sorted(rules)} but not sent"
+    # What the debug containers added before set is never sent again, nor judged.
+    resent = copy.deepcopy(new)
+    assert not sent(DEBUG, resent, operation="UPDATE", old=new)
+    assert judged_by("Pod", resent, new["metadata"]["namespace"], operation="UPDATE", old=new,
+                     sub_resource="ephemeralcontainers") == set()
+
+
 MODES = ["cgpu", "core_mem", "share", "mps", "topology", "default", "exclusive", ""]
 
 
@@ -299,6 +342,38 @@ def test_pods_no_rule_judges_are_not_sent(what, pod):
     assert judged_by("Pod", pod, pod["metadata"]["namespace"]) == set()
     for webhook in (POD_VALIDATE, POD_MUTATE, DAEMONSETS):
         assert not sent(webhook, pod), webhook
+
+
+def _debugged(*env: dict[str, Any], before: list[dict[str, Any]] | None = None) -> tuple[dict, dict]:
+    old = _pod({"resources": {"limits": {MEM: "2"}}})
+    if before:
+        old["spec"]["ephemeralContainers"] = before
+    new = copy.deepcopy(old)
+    new["spec"]["ephemeralContainers"] = [*(before or []), {"name": "debugger-x", "image": "busybox:1.36",
+                                                            **({"env": list(env)} if env else {})}]
+    return new, old
+
+
+DEBUG_NOT_SENT = [
+    ("a plain kubectl debug", _debugged()),
+    ("unjudged variables", _debugged({"name": "TERM", "value": "xterm"})),
+    ("CGPU_DISABLE, which no GPU-free container is judged for", _debugged({"name": "CGPU_DISABLE", "value": "true"})),
+    ("an earlier debug container re-sent", _debugged(before=[{"name": "debugger-a", "image": "busybox:1.36", "env": [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}])),
+]
+
+
+@pytest.mark.parametrize(("what", "update"), DEBUG_NOT_SENT, ids=[n[0] for n in DEBUG_NOT_SENT])
+def test_debug_containers_no_rule_judges_are_not_sent(what, update):
+    new, old = update
+    assert judged_by("Pod", new, "team-c", operation="UPDATE", old=old, sub_resource="ephemeralcontainers") == set()
+    assert not sent(DEBUG, new, operation="UPDATE", old=old)
+
+
+def test_a_debug_container_exposing_gpus_is_sent():
+    new, old = _debugged({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+    assert judged_by("Pod", new, "team-c", operation="UPDATE", old=old, sub_resource="ephemeralcontainers") == {"GS011"}
+    assert sent(DEBUG, new, operation="UPDATE", old=old)
 
 
 # -- generated, shipped as generated ---------------------------------------------------------------------

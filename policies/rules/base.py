@@ -72,6 +72,9 @@ class Rule:
     # What an object must show for the check to find anything: the webhooks' matchConditions
     # send exactly the objects some rule declares relevant (policies/match_conditions.py).
     relevance: Relevance = NOTHING
+    # Subresources whose UPDATE the rule judges (e.g. "ephemeralcontainers"); on the object itself it
+    # judges ``operations`` as always, and on any other subresource nothing.
+    subresources: frozenset[str] = frozenset()
 
 
 REGISTRY: dict[str, Rule] = {}
@@ -90,6 +93,7 @@ def rule(
     applies: Callable[[Subject], bool] | None = None,
     family: str = "",
     relevance: Relevance | None = None,
+    subresources: Iterable[str] = (),
 ) -> Callable[[Check], Check]:
     """Register a check function as a rule. A rule that judges objects (``kinds``) says what makes an
     object relevant to it: that is what the webhooks are sent."""
@@ -101,7 +105,7 @@ def rule(
         if kinds_judged and relevance is None:
             raise ValueError(f"rule {id} judges {sorted(kinds_judged)} but declares no relevance")
         REGISTRY[id] = Rule(id, severity, title, doc, seed, kinds_judged, check, frozenset(operations), stateful,
-                            applies, family, relevance or NOTHING)
+                            applies, family, relevance or NOTHING, frozenset(subresources))
         return check
 
     return register

@@ -25,7 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..isolation import EnvProblem, container_envs, env_problems, envs_of, may_run_on_mps
+from ..isolation import (
+    EPHEMERAL_SUBRESOURCE,
+    EnvProblem,
+    added_ephemeral_envs,
+    container_envs,
+    env_problems,
+    envs_of,
+    may_run_on_mps,
+    service_links,
+)
 from ..relevance import Relevance
 from ..subject import Subject
 from .base import Found, rule
@@ -49,17 +58,23 @@ def problems(subject: Subject) -> list[EnvProblem]:
     if memo is not None:
         return memo  # type: ignore[return-value]
     names = subject.names
-    if subject.workload is None:
+    if subject.sub_resource == EPHEMERAL_SUBRESOURCE:  # kubectl debug: the ephemeral containers it adds
+        spec, base = subject.pod_spec
+        pods = [(added_ephemeral_envs(spec, subject.old, base, names), subject.containers, subject.pod_labels, spec)]
+    elif subject.workload is None:
         spec, base = subject.pod_spec
         pods = [(container_envs(spec, base, names), subject.containers, subject.pod_labels, spec)]
     else:  # a custom workload: each pod it makes, its containers wherever they are kept
         pods = [(envs_of(((c.group, c.index, c.container, c.path) for c in pod.site.containers
-                          if c.group != "resources"), names), pod.containers, pod.labels, pod.spec)
+                          if c.group != "resources"), names, service_links(pod.spec)), pod.containers, pod.labels,
+                 pod.spec)
                 for pod in subject.pods if pod.site is not None]
     found: list[EnvProblem] = []
     for containers, requests, labels, spec in pods:
         if containers:
             found.extend(env_problems(containers, requests, labels, may_run_on_mps(spec, names), names))
+    if subject.admission:  # what the webhooks are never sent, they do not judge either
+        found = [p for p in found if not p.offline]
     subject.memo[_MEMO] = found
     return found
 
@@ -74,11 +89,11 @@ def _found(subject: Subject, problem: EnvProblem, advisory: bool = False) -> Fou
     path = container.path
     path = (*path, "env", problem.entry.index) if problem.entry is not None else (*path, "envFrom")
     return Found(f"{subject.naming(container.group, container.name, container.path)}: {problem.text}", path,
-                 advisory)
+                 advisory or problem.advisory)
 
 
 @rule("GS010", severity="deny", seed=f"004, {DEVICE_PLUGIN}, {CGPU_DOCS}, {NVIDIA_TOOLKIT}", kinds=POD_KINDS,
-      applies=sets_isolation_env, relevance=SETS_ISOLATION_ENV,
+      applies=sets_isolation_env, relevance=SETS_ISOLATION_ENV, subresources=(EPHEMERAL_SUBRESOURCE,),
       title="Pods do not set what the GPU-sharing device plugin sets",
       doc="A container may not set ALIYUN_COM_GPU_MEM_DEV, ALIYUN_COM_GPU_MEM_CONTAINER (unless it equals "
           "what GM003 writes), ALIYUN_COM_GPU_MEM_IDX, ALIYUN_COM_GPU_MEM_POD, ALIYUN_COM_GPU_VISIBLE_DEVICES, "
@@ -86,7 +101,9 @@ def _found(subject: Subject, problem: EnvProblem, advisory: bool = False) -> Fou
           "mps nodes, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PIPE_DIRECTORY: its own value overrides "
           "the device plugin's. NVIDIA_VISIBLE_DEVICES exposing GPUs (all, indices, UUIDs; a valueFrom) is "
           "refused in a container that uses GPUs; none, void and empty pass. envFrom in such a container is "
-          "warned (isolation.env_from: deny refuses it).")
+          "warned (isolation.env_from: deny refuses it). Values are judged as the kubelet expands $(VAR) in "
+          "them; ephemeral containers (kubectl debug) are judged as the ephemeralcontainers subresource adds "
+          "them.")
 def device_plugin_values(subject: Subject) -> Iterator[Found]:
     advisory = subject.settings is None or subject.settings.isolation.env_from == "warn"
     for problem in problems(subject):
@@ -95,14 +112,15 @@ def device_plugin_values(subject: Subject) -> Iterator[Found]:
 
 
 @rule("GS011", severity="warn", seed=f"{DISABLE_PAGE}, {NVIDIA_TOOLKIT}", kinds=POD_KINDS,
-      applies=sets_isolation_env, relevance=SETS_ISOLATION_ENV,
+      applies=sets_isolation_env, relevance=SETS_ISOLATION_ENV, subresources=(EPHEMERAL_SUBRESOURCE,),
       title="Lifting GPU isolation is an admin's decision",
       doc="CGPU_DISABLE=true (or 1, or a valueFrom) in a container asking for gpu-mem switches cGPU's memory "
           "isolation off for it; NVIDIA_VISIBLE_DEVICES exposing GPUs in a container that requests none gives "
           "it the node's GPUs outside any accounting. Warned by default (ACK documents the first, and the "
           "NVIDIA device plugin and monitoring DaemonSets need the second); rules: {GS011: {severity: deny}} "
           "refuses both except where an admin grants them (exemptions.grants, or the annotation where "
-          "allowed).")
+          "allowed). A CGPU_DISABLE value cGPU does not document (neither true, 1, false nor 0) is warned, and "
+          "check and the audit warn of envFrom in a GPU-free container (never sent to the webhooks).")
 def isolation_lifted(subject: Subject) -> Iterator[Found]:
     for problem in problems(subject):
         if problem.lifts:

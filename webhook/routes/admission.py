@@ -55,10 +55,13 @@ def answer_review(review: AdmissionReview, engine: Engine, state: ClusterState |
         state = ledger.view(state)  # what this process admitted counts before the watch shows it
     if leader is not None and state is not None and kind == "Binding" and not leader.leading():
         state = FollowerView(state, leader.holder())
+    # A subresource whose object is the whole Pod (ephemeralcontainers, status) is judged as that
+    # subresource's change; pods/binding sends a Binding, a kind judged as itself.
+    sub_resource = request.sub_resource if kind == "Pod" else ""
     subject = engine.subject(
         kind, request.object, operation=request.operation, namespace=request.namespace,
         old=request.old_object, user=UserInfo(request.user_info.username, tuple(request.user_info.groups)),
-        state=state, group=group,
+        state=state, group=group, sub_resource=sub_resource, admission=True,
     )
     try:
         if mode == "mutate":

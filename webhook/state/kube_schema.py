@@ -70,6 +70,10 @@ class PodSpec(TypedDict, total=False):
     affinity: dict[str, Any]
     containers: list[Container]
     initContainers: list[Container]
+    # kubectl debug's containers (GS010, GS011 judge their env) and whether service links are given
+    # (what a $(VAR) in a judged value may read).
+    ephemeralContainers: list[Container]
+    enableServiceLinks: bool
 
 
 class PodStatus(TypedDict, total=False):

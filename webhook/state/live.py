@@ -41,7 +41,7 @@ from policies.cluster import (
     node_from_manifest,
     pod_from_manifest,
 )
-from policies.isolation import judged_names
+from policies.isolation import ENV_GROUPS, judged_names
 from policies.resources import watched_resources
 from policies.settings import Names, StateSettings
 from webhook.state.kube_client import KubeConfigError, api_client, connection_problem
@@ -484,12 +484,15 @@ def _mentions(spec: dict[str, Any], watched: frozenset[str], judged_env: frozens
 
 def _judged_env_only(spec: dict[str, Any], judged_env: frozenset[str]) -> None:
     """Each container's env as the entries GS010 and GS011 judge, as dicts (the decoder's structs,
-    ``kube_schema.EnvVar``): the record keeps nothing else of it."""
-    for group in ("containers", "initContainers"):
+    ``kube_schema.EnvVar``): the record keeps nothing else of it, unless a judged value has a "$" the
+    kubelet may expand (then every entry, which the expansion reads)."""
+    for group in ENV_GROUPS:
         for container in spec.get(group) or ():
             env = container.get("env")
             if env:
-                container["env"] = [msgspec.structs.asdict(e) for e in env if e.name in judged_env]
+                judged = [e for e in env if e.name in judged_env]
+                kept = env if any("$" in e.value for e in judged) else judged
+                container["env"] = [msgspec.structs.asdict(e) for e in kept]
 
 
 def _pod_key(obj: dict[str, Any]) -> str:
