@@ -88,6 +88,11 @@ class PodInfo:
     # What it sets in the variables the device plugin and cGPU own, when GS010 or GS011 report it
     # (the audit judges it again); None for nearly every pod.
     env: PodEnv | None = None
+    # What GPU quotas charge it (policies/quota_usage.py): PodRequests of gpu-mem and gpu-core, and
+    # when its deletion's grace period ends (QuotaV1Pod stops charging it then).
+    quota_mem: int = 0
+    quota_core: int = 0
+    deletion_deadline: float | None = None
 
     @property
     def key(self) -> str:
@@ -184,6 +189,14 @@ class StateView:
 
     def pods_on_node(self, node: str) -> list[PodInfo]:
         return self.base.pods_on_node(node)
+
+    def quota_objects(self) -> list[tuple[str, dict[str, Any]]]:
+        found = getattr(self.base, "quota_objects", None)
+        return found() if found is not None else []
+
+    def pods(self) -> list[PodInfo]:
+        found = getattr(self.base, "pods", None)
+        return found() if found is not None else []
 
 
 def _resource_ints(block: Any, keep: Iterable[str]) -> dict[str, int]:
@@ -338,7 +351,22 @@ def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[Containe
         selector=_pending_selector(spec),
         init_gpus=found.init_gpus,
         env=pod_env(spec, requests, labels, names) if with_env and isinstance(spec, dict) else None,
+        **_quota_fields(requests, spec, meta, names),
     )
+
+
+def _quota_fields(requests: list[ContainerRequest], spec: Any, meta: dict[str, Any], names: Names) -> dict[str, Any]:
+    """What GPU quotas charge the pod (nothing for the many pods asking for no GPU)."""
+    if not requests:
+        return {}
+    from .quota_usage import deletion_deadline, pod_requests
+
+    overhead = _mapping(spec).get("overhead")
+    overhead = overhead if isinstance(overhead, dict) else None
+    r = names.resources
+    return {"quota_mem": pod_requests(requests, overhead, r.gpu_mem),
+            "quota_core": pod_requests(requests, overhead, r.gpu_core),
+            "deletion_deadline": deletion_deadline(meta)}
 
 
 class ClusterSnapshot:
@@ -366,6 +394,8 @@ class ClusterSnapshot:
         self._log_floor = 0  # changes after this generation are all in the log
         # Namespace labels (who allows annotation exemptions); None until Namespaces were seen.
         self._namespaces: dict[str, dict[str, str]] | None = None
+        # GPU quota objects (ResourceQuota, ElasticQuotaTree, ClusterQueue) by (kind, namespace, name).
+        self._quotas: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     def _touch(self, node: str) -> None:
         self._generation += 1
@@ -469,6 +499,21 @@ class ClusterSnapshot:
         with self._lock:
             if self._namespaces is not None:
                 self._namespaces.pop(name, None)
+
+    def upsert_quota(self, kind: str, obj: dict[str, Any]) -> None:
+        """Keep a quota object as read (they are few: one per team and namespace)."""
+        meta = _mapping(obj.get("metadata"))
+        with self._lock:
+            self._quotas[(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = obj
+
+    def remove_quota(self, kind: str, namespace: str, name: str) -> None:
+        with self._lock:
+            self._quotas.pop((kind, namespace, name), None)
+
+    def quota_objects(self) -> list[tuple[str, dict[str, Any]]]:
+        """(kind, object) of every quota object held, in a stable order."""
+        with self._lock:
+            return [(key[0], obj) for key, obj in sorted(self._quotas.items())]
 
     def namespace_names(self) -> set[str]:
         with self._lock:

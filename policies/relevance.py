@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .near_miss import near_misses, near_misses_in
+from .quota_objects import QUOTA_KINDS, quota_sent
 from .resources import CONTAINER_GROUPS, POD_SPEC_PATHS
 from .settings import EnvNames, LabelNames, Names, PolicySettings, ResourceNames
 from .workloads import WorkloadKind, group_of, patch_strings, pod_sites, workload_table
@@ -56,6 +57,9 @@ class Relevance:
     custom_requests: tuple[str, ...] = ()
     # A custom workload's pod spec patch strings (Argo's podSpecPatch) mention one of these names.
     patch_mentions: tuple[str, ...] = ()
+    # A quota object (ResourceQuota, ElasticQuotaTree, ClusterQueue) that names a GPU resource
+    # (policies/quota_objects.py, ``names_gpu``).
+    gpu_quotas: bool = False
 
     def __post_init__(self) -> None:
         resource_fields = {*self.resources, *self.placed_resources, *self.env_from, *self.custom_requests,
@@ -85,11 +89,12 @@ class Triggers:
     env_from: frozenset[str] = frozenset()
     custom_requests: frozenset[str] = frozenset()
     patch_mentions: frozenset[str] = frozenset()
+    gpu_quotas: bool = False
 
     def __bool__(self) -> bool:
         return any((self.resources, self.near_miss, self.placed_resources, self.annotations, self.env,
                     self.node_labels, self.gpushare_daemonsets, self.env_from, self.custom_requests,
-                    self.patch_mentions))
+                    self.patch_mentions, self.gpu_quotas))
 
     def sends(self, kind: str, obj: dict[str, Any], settings: PolicySettings, *, operation: str = "CREATE",
               old: dict[str, Any] | None = None, group: str | None = None) -> bool:
@@ -98,6 +103,8 @@ class Triggers:
         workload = workload_table(settings).lookup(group_of(obj) if group is None else group, kind)
         if workload is not None:
             return self._sends_workload(workload, obj, settings)
+        if kind in QUOTA_KINDS:
+            return self.gpu_quotas and quota_sent(kind, obj, settings.names)
         if kind == "Node":
             return _has_label(obj, self.node_labels) or _has_annotation(obj.get("metadata"), self.annotations) or (
                 operation == "UPDATE" and old is not None and _has_label(old, self.node_labels))
@@ -154,7 +161,7 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
     labels: set[str] = set()
     requested: set[str] = set()
     mentioned: set[str] = set()
-    near_miss = daemonsets = False
+    near_miss = daemonsets = quotas = False
     for relevance in declarations:
         resources.update(getattr(names.resources, f) for f in relevance.resources)
         placed.update(getattr(names.resources, f) for f in relevance.placed_resources)
@@ -169,11 +176,12 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
         mentioned.update(getattr(names.resources, f) for f in relevance.patch_mentions)
         near_miss |= relevance.near_miss
         daemonsets |= relevance.gpushare_daemonsets
+        quotas |= relevance.gpu_quotas
     return Triggers(resources=frozenset(resources), near_miss=near_miss, placed_resources=frozenset(placed - resources),
                     annotations=frozenset(annotations), env=frozenset(env), node_labels=frozenset(labels),
                     gpushare_daemonsets=frozenset(names.gpushare_daemonsets) if daemonsets else frozenset(),
                     env_from=frozenset(env_from), custom_requests=frozenset(requested - resources),
-                    patch_mentions=frozenset(mentioned))
+                    patch_mentions=frozenset(mentioned), gpu_quotas=quotas)
 
 
 def _at(obj: Any, path: tuple[str | int, ...]) -> Any:

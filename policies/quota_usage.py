@@ -1,0 +1,174 @@
+"""What each GPU quota of a namespace has used and has left, counted as the quota's enforcer counts it.
+
+ResourceQuota (the API server's quota admission, kubernetes ``pkg/quota/v1/evaluator/core/pods.go``):
+- a pod is charged unless ``QuotaV1Pod`` says no: a pod in phase Succeeded or Failed is not, nor is one
+  whose deletionTimestamp plus deletionGracePeriodSeconds has passed (stuck terminating, "a node is lost");
+- what it is charged is ``PodRequests`` (kubernetes ``pkg/api/v1/resource/helpers.go``, now
+  ``k8s.io/component-helpers/resource``): the larger of the app containers plus every sidecar
+  (an init container with restartPolicy Always) and the peak of initialisation (each init container plus
+  the sidecars started before it), plus the pod's overhead (``spec.overhead``), under
+  ``requests.<resource>``.
+
+ElasticQuotaTree (ACK "Work with capacity scheduling"): a pod is scheduled if its requests added to its
+quota node's usage stay within max; the usage is that of the pods the scheduler has placed (bound to a
+node, not finished) in the namespaces below the node. Every node from the namespace's leaf up to the
+root limits it.
+
+Nothing here reads the clock or the cluster: callers pass both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from .quantity import QuantityError, parse_quantity
+from .quota_objects import (
+    ELASTIC_QUOTA_TREE,
+    REQUESTS,
+    RESOURCE_QUOTA,
+    UNLIMITED,
+    group_matches,
+    resource_quota_keys,
+    scoped,
+    tree_nodes,
+)
+from .resources import ContainerRequest, effective_request
+from .settings import Names
+
+FINISHED = ("Succeeded", "Failed")
+
+
+def pod_requests(containers: Sequence[ContainerRequest], overhead: Mapping[str, Any] | None, resource: str) -> int:
+    """``PodRequests`` of one whole-number resource: the effective request plus the pod's overhead."""
+    total = effective_request(containers, resource)
+    if overhead and resource in overhead:
+        try:
+            extra = parse_quantity(overhead[resource])
+        except QuantityError:
+            extra = Decimal(0)
+        total += max(int(extra), 0)
+    return total
+
+
+def deletion_deadline(meta: Mapping[str, Any]) -> float | None:
+    """deletionTimestamp plus deletionGracePeriodSeconds, in seconds since the epoch; None when the pod is
+    not being deleted or either is missing (QuotaV1Pod needs both)."""
+    stamp, grace = meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")
+    if not isinstance(stamp, str) or not isinstance(grace, int) or isinstance(grace, bool):
+        return None
+    try:
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.timestamp() + grace
+
+
+def charged(phase: str, deadline: float | None, now: float) -> bool:
+    """``QuotaV1Pod``: whether a pod counts against a ResourceQuota at ``now``."""
+    if phase in FINISHED:
+        return False
+    return deadline is None or not now > deadline
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """What one pod of the cluster holds, as the quotas count it."""
+
+    namespace: str
+    phase: str
+    node_name: str
+    deadline: float | None
+    mem: int
+    core: int
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimit:
+    """One GPU limit that applies to a namespace, with what is used and left under it."""
+
+    mechanism: str  # ResourceQuota or ElasticQuotaTree
+    label: str  # 'ResourceQuota team-a/gpu', 'ElasticQuotaTree kube-system/t quota node team-a'
+    key: str  # what the quota writes: 'requests.aliyun.com/gpu-mem', 'max["aliyun.com/gpu-mem"]'
+    resource: str
+    hard: int
+    used: int
+
+    @property
+    def left(self) -> int:
+        return max(self.hard - self.used, 0)
+
+
+def _whole(value: Decimal | None) -> int | None:
+    if value is None or value < 0:
+        return None
+    return int(value)
+
+
+def _resource_usage(pod: PodUsage, resource: str, names: Names) -> int:
+    r = names.resources
+    return pod.mem if resource == r.gpu_mem else pod.core if resource == r.gpu_core else 0
+
+
+def quota_limits(namespace: str, quotas: Iterable[tuple[str, dict[str, Any]]], pods: Iterable[PodUsage],
+                 names: Names, now: float) -> list[QuotaLimit]:
+    """Every GPU memory and compute limit on ``namespace``: its ResourceQuotas' ``requests.`` keys (quotas
+    with scopes left out: they count only the pods their scopes match), and the max of each quota node
+    from its ElasticQuotaTree leaf up to the root (2147483647, "unlimited", left out)."""
+    r = names.resources
+    counted = (r.gpu_mem, r.gpu_core)
+    pods = list(pods)
+    limits: list[QuotaLimit] = []
+    for kind, obj in quotas:
+        if not group_matches(kind, obj):
+            continue
+        meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+        if kind == RESOURCE_QUOTA and meta.get("namespace") == namespace and not scoped(obj):
+            for key in resource_quota_keys(obj, names):
+                hard = _whole(key.value.quantity)
+                if key.prefix != REQUESTS or key.resource not in counted or hard is None:
+                    continue
+                used = sum(_resource_usage(p, key.resource, names) for p in pods
+                           if p.namespace == namespace and charged(p.phase, p.deadline, now))
+                limits.append(QuotaLimit(RESOURCE_QUOTA, f"ResourceQuota {namespace}/{meta.get('name')}",
+                                         key.key, key.resource, hard, used))
+        elif kind == ELASTIC_QUOTA_TREE:
+            limits.extend(_tree_limits(namespace, obj, meta, pods, names))
+    return limits
+
+
+def _tree_limits(namespace: str, obj: dict[str, Any], meta: Mapping[str, Any], pods: list[PodUsage],
+                 names: Names) -> list[QuotaLimit]:
+    nodes = list(tree_nodes(obj, names))
+    leaf = next((n for n in nodes if namespace in n.namespaces), None)
+    if leaf is None:
+        return []
+    below: dict[str, set[str]] = {n.name: set() for n in nodes}  # namespaces under each node
+    for n in nodes:
+        for name in (*n.ancestors, n.name):
+            below.setdefault(name, set()).update(n.namespaces)
+    r = names.resources
+    found = []
+    for n in nodes:
+        if n.name not in (*leaf.ancestors, leaf.name):
+            continue
+        for resource in (r.gpu_mem, r.gpu_core):
+            value = n.max.get(resource)
+            hard = _whole(value.quantity) if value is not None else None
+            if hard is None or value is None or value.quantity == UNLIMITED:
+                continue
+            used = sum(_resource_usage(p, resource, names) for p in pods
+                       if p.namespace in below[n.name] and p.node_name and p.phase not in FINISHED)
+            found.append(QuotaLimit(ELASTIC_QUOTA_TREE,
+                                    f"ElasticQuotaTree {meta.get('namespace')}/{meta.get('name')} quota node {n.name}",
+                                    f'max["{resource}"]', resource, hard, used))
+    return found
+
+
+def usage_of(pods: Iterable[Any]) -> list[PodUsage]:
+    """The quota view of the cluster's pods (policies.cluster.PodInfo records)."""
+    return [PodUsage(p.namespace, p.phase, p.node_name, p.deletion_deadline, p.quota_mem, p.quota_core)
+            for p in pods if p.quota_mem or p.quota_core]
