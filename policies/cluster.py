@@ -122,8 +122,8 @@ class PodInfo:
     @property
     def kept(self) -> bool:
         """Worth keeping in the state in full: it uses GPUs, or sets what GS010 or GS011 report (a
-        GPU-free pod exposing the node's GPUs to itself)."""
-        return self.uses_gpu or self.env is not None
+        GPU-free pod exposing the node's GPUs to itself), or a GPU quota charges it."""
+        return self.uses_gpu or self.env is not None or self.quota_mem > 0 or self.quota_core > 0
 
     @property
     def terminated(self) -> bool:
@@ -357,12 +357,12 @@ def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[Containe
 
 def _quota_fields(requests: list[ContainerRequest], spec: Any, meta: dict[str, Any], names: Names) -> dict[str, Any]:
     """What GPU quotas charge the pod (nothing for the many pods asking for no GPU)."""
-    if not requests:
+    overhead = _mapping(spec).get("overhead")
+    overhead = overhead if isinstance(overhead, dict) else None
+    if not requests and not overhead:
         return {}
     from .quota_usage import deletion_deadline, pod_requests
 
-    overhead = _mapping(spec).get("overhead")
-    overhead = overhead if isinstance(overhead, dict) else None
     r = names.resources
     return {"quota_mem": pod_requests(requests, overhead, r.gpu_mem),
             "quota_core": pod_requests(requests, overhead, r.gpu_core),

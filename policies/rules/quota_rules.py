@@ -307,9 +307,14 @@ def pods_fit_the_quota(subject: Subject) -> Iterator[Found]:
         said = (f"{subject.label}: {limit.label} has {limit.key} {limit.hard}{unit}, {limit.used} used, "
                 f"{limit.left} left; its {total_pods} pod{'s' * (total_pods != 1)} need {need}{unit} ({each_text})")
         missing = total_pods - fitting
+        happens = (f"{missing} of {total_pods} pods will not be created" if limit.mechanism == RESOURCE_QUOTA
+                   else f"{missing} of {total_pods} pods will wait")
+        # An admission warning past 256 characters may be cut (policies/warning_text.py): the short form
+        # leads with what happens.
+        brief = (f"{subject.label}: {happens}: {limit.label} has {limit.left} of {limit.hard}{unit} of {limit.key} "
+                 f"left ({limit.used} used); the pods need {need}{unit}")
         if limit.mechanism == RESOURCE_QUOTA:
-            yield Found(f"{said}: {missing} of {total_pods} pods will not be created (the API server's quota "
-                        f"admission refuses them; the controller records FailedCreate events)")
+            yield Found(f"{said}: {happens} (the API server's quota admission refuses them; the controller records "
+                        f"FailedCreate events)", brief=brief)
         else:
-            yield Found(f"{said}: {missing} of {total_pods} pods will wait (Pending) until the quota node's usage "
-                        f"falls below its max")
+            yield Found(f"{said}: {happens} (Pending) until the quota node's usage falls below its max", brief=brief)
