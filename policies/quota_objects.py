@@ -32,9 +32,15 @@ from .settings import Names
 RESOURCE_QUOTA = "ResourceQuota"
 ELASTIC_QUOTA_TREE = "ElasticQuotaTree"
 CLUSTER_QUEUE = "ClusterQueue"
+LOCAL_QUEUE = "LocalQueue"
 QUOTA_KINDS = (RESOURCE_QUOTA, ELASTIC_QUOTA_TREE, CLUSTER_QUEUE)
+# What the cluster state keeps: the quota objects, and Kueue's LocalQueues (a namespace's name for a
+# ClusterQueue, spec.clusterQueue; a workload names its LocalQueue in the kueue.x-k8s.io/queue-name label).
+STATE_KINDS = (*QUOTA_KINDS, LOCAL_QUEUE)
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # The API groups of the custom quota kinds: an object of another group with the same kind name is not one.
-QUOTA_GROUPS = {ELASTIC_QUOTA_TREE: "scheduling.sigs.k8s.io", CLUSTER_QUEUE: "kueue.x-k8s.io", RESOURCE_QUOTA: ""}
+QUOTA_GROUPS = {ELASTIC_QUOTA_TREE: "scheduling.sigs.k8s.io", CLUSTER_QUEUE: "kueue.x-k8s.io", RESOURCE_QUOTA: "",
+                LOCAL_QUEUE: "kueue.x-k8s.io"}
 
 # The largest int32: data-on-ack's default ElasticQuotaTree writes it for "no limit" on every resource.
 UNLIMITED = Decimal(2147483647)

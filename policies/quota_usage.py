@@ -27,10 +27,13 @@ from typing import Any
 
 from .quantity import QuantityError, parse_quantity
 from .quota_objects import (
+    CLUSTER_QUEUE,
     ELASTIC_QUOTA_TREE,
+    LOCAL_QUEUE,
     REQUESTS,
     RESOURCE_QUOTA,
     UNLIMITED,
+    cluster_queue_values,
     group_matches,
     resource_quota_keys,
     scoped,
@@ -114,14 +117,18 @@ def _resource_usage(pod: PodUsage, resource: str, names: Names) -> int:
 
 
 def quota_limits(namespace: str, quotas: Iterable[tuple[str, dict[str, Any]]], pods: Iterable[PodUsage],
-                 names: Names, now: float) -> list[QuotaLimit]:
+                 names: Names, now: float, queue: str | None = None) -> list[QuotaLimit]:
     """Every GPU memory and compute limit on ``namespace``: its ResourceQuotas' ``requests.`` keys (quotas
-    with scopes left out: they count only the pods their scopes match), and the max of each quota node
-    from its ElasticQuotaTree leaf up to the root (2147483647, "unlimited", left out)."""
+    with scopes left out: they count only the pods their scopes match), the max of each quota node
+    from its ElasticQuotaTree leaf up to the root (2147483647, "unlimited", left out), and for a workload
+    naming a Kueue LocalQueue (``queue``), its ClusterQueue's quota."""
     r = names.resources
     counted = (r.gpu_mem, r.gpu_core)
     pods = list(pods)
+    quotas = list(quotas)
     limits: list[QuotaLimit] = []
+    if queue:
+        limits.extend(_queue_limits(namespace, queue, quotas, names))
     for kind, obj in quotas:
         if not group_matches(kind, obj):
             continue
@@ -172,3 +179,65 @@ def usage_of(pods: Iterable[Any]) -> list[PodUsage]:
     """The quota view of the cluster's pods (policies.cluster.PodInfo records)."""
     return [PodUsage(p.namespace, p.phase, p.node_name, p.deletion_deadline, p.quota_mem, p.quota_core)
             for p in pods if p.quota_mem or p.quota_core]
+
+
+def _queue_limits(namespace: str, queue: str, quotas: list[tuple[str, dict[str, Any]]],
+                  names: Names) -> list[QuotaLimit]:
+    """The ClusterQueue a LocalQueue of ``namespace`` named ``queue`` points at (``spec.clusterQueue``): per
+    GPU resource, the nominalQuota of its flavors added up (a workload takes one flavor: adding them is never
+    stricter than Kueue), plus each borrowingLimit when it is in a cohort (with a cohort and no
+    borrowingLimit it may borrow whatever the cohort has unused: nothing is said); used is what Kueue
+    reports reserved (``status.flavorsReservation``)."""
+    local = next((obj for kind, obj in quotas if kind == LOCAL_QUEUE and group_matches(kind, obj)
+                  and _meta(obj).get("namespace") == namespace and _meta(obj).get("name") == queue), None)
+    target = _spec(local).get("clusterQueue") if local is not None else None
+    cluster_queue = next((obj for kind, obj in quotas if kind == CLUSTER_QUEUE and group_matches(kind, obj)
+                          and _meta(obj).get("name") == target), None)
+    if cluster_queue is None:
+        return []
+    spec = _spec(cluster_queue)
+    cohort = spec.get("cohort") or spec.get("cohortName")
+    values = cluster_queue_values(cluster_queue, names)
+    r = names.resources
+    found = []
+    for resource in (r.gpu_mem, r.gpu_core):
+        nominal = [v for _, v in values if v.resource == resource and v.path[-1] == "nominalQuota"]
+        borrowing = [v for _, v in values if v.resource == resource and v.path[-1] == "borrowingLimit"]
+        if not nominal or any(v.quantity is None or v.quantity == UNLIMITED for v in (*nominal, *borrowing)):
+            continue
+        if cohort and len(borrowing) < len(nominal):
+            continue
+        hard = sum(int(v.quantity) for v in nominal if v.quantity is not None)
+        if cohort:
+            hard += sum(int(v.quantity) for v in borrowing if v.quantity is not None)
+        found.append(QuotaLimit(CLUSTER_QUEUE, f"ClusterQueue {target} (LocalQueue {namespace}/{queue})",
+                                f'nominalQuota["{resource}"]' + (f' + borrowingLimit["{resource}"]' if cohort else ""),
+                                resource, hard,
+                                _reserved(cluster_queue, resource)))
+    return found
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _spec(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    spec = obj.get("spec") if obj is not None else None
+    return spec if isinstance(spec, dict) else {}
+
+
+def _reserved(cluster_queue: Mapping[str, Any], resource: str) -> int:
+    """What Kueue reports reserved of ``resource`` over every flavor (ClusterQueueStatus.flavorsReservation)."""
+    status = cluster_queue.get("status")
+    flavors = status.get("flavorsReservation") if isinstance(status, dict) else None
+    total = 0
+    for flavor in flavors if isinstance(flavors, list) else ():
+        resources = flavor.get("resources") if isinstance(flavor, dict) else None
+        for used in resources if isinstance(resources, list) else ():
+            if isinstance(used, dict) and used.get("name") == resource:
+                try:
+                    total += max(int(parse_quantity(used.get("total", 0))), 0)
+                except QuantityError:
+                    continue
+    return total

@@ -22,6 +22,10 @@ DEPLOYMENT = ("GQ005: Deployment team-a/serve: ResourceQuota team-a/gpu has requ
 JOB = ("GQ005: Job team-a/sweep: ResourceQuota team-a/gpu has requests.aliyun.com/gpu-mem 40 GiB, 24 used, 16 left; "
        "its 3 pods need 24 GiB (3 x 8): 1 of 3 pods will not be created (the API server's quota admission refuses "
        "them; the controller records FailedCreate events)")
+KUEUE = ("GQ005: Job team-c/tune: ClusterQueue research (LocalQueue team-c/main) has "
+         'nominalQuota["aliyun.com/gpu-mem"] 64 GiB, 60 used, 4 left; its 2 pods need 8 GiB (2 x 4): 2 of 2 pods '
+         "will wait (Kueue admits a workload "
+         "whole: it stays suspended until the ClusterQueue has room)")
 # What an admission warning says (the API server may cut warnings past 256 characters).
 DEPLOYMENT_BRIEF = ("GQ005: Deployment team-a/serve: 2 of 4 pods will not be created: ResourceQuota team-a/gpu has 16 "
                     "of 40 GiB of requests.aliyun.com/gpu-mem left (24 used); the pods need 32 GiB")
@@ -45,15 +49,16 @@ def test_check_with_the_snapshot_warns_what_quota_will_do():
     found = sorted((f["line"], f["rule"], f["message"]) for f in report["findings"])
     # Said of the workload as a whole: at the line its document starts (apiVersion, just above its kind).
     assert found == [(line_of(WORKLOADS, "kind: Deployment") - 1, "GQ005", DEPLOYMENT),
-                     (line_of(WORKLOADS, "kind: Job") - 1, "GQ005", JOB),
-                     (line_of(WORKLOADS, "kind: PyTorchJob") - 1, "GQ005", PYTORCHJOB)]
+                     (line_of(WORKLOADS, "metadata: {name: sweep") - 2, "GQ005", JOB),
+                     (line_of(WORKLOADS, "kind: PyTorchJob") - 1, "GQ005", PYTORCHJOB),
+                     (line_of(WORKLOADS, "  name: tune") - 3, "GQ005", KUEUE)]
 
 
 def test_workloads_that_fit_and_namespaces_without_quota_get_no_quota_warning():
     code, report = check_json("--snapshot", CLUSTER, FITTING)
     assert code == 0
     assert [f for f in report["findings"] if f["rule"].startswith("GQ")] == []
-    assert report["summary"]["objects"] == 4
+    assert report["summary"]["objects"] == 6
 
 
 def test_without_a_snapshot_nothing_is_said_about_quota():
@@ -85,7 +90,8 @@ def test_dry_run_reports_what_quota_will_do(quota_server, quota_session):
     results = reply.json()["results"]
     quota = {r["name"] + "/" + r["namespace"]: [w for w in _warnings(r) if w.startswith("GQ")] for r in results}
     assert quota == {"serve/team-a": [DEPLOYMENT], "sweep/team-a": [JOB], "bert/team-b": [PYTORCHJOB],
-                     "small/team-a": [], "one/team-b": [], "big/team-free": [], "big/no-quota": []}
+                     "tune/team-c": [KUEUE], "small/team-a": [], "one/team-b": [], "big/team-free": [],
+                     "big/no-quota": [], "small/team-c": [], "borrows/team-c": []}
     assert all(r["allowed"] for r in results)
 
 
@@ -94,7 +100,7 @@ def _admit(server, session, obj, **review):
 
 
 def test_admission_admits_with_the_warning(quota_server, quota_session):
-    deployment, job, pytorchjob = _docs(WORKLOADS)
+    deployment, job, pytorchjob, _ = _docs(WORKLOADS)
     response = _admit(quota_server, quota_session, deployment, group="apps", resource="deployments")
     assert response["allowed"] is True and response["warnings"] == [DEPLOYMENT_BRIEF]
     response = _admit(quota_server, quota_session, job, group="batch", resource="jobs")

@@ -17,6 +17,7 @@ from ..quota_objects import (
     CLUSTER_QUEUE,
     ELASTIC_QUOTA_TREE,
     PEBIBYTE,
+    QUEUE_LABEL,
     QUOTA_KINDS,
     REQUESTS,
     RESOURCE_QUOTA,
@@ -261,15 +262,17 @@ def _unit(subject: Subject, resource: str) -> str:
 
 @rule("GQ005", severity="warn", kinds=WORKLOAD_KINDS_JUDGED, operations=("CREATE",), stateful=True,
       applies=asks_quota_resources, relevance=Relevance(resources=("gpu_mem", "gpu_core")),
-      seed=f"{PODS_HELPERS}, {CAPACITY_SCHEDULING}",
+      seed=f"{PODS_HELPERS}, {CAPACITY_SCHEDULING}, {KUEUE}",
       title="A workload's pods fit what its namespace's GPU quotas have left",
       doc="A workload is admitted whatever its namespace's quotas have left; its controller then creates the "
           "pods, and what quota refuses or holds back shows only in events. A workload whose pods' GPU memory "
           "or compute passes what a ResourceQuota (requests.<resource>) or an ElasticQuotaTree quota node (max) "
           "of its namespace has left gets a warning naming the quota, what is used, what is left, what the pods "
           "need, and what happens: pods beyond a ResourceQuota are not created, pods beyond an ElasticQuotaTree "
-          "max wait. Usage is counted as quota counts it: PodRequests (the larger of the app containers plus "
-          "sidecars and the peak of the init containers, plus overhead) of every pod QuotaV1Pod charges "
+          "max wait, and a workload naming a Kueue LocalQueue (label kueue.x-k8s.io/queue-name) whose ClusterQueue "
+          "has less left than it needs waits whole (suspended). Usage is counted as quota counts it: "
+          "PodRequests (the larger of the app containers plus sidecars and the peak of the init containers, "
+          "plus overhead) of every pod QuotaV1Pod charges "
           "(finished pods and pods terminating past their grace period are not). Pods themselves are left to "
           "the API server's quota admission.")
 def pods_fit_the_quota(subject: Subject) -> Iterator[Found]:
@@ -286,8 +289,10 @@ def pods_fit_the_quota(subject: Subject) -> Iterator[Found]:
     if not quotas:
         return
     pods = getattr(state, "pods", None)
+    labels = subject.metadata.get("labels")
+    queue = labels.get(QUEUE_LABEL) if isinstance(labels, dict) else None
     limits = quota_limits(subject.namespace, quotas, usage_of(pods() if pods is not None else []), subject.names,
-                          time.time())
+                          time.time(), queue if isinstance(queue, str) else None)
     r = subject.names.resources
     total_pods = sum(count for _, count, _, _ in groups)
     for limit in limits:
@@ -306,7 +311,7 @@ def pods_fit_the_quota(subject: Subject) -> Iterator[Found]:
         each_text = " + ".join(f"{count} x {each}" for count, each in sizes)
         said = (f"{subject.label}: {limit.label} has {limit.key} {limit.hard}{unit}, {limit.used} used, "
                 f"{limit.left} left; its {total_pods} pod{'s' * (total_pods != 1)} need {need}{unit} ({each_text})")
-        missing = total_pods - fitting
+        missing = total_pods if limit.mechanism == CLUSTER_QUEUE else total_pods - fitting
         happens = (f"{missing} of {total_pods} pods will not be created" if limit.mechanism == RESOURCE_QUOTA
                    else f"{missing} of {total_pods} pods will wait")
         # An admission warning past 256 characters may be cut (policies/warning_text.py): the short form
@@ -316,5 +321,8 @@ def pods_fit_the_quota(subject: Subject) -> Iterator[Found]:
         if limit.mechanism == RESOURCE_QUOTA:
             yield Found(f"{said}: {happens} (the API server's quota admission refuses them; the controller records "
                         f"FailedCreate events)", brief=brief)
+        elif limit.mechanism == CLUSTER_QUEUE:
+            yield Found(f"{said}: {happens} (Kueue admits a workload whole: it stays suspended until the "
+                        f"ClusterQueue has room)", brief=brief)
         else:
             yield Found(f"{said}: {happens} (Pending) until the quota node's usage falls below its max", brief=brief)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
-from policies.quota_objects import QUOTA_KINDS, group_matches
+from policies.quota_objects import STATE_KINDS, group_matches
 from policies.settings import Names
 from webhook.documents.reader import DocumentError, looks_like_json, read_json, read_yaml
 
@@ -59,7 +59,7 @@ def snapshot_from_objects(items: list[dict[str, Any]], names: Names) -> ClusterS
             snapshot.upsert_node(node_from_manifest(item, names))
         elif kind == "Pod":
             snapshot.record_pod(pod_from_manifest(item, names))
-        elif kind in QUOTA_KINDS and group_matches(kind, item):
+        elif kind in STATE_KINDS and group_matches(kind, item):
             snapshot.upsert_quota(kind, item)
         elif kind == "Namespace":  # who allows annotation exemptions (a namespace label)
             meta = item.get("metadata")
