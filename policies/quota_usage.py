@@ -20,7 +20,7 @@ Nothing here reads the clock or the cluster: callers pass both.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -241,3 +241,42 @@ def _reserved(cluster_queue: Mapping[str, Any], resource: str) -> int:
                 except QuantityError:
                     continue
     return total
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaShare:
+    """One row of a team's share: the namespaces a GPU limit covers, and its used / quota / left."""
+
+    namespaces: tuple[str, ...]
+    limit: QuotaLimit
+
+
+def quota_shares(quotas: Iterable[tuple[str, dict[str, Any]]], pods: Iterable[PodUsage], names: Names,
+                 now: float) -> list[QuotaShare]:
+    """Every GPU limit of the cluster with what it has used and left: per ResourceQuota (its namespace), per
+    ElasticQuotaTree node (the namespaces below it), per ClusterQueue (the namespaces whose LocalQueues name
+    it). What ``inspect --quotas`` shows and the metrics export."""
+    quotas, pods = list(quotas), list(pods)
+    namespaces: set[str] = set()
+    queues: list[tuple[str, str]] = []
+    for kind, obj in quotas:
+        meta = _meta(obj)
+        if kind == RESOURCE_QUOTA and isinstance(meta.get("namespace"), str):
+            namespaces.add(meta["namespace"])
+        elif kind == ELASTIC_QUOTA_TREE and group_matches(kind, obj):
+            namespaces.update(n for node in tree_nodes(obj, names) for n in node.namespaces)
+        elif kind == LOCAL_QUEUE and group_matches(kind, obj) and isinstance(meta.get("name"), str):
+            queues.append((str(meta.get("namespace") or ""), meta["name"]))
+    covered: dict[tuple[str, str, str], set[str]] = {}
+    found: dict[tuple[str, str, str], QuotaLimit] = {}
+    for namespace in sorted(namespaces):
+        for limit in quota_limits(namespace, quotas, pods, names, now):
+            key = (limit.label, limit.key, limit.resource)
+            found.setdefault(key, limit)
+            covered.setdefault(key, set()).add(namespace)
+    for namespace, queue in sorted(queues):
+        for limit in _queue_limits(namespace, queue, quotas, names):
+            key = (limit.label.split(" (", 1)[0], limit.key, limit.resource)
+            found.setdefault(key, replace(limit, label=key[0]))
+            covered.setdefault(key, set()).add(namespace)
+    return [QuotaShare(tuple(sorted(covered[key])), found[key]) for key in sorted(found)]
