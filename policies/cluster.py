@@ -396,6 +396,8 @@ class ClusterSnapshot:
         self._namespaces: dict[str, dict[str, str]] | None = None
         # GPU quota objects (ResourceQuota, ElasticQuotaTree, ClusterQueue) by (kind, namespace, name).
         self._quotas: dict[tuple[str, str, str], dict[str, Any]] = {}
+        # Increases with every change to a quota object (the metrics refresh when it moves).
+        self.quota_generation = 0
 
     def _touch(self, node: str) -> None:
         self._generation += 1
@@ -505,10 +507,12 @@ class ClusterSnapshot:
         meta = _mapping(obj.get("metadata"))
         with self._lock:
             self._quotas[(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = obj
+            self.quota_generation += 1
 
     def remove_quota(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
             self._quotas.pop((kind, namespace, name), None)
+            self.quota_generation += 1
 
     def quota_objects(self) -> list[tuple[str, dict[str, Any]]]:
         """(kind, object) of every quota object held, in a stable order."""

@@ -362,6 +362,10 @@ class LiveClusterState:
     def quota_objects(self) -> list[tuple[str, dict[str, Any]]]:
         return self.snapshot.quota_objects()
 
+    @property
+    def quota_generation(self) -> int:
+        return self.snapshot.quota_generation
+
     def _changed(self) -> None:
         """A list completed or a watch event was applied: what /metrics reports."""
         if self.status is not None:
