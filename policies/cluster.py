@@ -194,6 +194,14 @@ class StateView:
         found = getattr(self.base, "quota_objects", None)
         return found() if found is not None else []
 
+    def quota_usage(self) -> Any:
+        found = getattr(self.base, "quota_usage", None)
+        if found is not None:
+            return found()
+        from .quota_usage import usage_index
+
+        return usage_index(self.pods())
+
     def pods(self) -> list[PodInfo]:
         found = getattr(self.base, "pods", None)
         return found() if found is not None else []
@@ -398,6 +406,12 @@ class ClusterSnapshot:
         self._quotas: dict[tuple[str, str, str], dict[str, Any]] = {}
         # Increases with every change to a quota object (the metrics refresh when it moves).
         self.quota_generation = 0
+        # Increases with every pod stored or dropped, bound or not (``generation`` follows nodes' changes
+        # only; quotas charge pending pods too): what GQ005's usage is kept for.
+        self.pod_generation = 0
+        # What quotas charge, summed per namespace and kept current pod by pod (policies/quota_usage.py),
+        # so that a review adds up namespaces rather than every pod; built on first use.
+        self._quota_usage: Any = None
 
     def _touch(self, node: str) -> None:
         self._generation += 1
@@ -461,8 +475,13 @@ class ClusterSnapshot:
 
     def upsert_pod(self, pod: PodInfo) -> None:
         with self._lock:
+            self.pod_generation += 1
             self._drop_pod(pod.key)
             self._pods[pod.key] = pod
+            if self._quota_usage is not None and (pod.quota_mem or pod.quota_core):
+                from .quota_usage import pod_usage
+
+                self._quota_usage.add(pod_usage(pod), 1)
             if pod.node_name:
                 self._by_node.setdefault(pod.node_name, {})[pod.key] = pod
                 self._touch(pod.node_name)
@@ -483,6 +502,12 @@ class ClusterSnapshot:
 
     def _drop_pod(self, key: str) -> None:
         old = self._pods.pop(key, None)
+        if old is not None:
+            self.pod_generation += 1
+            if self._quota_usage is not None and (old.quota_mem or old.quota_core):
+                from .quota_usage import pod_usage
+
+                self._quota_usage.add(pod_usage(old), -1)
         if old is not None and old.node_name:
             self._touch(old.node_name)
             on_node = self._by_node.get(old.node_name)
@@ -518,6 +543,15 @@ class ClusterSnapshot:
         """(kind, object) of every quota object held, in a stable order."""
         with self._lock:
             return [(key[0], obj) for key, obj in sorted(self._quotas.items())]
+
+    def quota_usage(self) -> Any:
+        """A copy of what quotas charge per namespace (``policies.quota_usage.UsageIndex``)."""
+        with self._lock:
+            if self._quota_usage is None:
+                from .quota_usage import usage_index
+
+                self._quota_usage = usage_index(self._pods.values())
+            return self._quota_usage.copy()
 
     def namespace_names(self) -> set[str]:
         with self._lock:

@@ -105,26 +105,70 @@ class QuotaLimit:
         return max(self.hard - self.used, 0)
 
 
+class UsageIndex:
+    """The pods' usage summed per namespace, so that a review adds up namespaces, not pods: what a
+    ResourceQuota charges (``QuotaV1Pod``; the few pods being deleted kept apart and judged at ``now``) and
+    what capacity scheduling counts (placed, not finished). Index 0 is GPU memory, 1 compute."""
+
+    def __init__(self, pods: Iterable[PodUsage] = ()) -> None:
+        self.charged: dict[str, list[int]] = {}
+        self.deleting: dict[str, list[PodUsage]] = {}
+        self.placed: dict[str, list[int]] = {}
+        for p in pods:
+            self.add(p, 1)
+
+    def add(self, p: PodUsage, sign: int) -> None:
+        """Count a pod in (``sign`` 1) or out (-1): the cluster state keeps its index current this way."""
+        if p.phase in FINISHED or not (p.mem or p.core):
+            return
+        if p.deadline is None:
+            total = self.charged.setdefault(p.namespace, [0, 0])
+            total[0] += sign * p.mem
+            total[1] += sign * p.core
+        elif sign > 0:
+            self.deleting.setdefault(p.namespace, []).append(p)
+        else:
+            deleting = self.deleting.get(p.namespace, [])
+            if p in deleting:
+                deleting.remove(p)  # one of them: two pods may look alike
+        if p.node_name:
+            total = self.placed.setdefault(p.namespace, [0, 0])
+            total[0] += sign * p.mem
+            total[1] += sign * p.core
+
+    def copy(self) -> UsageIndex:
+        found = UsageIndex()
+        found.charged = {k: list(v) for k, v in self.charged.items()}
+        found.deleting = {k: list(v) for k, v in self.deleting.items() if v}
+        found.placed = {k: list(v) for k, v in self.placed.items()}
+        return found
+
+    def charged_usage(self, namespace: str, index: int, now: float) -> int:
+        fixed = self.charged.get(namespace, (0, 0))[index]
+        return fixed + sum((p.mem, p.core)[index] for p in self.deleting.get(namespace, ())
+                           if charged(p.phase, p.deadline, now))
+
+    def placed_usage(self, namespaces: Iterable[str], index: int) -> int:
+        return sum(self.placed.get(n, (0, 0))[index] for n in namespaces)
+
+
 def _whole(value: Decimal | None) -> int | None:
     if value is None or value < 0:
         return None
     return int(value)
 
 
-def _resource_usage(pod: PodUsage, resource: str, names: Names) -> int:
-    r = names.resources
-    return pod.mem if resource == r.gpu_mem else pod.core if resource == r.gpu_core else 0
 
-
-def quota_limits(namespace: str, quotas: Iterable[tuple[str, dict[str, Any]]], pods: Iterable[PodUsage],
-                 names: Names, now: float, queue: str | None = None) -> list[QuotaLimit]:
+def quota_limits(namespace: str, quotas: Iterable[tuple[str, dict[str, Any]]],
+                 pods: Iterable[PodUsage] | UsageIndex, names: Names, now: float,
+                 queue: str | None = None) -> list[QuotaLimit]:
     """Every GPU memory and compute limit on ``namespace``: its ResourceQuotas' ``requests.`` keys (quotas
     with scopes left out: they count only the pods their scopes match), the max of each quota node
     from its ElasticQuotaTree leaf up to the root (2147483647, "unlimited", left out), and for a workload
     naming a Kueue LocalQueue (``queue``), its ClusterQueue's quota."""
     r = names.resources
     counted = (r.gpu_mem, r.gpu_core)
-    pods = list(pods)
+    usage = pods if isinstance(pods, UsageIndex) else UsageIndex(pods)
     quotas = list(quotas)
     limits: list[QuotaLimit] = []
     if queue:
@@ -138,16 +182,15 @@ def quota_limits(namespace: str, quotas: Iterable[tuple[str, dict[str, Any]]], p
                 hard = _whole(key.value.quantity)
                 if key.prefix != REQUESTS or key.resource not in counted or hard is None:
                     continue
-                used = sum(_resource_usage(p, key.resource, names) for p in pods
-                           if p.namespace == namespace and charged(p.phase, p.deadline, now))
+                used = usage.charged_usage(namespace, counted.index(key.resource), now)
                 limits.append(QuotaLimit(RESOURCE_QUOTA, f"ResourceQuota {namespace}/{meta.get('name')}",
                                          key.key, key.resource, hard, used))
         elif kind == ELASTIC_QUOTA_TREE:
-            limits.extend(_tree_limits(namespace, obj, meta, pods, names))
+            limits.extend(_tree_limits(namespace, obj, meta, usage, names))
     return limits
 
 
-def _tree_limits(namespace: str, obj: dict[str, Any], meta: Mapping[str, Any], pods: list[PodUsage],
+def _tree_limits(namespace: str, obj: dict[str, Any], meta: Mapping[str, Any], usage: UsageIndex,
                  names: Names) -> list[QuotaLimit]:
     nodes = list(tree_nodes(obj, names))
     leaf = next((n for n in nodes if namespace in n.namespaces), None)
@@ -162,13 +205,12 @@ def _tree_limits(namespace: str, obj: dict[str, Any], meta: Mapping[str, Any], p
     for n in nodes:
         if n.name not in (*leaf.ancestors, leaf.name):
             continue
-        for resource in (r.gpu_mem, r.gpu_core):
+        for index, resource in enumerate((r.gpu_mem, r.gpu_core)):
             value = n.max.get(resource)
             hard = _whole(value.quantity) if value is not None else None
             if hard is None or value is None or value.quantity == UNLIMITED:
                 continue
-            used = sum(_resource_usage(p, resource, names) for p in pods
-                       if p.namespace in below[n.name] and p.node_name and p.phase not in FINISHED)
+            used = usage.placed_usage(below[n.name], index)
             found.append(QuotaLimit(ELASTIC_QUOTA_TREE,
                                     f"ElasticQuotaTree {meta.get('namespace')}/{meta.get('name')} quota node {n.name}",
                                     f'max["{resource}"]', resource, hard, used))
@@ -256,7 +298,8 @@ def quota_shares(quotas: Iterable[tuple[str, dict[str, Any]]], pods: Iterable[Po
     """Every GPU limit of the cluster with what it has used and left: per ResourceQuota (its namespace), per
     ElasticQuotaTree node (the namespaces below it), per ClusterQueue (the namespaces whose LocalQueues name
     it). What ``inspect --quotas`` shows and the metrics export."""
-    quotas, pods = list(quotas), list(pods)
+    quotas = list(quotas)
+    usage = UsageIndex(pods)
     namespaces: set[str] = set()
     queues: list[tuple[str, str]] = []
     for kind, obj in quotas:
@@ -270,7 +313,7 @@ def quota_shares(quotas: Iterable[tuple[str, dict[str, Any]]], pods: Iterable[Po
     covered: dict[tuple[str, str, str], set[str]] = {}
     found: dict[tuple[str, str, str], QuotaLimit] = {}
     for namespace in sorted(namespaces):
-        for limit in quota_limits(namespace, quotas, pods, names, now):
+        for limit in quota_limits(namespace, quotas, usage, names, now):
             key = (limit.label, limit.key, limit.resource)
             found.setdefault(key, limit)
             covered.setdefault(key, set()).add(namespace)
@@ -280,3 +323,13 @@ def quota_shares(quotas: Iterable[tuple[str, dict[str, Any]]], pods: Iterable[Po
             found.setdefault(key, replace(limit, label=key[0]))
             covered.setdefault(key, set()).add(namespace)
     return [QuotaShare(tuple(sorted(covered[key])), found[key]) for key in sorted(found)]
+
+
+def usage_index(pods: Iterable[Any]) -> UsageIndex:
+    """The per-namespace index of the cluster's pods (policies.cluster.PodInfo records)."""
+    return UsageIndex(usage_of(pods))
+
+
+def pod_usage(pod: Any) -> PodUsage:
+    """The quota view of one pod (a policies.cluster.PodInfo record)."""
+    return PodUsage(pod.namespace, pod.phase, pod.node_name, pod.deletion_deadline, pod.quota_mem, pod.quota_core)

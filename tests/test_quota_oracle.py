@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from policies.cluster import pod_from_manifest
 from policies.quota_usage import quota_limits, usage_of
 from policies.settings import Names
 from webhook.state.snapshot import snapshot_from_objects
@@ -72,11 +73,28 @@ def clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]
 
 
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(clusters())
-def test_the_quotas_count_what_the_oracle_counts(cluster):
+@given(clusters(), st.data())
+def test_the_quotas_count_what_the_oracle_counts(cluster, data):
     pod_list, quotas = cluster
     state = snapshot_from_objects([*pod_list, *quotas], NAMES)
-    usage = usage_of(state.pods())
+    assert_agrees(pod_list, quotas, usage_of(state.pods()))
+    # The state keeps its per-namespace sums pod by pod: after pods change phase, come and go, they agree.
+    state.quota_usage()
+    for index in data.draw(st.lists(st.integers(0, 40), max_size=6)):
+        if index < len(pod_list) and data.draw(st.booleans()):
+            gone = pod_list.pop(index)
+            state.remove_pod(gone["metadata"]["namespace"], gone["metadata"]["name"])
+        else:
+            changed = data.draw(pods(100 + index))
+            key = (changed["metadata"]["namespace"], changed["metadata"]["name"])
+            pod_list[:] = [p for p in pod_list if (p["metadata"]["namespace"], p["metadata"]["name"]) != key]
+            pod_list.append(changed)
+            state.record_pod(pod_from_manifest(changed, NAMES))
+    assert_agrees(pod_list, quotas, state.quota_usage())
+
+
+def assert_agrees(pod_list, quotas, usage) -> None:
+    state = snapshot_from_objects(quotas, NAMES)
     for namespace in NAMESPACES:
         limits = quota_limits(namespace, state.quota_objects(), usage, NAMES, NOW)
         found = {(limit.label, limit.key): limit.used for limit in limits}

@@ -255,6 +255,18 @@ def _groups(subject: Subject) -> list[tuple[SubjectPod, int, int, int]]:
     return groups
 
 
+def _usage(state: Any) -> Any:
+    """What quotas charge per namespace: the state keeps it current pod by pod (ClusterSnapshot.quota_usage);
+    a state without it is counted here."""
+    found = getattr(state, "quota_usage", None)
+    if found is not None:
+        return found()
+    from ..quota_usage import usage_index
+
+    pods = getattr(state, "pods", None)
+    return usage_index(pods() if pods is not None else [])
+
+
 def _unit(subject: Subject, resource: str) -> str:
     r = subject.names.resources
     return f" {subject.names.memory_unit}" if resource == r.gpu_mem else " %" if resource == r.gpu_core else ""
@@ -280,7 +292,7 @@ def pods_fit_the_quota(subject: Subject) -> Iterator[Found]:
     if not groups:
         return
     state = subject.usable_state(SWITCH, f"{subject.label}: whether its namespace's GPU quotas hold its pods")
-    from ..quota_usage import quota_limits, usage_of
+    from ..quota_usage import quota_limits
 
     quota_objects = getattr(state, "quota_objects", None)
     if quota_objects is None:
@@ -288,11 +300,10 @@ def pods_fit_the_quota(subject: Subject) -> Iterator[Found]:
     quotas = quota_objects()
     if not quotas:
         return
-    pods = getattr(state, "pods", None)
     labels = subject.metadata.get("labels")
     queue = labels.get(QUEUE_LABEL) if isinstance(labels, dict) else None
-    limits = quota_limits(subject.namespace, quotas, usage_of(pods() if pods is not None else []), subject.names,
-                          time.time(), queue if isinstance(queue, str) else None)
+    limits = quota_limits(subject.namespace, quotas, _usage(state), subject.names, time.time(),
+                          queue if isinstance(queue, str) else None)
     r = subject.names.resources
     total_pods = sum(count for _, count, _, _ in groups)
     for limit in limits:

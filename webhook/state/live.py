@@ -366,6 +366,13 @@ class LiveClusterState:
     def quota_generation(self) -> int:
         return self.snapshot.quota_generation
 
+    @property
+    def pod_generation(self) -> int:
+        return self.snapshot.pod_generation
+
+    def quota_usage(self) -> Any:
+        return self.snapshot.quota_usage()
+
     def _changed(self) -> None:
         """A list completed or a watch event was applied: what /metrics reports."""
         if self.status is not None:
