@@ -90,6 +90,11 @@ class PodInfo:
     env: PodEnv | None = None
     # metadata.deletionTimestamp is set: the pod is being deleted (it may run out its grace period).
     deleting: bool = False
+    # What GPU quotas charge it (policies/quota_usage.py): PodRequests of gpu-mem and gpu-core, and
+    # when its deletion's grace period ends (QuotaV1Pod stops charging it then).
+    quota_mem: int = 0
+    quota_core: int = 0
+    deletion_deadline: float | None = None
 
     @property
     def key(self) -> str:
@@ -119,8 +124,8 @@ class PodInfo:
     @property
     def kept(self) -> bool:
         """Worth keeping in the state in full: it uses GPUs, or sets what GS010 or GS011 report (a
-        GPU-free pod exposing the node's GPUs to itself)."""
-        return self.uses_gpu or self.env is not None
+        GPU-free pod exposing the node's GPUs to itself), or a GPU quota charges it."""
+        return self.uses_gpu or self.env is not None or self.quota_mem > 0 or self.quota_core > 0
 
     @property
     def terminated(self) -> bool:
@@ -191,6 +196,22 @@ class StateView:
 
     def pods_on_node(self, node: str) -> list[PodInfo]:
         return self.base.pods_on_node(node)
+
+    def quota_objects(self) -> list[tuple[str, dict[str, Any]]]:
+        found = getattr(self.base, "quota_objects", None)
+        return found() if found is not None else []
+
+    def quota_usage(self) -> Any:
+        found = getattr(self.base, "quota_usage", None)
+        if found is not None:
+            return found()
+        from .quota_usage import usage_index
+
+        return usage_index(self.pods())
+
+    def pods(self) -> list[PodInfo]:
+        found = getattr(self.base, "pods", None)
+        return found() if found is not None else []
 
 
 def _resource_ints(block: Any, keep: Iterable[str]) -> dict[str, int]:
@@ -346,7 +367,22 @@ def pod_from_manifest(obj: dict[str, Any], names: Names, requests: list[Containe
         init_gpus=found.init_gpus,
         env=pod_env(spec, requests, labels, names) if with_env and isinstance(spec, dict) else None,
         deleting=bool(meta.get("deletionTimestamp")),
+        **_quota_fields(requests, spec, meta, names),
     )
+
+
+def _quota_fields(requests: list[ContainerRequest], spec: Any, meta: dict[str, Any], names: Names) -> dict[str, Any]:
+    """What GPU quotas charge the pod (nothing for the many pods asking for no GPU)."""
+    overhead = _mapping(spec).get("overhead")
+    overhead = overhead if isinstance(overhead, dict) else None
+    if not requests and not overhead:
+        return {}
+    from .quota_usage import deletion_deadline, pod_requests
+
+    r = names.resources
+    return {"quota_mem": pod_requests(requests, overhead, r.gpu_mem),
+            "quota_core": pod_requests(requests, overhead, r.gpu_core),
+            "deletion_deadline": deletion_deadline(meta)}
 
 
 class ClusterSnapshot:
@@ -374,6 +410,16 @@ class ClusterSnapshot:
         self._log_floor = 0  # changes after this generation are all in the log
         # Namespace labels (who allows annotation exemptions); None until Namespaces were seen.
         self._namespaces: dict[str, dict[str, str]] | None = None
+        # GPU quota objects (ResourceQuota, ElasticQuotaTree, ClusterQueue) by (kind, namespace, name).
+        self._quotas: dict[tuple[str, str, str], dict[str, Any]] = {}
+        # Increases with every change to a quota object (the metrics refresh when it moves).
+        self.quota_generation = 0
+        # Increases with every pod stored or dropped, bound or not (``generation`` follows nodes' changes
+        # only; quotas charge pending pods too): what GQ005's usage is kept for.
+        self.pod_generation = 0
+        # What quotas charge, summed per namespace and kept current pod by pod (policies/quota_usage.py),
+        # so that a review adds up namespaces rather than every pod; built on first use.
+        self._quota_usage: Any = None
 
     def _touch(self, node: str) -> None:
         self._generation += 1
@@ -437,8 +483,13 @@ class ClusterSnapshot:
 
     def upsert_pod(self, pod: PodInfo) -> None:
         with self._lock:
+            self.pod_generation += 1
             self._drop_pod(pod.key)
             self._pods[pod.key] = pod
+            if self._quota_usage is not None and (pod.quota_mem or pod.quota_core):
+                from .quota_usage import pod_usage
+
+                self._quota_usage.add(pod_usage(pod), 1)
             if pod.node_name:
                 self._by_node.setdefault(pod.node_name, {})[pod.key] = pod
                 self._touch(pod.node_name)
@@ -459,6 +510,12 @@ class ClusterSnapshot:
 
     def _drop_pod(self, key: str) -> None:
         old = self._pods.pop(key, None)
+        if old is not None:
+            self.pod_generation += 1
+            if self._quota_usage is not None and (old.quota_mem or old.quota_core):
+                from .quota_usage import pod_usage
+
+                self._quota_usage.add(pod_usage(old), -1)
         if old is not None and old.node_name:
             self._touch(old.node_name)
             on_node = self._by_node.get(old.node_name)
@@ -477,6 +534,32 @@ class ClusterSnapshot:
         with self._lock:
             if self._namespaces is not None:
                 self._namespaces.pop(name, None)
+
+    def upsert_quota(self, kind: str, obj: dict[str, Any]) -> None:
+        """Keep a quota object as read (they are few: one per team and namespace)."""
+        meta = _mapping(obj.get("metadata"))
+        with self._lock:
+            self._quotas[(kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = obj
+            self.quota_generation += 1
+
+    def remove_quota(self, kind: str, namespace: str, name: str) -> None:
+        with self._lock:
+            self._quotas.pop((kind, namespace, name), None)
+            self.quota_generation += 1
+
+    def quota_objects(self) -> list[tuple[str, dict[str, Any]]]:
+        """(kind, object) of every quota object held, in a stable order."""
+        with self._lock:
+            return [(key[0], obj) for key, obj in sorted(self._quotas.items())]
+
+    def quota_usage(self) -> Any:
+        """A copy of what quotas charge per namespace (``policies.quota_usage.UsageIndex``)."""
+        with self._lock:
+            if self._quota_usage is None:
+                from .quota_usage import usage_index
+
+                self._quota_usage = usage_index(self._pods.values())
+            return self._quota_usage.copy()
 
     def namespace_names(self) -> set[str]:
         with self._lock:

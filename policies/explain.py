@@ -28,11 +28,39 @@ class Explanation:
     fitting: list[str] = field(default_factory=list)
     closest: str = ""
     changes: list[str] = field(default_factory=list)
+    # The quotas that hold the pod back whatever the nodes have (an ElasticQuotaTree node's max).
+    quota: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"pod": self.pod, "node": self.node or None, "phase": self.phase, "summary": self.summary,
                 "fitting": self.fitting, "closest": self.closest or None, "changes": self.changes,
-                "ranking": self.ranking}
+                "quota": self.quota, "ranking": self.ranking}
+
+
+def quota_holds(pod: PodInfo, state: ClusterState, names: Names) -> list[str]:
+    """Why the pod waits on its namespace's ElasticQuotaTree: each quota node on its path whose max has less
+    left than the pod needs (ACK "Work with capacity scheduling": a pod is scheduled if its requests added to
+    the node's usage stay within max). The pod itself is not counted: it is not placed."""
+    objects = getattr(state, "quota_objects", None)
+    quotas = objects() if objects is not None else []
+    if not quotas:
+        return []
+    import time
+
+    from .quota_objects import ELASTIC_QUOTA_TREE
+    from .quota_usage import quota_limits, usage_of
+
+    pods = getattr(state, "pods", None)
+    held = []
+    for limit in quota_limits(pod.namespace, quotas, usage_of(pods() if pods is not None else []), names,
+                              time.time()):
+        need = pod.quota_mem if limit.resource == names.resources.gpu_mem else pod.quota_core
+        if limit.mechanism != ELASTIC_QUOTA_TREE or need <= limit.left:
+            continue
+        unit = f" {names.memory_unit}" if limit.resource == names.resources.gpu_mem else " %"
+        held.append(f"{limit.label} has {limit.key} {limit.hard}{unit}, {limit.used} used, {limit.left} left; "
+                    f"the pod needs {need}{unit}: it waits until the quota node's usage falls below its max")
+    return held
 
 
 def pending(pod: PodInfo) -> bool:
@@ -122,11 +150,16 @@ def explain_pod(pod: PodInfo, state: ClusterState, scorer: Scorer) -> Explanatio
     ranking = scorer.rank(request, state)
     entries = [ranking_entry(score, demand) for score in ranking]
     fitting = [s.node for s in ranking if s.fits]
-    explanation = Explanation(pod.key, "", pod.phase or "Pending", "", entries, fitting)
+    explanation = Explanation(pod.key, "", pod.phase or "Pending", "", entries, fitting,
+                              quota=quota_holds(pod, state, scorer.names))
     unit = scorer.names.memory_unit
     asked = ", ".join(f'"{g.container}" {g.mem} {unit}' + (f" {g.core}% compute" if g.core else "")
                       + (f" over {g.cards} cards" if g.cards > 1 else "") for g in demand.gpus) \
         or f"{demand.topology_gpus} whole GPUs"
+    if explanation.quota:
+        explanation.summary = (f"Pod {pod.key} ({asked}) waits on its quota: " + "; ".join(explanation.quota)
+                               + (f"; {len(fitting)} node(s) could take it now" if fitting else ""))
+        return explanation
     if fitting:
         explanation.summary = (f"Pod {pod.key} ({asked}) fits {len(fitting)} node(s) now, best {fitting[0]}; "
                                f"it is waiting for its scheduler, not for room")

@@ -25,11 +25,12 @@ from typing import Any
 
 from . import rules as _rules  # noqa: F401  (registers every rule module)
 from .cel import guarded, quote, string_list
-from .judged import CEL_NOT_DELETING, parts_for
 from .isolation import EPHEMERAL, EPHEMERAL_SUBRESOURCE
+from .judged import CEL_NOT_DELETING, parts_for
 from .mutations import MUTATIONS
 from .near_miss import skipped_keys
 from .near_miss_regex import domain_regex, name_part_regex
+from .quota_objects import QUOTA_KINDS, gpu_resources
 from .relevance import Relevance, Triggers, resolve
 from .resources import CONTAINER_GROUPS, CUSTOM_WORKLOADS, POD_SPEC_PATHS
 from .rules.base import REGISTRY
@@ -83,6 +84,8 @@ SCOPES: tuple[WebhookScope, ...] = (
     # kubectl debug: pods/ephemeralcontainers, whose UPDATE sends the whole Pod (policies/isolation.py).
     WebhookScope("debug-containers.validate.gpushare.io", "gpushare-debug-containers", False, ("Pod",), ("UPDATE",),
                  subresource=EPHEMERAL_SUBRESOURCE),
+    # GPU quotas (ResourceQuota, ACK's ElasticQuotaTree, Kueue's ClusterQueue; policies/quota_objects.py).
+    WebhookScope("quotas.validate.gpushare.io", "gpushare-gpu-quota", False, QUOTA_KINDS, CREATE_UPDATE),
     # Opt-in: custom resources holding pod templates (policies/workloads.py), registered at install.
     WebhookScope("custom-workloads.validate.gpushare.io", "gpushare-relevant", False, (CUSTOM_WORKLOADS,),
                  CREATE_UPDATE, component="custom-workloads"),
@@ -220,6 +223,22 @@ def _workload_condition(t: Triggers, settings: PolicySettings) -> str:
     return _any(terms, LINES)
 
 
+def _quota_condition(t: Triggers, settings: PolicySettings) -> str:
+    """Quota objects naming a GPU resource, as ``quota_sent`` reads them; every ElasticQuotaTree (CEL cannot
+    walk a tree of any depth)."""
+    if not t.gpu_quotas:
+        return "false"
+    names = gpu_resources(settings.names)
+    keys = string_list(frozenset(f"{prefix}{name}" for name in names for prefix in ("requests.", "limits.", "")))
+    queue = (f"has(object.spec.resourceGroups) && object.spec.resourceGroups.exists(g, has(g.flavors) && "
+             f"g.flavors.exists(f, has(f.resources) && f.resources.exists(r, has(r.name) && "
+             f"r.name in {string_list(frozenset(names))})))")
+    return (f"request.resource.resource == 'elasticquotatrees'"
+            f"{LINES}(request.resource.resource == 'resourcequotas' && has(object.spec) && has(object.spec.hard) "
+            f"&& object.spec.hard.exists(k, k in {keys}))"
+            f"{LINES}(request.resource.resource == 'clusterqueues' && has(object.spec) && {queue})")
+
+
 def _daemonset_condition(t: Triggers) -> str:
     names = string_list(t.gpushare_daemonsets)
     return (f"request.resource.resource == 'daemonsets' ? object.metadata.name in {names} : "
@@ -284,6 +303,8 @@ def condition(scope: WebhookScope, settings: PolicySettings) -> str:
         return _judges_changes(scope, t, settings, _node_condition(t))
     if scope.kinds == (CUSTOM_WORKLOADS,):
         return _judges_changes(scope, t, settings, _workload_condition(t, settings))
+    if scope.kinds == QUOTA_KINDS:
+        return _quota_condition(t, settings)
     return _by_owner(scope, _judges_changes(scope, t, settings, _pod_spec_condition(scope, t, settings)))
 
 

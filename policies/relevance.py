@@ -15,6 +15,7 @@ from typing import Any
 
 from .judged import deleting, parts_for
 from .near_miss import near_misses, near_misses_in
+from .quota_objects import QUOTA_KINDS, quota_sent
 from .resources import CONTAINER_GROUPS, CUSTOM_WORKLOADS, POD_SPEC_PATHS
 from .settings import EnvNames, LabelNames, Names, PolicySettings, ResourceNames
 from .workloads import WorkloadKind, group_of, patch_strings, pod_sites, workload_table
@@ -63,6 +64,9 @@ class Relevance:
     # must change for the rule to have anything new to say (policies/judged.py). A node rule reads
     # each as a label or an annotation; other kinds' rules read them as annotations.
     reads: tuple[str, ...] = ()
+    # A quota object (ResourceQuota, ElasticQuotaTree, ClusterQueue) that names a GPU resource
+    # (policies/quota_objects.py, ``names_gpu``).
+    gpu_quotas: bool = False
 
     def __post_init__(self) -> None:
         resource_fields = {*self.resources, *self.placed_resources, *self.env_from, *self.custom_requests,
@@ -96,11 +100,12 @@ class Triggers:
     # Keys read besides the triggers (``Relevance.reads``): they make nothing relevant, but an
     # UPDATE changing one is judged (policies/judged.py).
     read_keys: frozenset[str] = frozenset()
+    gpu_quotas: bool = False
 
     def __bool__(self) -> bool:
         return any((self.resources, self.near_miss, self.placed_resources, self.annotations, self.env,
                     self.node_labels, self.gpushare_daemonsets, self.env_from, self.custom_requests,
-                    self.patch_mentions))
+                    self.patch_mentions, self.gpu_quotas))
 
     def sends(self, kind: str, obj: dict[str, Any], settings: PolicySettings, *, operation: str = "CREATE",
               old: dict[str, Any] | None = None, group: str | None = None, sub_resource: str = "") -> bool:
@@ -123,6 +128,8 @@ class Triggers:
                 return False
         if workload is not None:
             return self._sends_workload(workload, obj, settings)
+        if kind in QUOTA_KINDS:
+            return self.gpu_quotas and quota_sent(kind, obj, settings.names)
         if kind == "Node":
             return _has_label(obj, self.node_labels) or _has_annotation(obj.get("metadata"), self.annotations) or (
                 operation == "UPDATE" and old is not None and _has_label(old, self.node_labels))
@@ -180,7 +187,7 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
     requested: set[str] = set()
     mentioned: set[str] = set()
     read: set[str] = set()
-    near_miss = daemonsets = False
+    near_miss = daemonsets = quotas = False
     for relevance in declarations:
         resources.update(getattr(names.resources, f) for f in relevance.resources)
         placed.update(getattr(names.resources, f) for f in relevance.placed_resources)
@@ -198,11 +205,13 @@ def resolve(declarations: Iterable[Relevance], settings: PolicySettings) -> Trig
             read.update((named,) if isinstance(named, str) else named)
         near_miss |= relevance.near_miss
         daemonsets |= relevance.gpushare_daemonsets
+        quotas |= relevance.gpu_quotas
     return Triggers(resources=frozenset(resources), near_miss=near_miss, placed_resources=frozenset(placed - resources),
                     annotations=frozenset(annotations), env=frozenset(env), node_labels=frozenset(labels),
                     gpushare_daemonsets=frozenset(names.gpushare_daemonsets) if daemonsets else frozenset(),
                     env_from=frozenset(env_from), custom_requests=frozenset(requested - resources),
-                    patch_mentions=frozenset(mentioned), read_keys=frozenset(read))
+                    patch_mentions=frozenset(mentioned), read_keys=frozenset(read),
+                    gpu_quotas=quotas)
 
 
 def _setting(settings: PolicySettings, dotted: str) -> Any:

@@ -282,6 +282,8 @@ class WhenStateUnavailable(_Section):
     node_mode_change: FailMode = "closed"
     # GC001 (can any node hold this pod?) only advises: never block a pod because it could not be judged.
     capacity: FailMode = "open"
+    # GQ005 (do the namespace's GPU quotas hold a workload's pods?) only advises, like GC001.
+    quota: FailMode = "open"
 
 
 class KubeletConfigzSettings(_Section):

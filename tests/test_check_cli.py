@@ -24,8 +24,8 @@ from .check_helpers import SEED_33, SEED_OK, check_json, line_of, run_gpushare, 
 from .helpers import DATA, gpushare_executable
 from .manifests import CORE, MEM, container, pod_spec, workload
 
-NOT_RUN = ("not run: cluster-aware rules GB001-GB005, GC001, GN006 need --snapshot FILE "
-           "(`kubectl get nodes,pods -A -o yaml`)")
+NOT_RUN = ("not run: cluster-aware rules GB001-GB005, GC001, GN006, GQ005 need --snapshot FILE "
+           "(`kubectl get nodes,pods,resourcequotas -A -o yaml`)")
 GS001_33 = ('GS001: Job default/cuda-sample-33 container "cuda-sample": aliyun.com/gpu-core.percentage=33 '
             "is not a multiple of 5 in 5..100; use 30 or 35")
 

@@ -80,3 +80,17 @@ def test_a_cluster_counting_mib_accepts_the_mib_manifests(tmp_path):
     done = run_gpushare("check", "--config", config, MANIFESTS / "43-blog-ko-gpushare-mib-deployment.yaml",
                         MANIFESTS / "04-ext-samples-4.yaml")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_elastic_quota_tree_is_judged_not_skipped(tmp_path):
+    # Its verdict is "pass" because every GPU limit is 2147483647, not because no rule reads it: the
+    # summary counts it as judged, and the same tree with its root's min lowered is warned (GQ004).
+    tree = MANIFESTS / "39-doa-default-eq-tree.yaml"
+    done = run_gpushare("check", "--format", "json", tree)
+    summary = json.loads(done.stdout)["summary"]
+    assert (done.returncode, summary["objects"], summary["skipped"], summary["skippedKinds"]) == (0, 1, 0, {})
+    changed = yaml.safe_load(tree.read_text())
+    changed["spec"]["root"]["min"]["aliyun.com/gpu-mem"] = "100"
+    (tmp_path / "tree.yaml").write_text(yaml.safe_dump(changed))
+    done = run_gpushare("check", "--format", "json", tmp_path / "tree.yaml")
+    assert [f["rule"] for f in json.loads(done.stdout)["findings"]] == ["GQ004"]

@@ -378,10 +378,17 @@ def _bindings_to(objects: list[Obj], service_account: str) -> list[Obj]:
             and any(s["name"] == service_account for s in o["subjects"])]
 
 
+WEBHOOK_READS = [
+    {"apiGroups": [""], "resources": ["namespaces", "nodes", "pods", "resourcequotas"],
+     "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["scheduling.sigs.k8s.io"], "resources": ["elasticquotatrees"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues", "localqueues"], "verbs": ["get", "list", "watch"]}]
+
+
 def test_rbac_is_least_privilege(rendered):
-    # The webhook: get/list/watch on namespaces, nodes and pods, nothing else cluster-wide, through one binding.
-    assert _rules_of(rendered, "ClusterRole", "gpushare-webhook") == [
-        {"apiGroups": [""], "resources": ["namespaces", "nodes", "pods"], "verbs": ["get", "list", "watch"]}]
+    # The webhook: get/list/watch on namespaces, nodes, pods and the GPU quota kinds (docs/quotas.md), nothing
+    # else cluster-wide, through one binding.
+    assert _rules_of(rendered, "ClusterRole", "gpushare-webhook") == WEBHOOK_READS
     bound_webhook = {(b["kind"], b["roleRef"]["name"], b["metadata"].get("namespace", ""))
                      for b in _bindings_to(rendered, "gpushare-webhook")}
     assert bound_webhook == {("ClusterRoleBinding", "gpushare-webhook", ""),
@@ -485,6 +492,12 @@ def test_namespaces_left_out_and_the_narrow_daemonset_webhook(rendered):
     for name, webhook in hooks.items():
         if name.startswith(("nodes.", "new-nodes.")):
             assert "namespaceSelector" not in webhook  # nodes are cluster-scoped
+            continue
+        if name.startswith("quotas."):
+            # ACK's ElasticQuotaTree lives in kube-system, ClusterQueues are cluster-scoped: every namespace is
+            # sent (only GPU quotas, by its matchCondition), and a quota edit never waits on the webhook.
+            assert "namespaceSelector" not in webhook and webhook["failurePolicy"] == "Ignore"
+            assert webhook["matchConditions"]
             continue
         (expression,) = webhook["namespaceSelector"]["matchExpressions"]
         assert expression["key"] == "kubernetes.io/metadata.name" and expression["operator"] == "NotIn"
@@ -760,8 +773,7 @@ def test_kubelet_configz_grants_only_get_on_nodes_proxy_and_turns_the_reader_on(
     assert set(by_key(objects)) == EXPECTED | CONFIGZ_OBJECTS
     assert _rules_of(objects, "ClusterRole", "gpushare-webhook-kubelet-configz") == [
         {"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]
-    assert _rules_of(objects, "ClusterRole", "gpushare-webhook") == [
-        {"apiGroups": [""], "resources": ["namespaces", "nodes", "pods"], "verbs": ["get", "list", "watch"]}]
+    assert _rules_of(objects, "ClusterRole", "gpushare-webhook") == WEBHOOK_READS
     granted = one(objects, "ClusterRoleBinding", "gpushare-webhook-kubelet-configz")
     assert granted["roleRef"]["name"] == "gpushare-webhook-kubelet-configz"
     assert granted["subjects"] == [{"kind": "ServiceAccount", "name": "gpushare-webhook", "namespace": NS}]

@@ -15,8 +15,8 @@ from webhook.settings import Settings, load_settings
 from .check_helpers import SEED_33, SEED_OK, run_gpushare
 from .helpers import gpushare_executable
 
-NOT_RUN = ("not run: cluster-aware rules GB001-GB005, GC001, GN006 need --snapshot FILE "
-           "(`kubectl get nodes,pods -A -o yaml`)")
+NOT_RUN = ("not run: cluster-aware rules GB001-GB005, GC001, GN006, GQ005 need --snapshot FILE "
+           "(`kubectl get nodes,pods,resourcequotas -A -o yaml`)")
 RENDER = "render the template first (helm template CHART | gpushare check -)"
 TEMPLATED = """\
 apiVersion: batch/v1

@@ -47,6 +47,11 @@ def cases() -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
     crowd = [gpu_pod(f"{NAME[:-3]}{i:03d}", mem=1, node_name=NODE, namespace=NS, card=0) for i in range(20)]
     static = node(NODE, mode="share", labels={"gpushare.io/cpu-manager-policy": "static"})
 
+    quota_state = state_of(SETTINGS, [shared], [running])
+    quota_state.upsert_quota("ResourceQuota", quota({f"requests.{MEM}": "10"}))
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": NAME, "namespace": NS},
+                  "spec": {"replicas": 4, "template": {"spec": pod_spec(container(C, {MEM: 8}))}}}
+
     def bind(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], to: str = NODE) -> tuple[Any, ...]:
         return "Binding", binding(NAME, to, NS), {"state": state_of(SETTINGS, nodes, pods)}
 
@@ -88,11 +93,28 @@ def cases() -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
         ("a Volcano job scheduled by volcano", "Job.batch.volcano.sh", workload(
             "batch.volcano.sh/v1alpha1", "Job", {"schedulerName": "volcano", "tasks": [
                 {"name": "t", "replicas": 1, "template": {"spec": {"containers": [container(C, {MEM: 2})]}}}]}), {}),
+        ("a ResourceQuota key quota does not count", "ResourceQuota", quota({MEM: "40"}), {}),
+        ("a GPU memory quota in bytes", "ResourceQuota", quota({f"requests.{MEM}": "16Gi"}), {}),
+        ("a quota node's min over its max", "ElasticQuotaTree", tree({MEM: "100"}, {MEM: "100"}, [
+            {"name": NAME, "namespaces": [NS], "min": {MEM: "60"}, "max": {MEM: "40"}}]), {}),
+        ("a root whose max is not its min", "ElasticQuotaTree", tree({MEM: "100"}, {MEM: "120"}, []), {}),
+        ("more than the quota has left", "Deployment", deployment, {"state": quota_state}),
         ("GPU requests in a pod spec patch", "Workflow", workload(
             "argoproj.io/v1alpha1", "Workflow", {"entrypoint": "main", "templates": [
                 {"name": "main", "container": {"image": "busybox"}, "podSpecPatch": json.dumps(
                     {"containers": [{"name": "main", "resources": {"limits": {MEM: "4"}}}]})}]}), {}),
     ]
+
+
+def quota(hard: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": NAME, "namespace": NS},
+            "spec": {"hard": hard}}
+
+
+def tree(root_min: dict[str, Any], root_max: dict[str, Any], children: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+            "metadata": {"name": NAME, "namespace": NS},
+            "spec": {"root": {"name": "root", "min": root_min, "max": root_max, "children": children}}}
 
 
 def workload(api_version: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:

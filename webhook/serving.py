@@ -68,7 +68,8 @@ def build_services(settings: Settings, snapshot: Path | None, kubeconfig: Path |
             from webhook.state.kubelet_config import api_fetcher
 
             configz = api_fetcher(api, settings.state.kubelet_configz, settings.state.connect_timeout_seconds)
-        live = LiveClusterState(api, settings.names, settings.state, status=status, configz=configz)
+        live = LiveClusterState(api, settings.names, settings.state, status=status, configz=configz,
+                                quotas=True)
         where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the in-cluster service account"
         description = f"cluster from {where} (API server {host})"
         log.warning("cluster state source: %s (API server %s); ready once nodes and pods are listed", source, host)

@@ -225,6 +225,9 @@ class MetricsSettings(_Section):
     # Per-card series besides the per-node ones: none, only cards holding a pod, or every card
     # (5,000 nodes x 8 cards x 4 series = 160,000 series).
     per_card: Literal["none", "in_use", "all"] = "none"
+    # GPU quota series (gpushare_namespace_gpu_quota_*): one per namespace and quota limit covering it, at
+    # most this many; past it the rest are left out and gpushare_gpu_quota_series_dropped says how many.
+    max_quota_series: int = Field(1000, ge=0)
     # Seconds between two refreshes of the allocation cache from the watch's change log; a
     # scrape only copies the rendered text.
     refresh_seconds: float = Field(5.0, gt=0, le=300)

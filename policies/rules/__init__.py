@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (each import registers a family)
     node_rules,
     placement_rules,
     pod_resources,
+    quota_rules,
     sharing_rules,
     workload_rules,
 )

@@ -81,7 +81,7 @@ def _state(snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: 
 
     api = client_for(kubeconfig, context)
     _reachable(api)
-    live = LiveClusterState(k8s.CoreV1Api(api), settings.names, settings.state)
+    live = LiveClusterState(k8s.CoreV1Api(api), settings.names, settings.state, quotas=True)
     live.start()
     if not live.wait_synced(settings.state.connect_timeout_seconds * 3):
         live.stop()

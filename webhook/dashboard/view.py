@@ -66,6 +66,45 @@ class NodeView:
         return sum(c.total_mem for c in self.cards)
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaView:
+    namespaces: str
+    quota: str
+    limit: str
+    used: int
+    hard: int
+    left: int
+    unit: str
+
+    @property
+    def percent(self) -> int:
+        return min(100, self.used * 100 // self.hard) if self.hard else 100
+
+    @property
+    def text(self) -> str:
+        """The bar's text alternative."""
+        return f"{self.quota}: {self.used} of {self.hard} {self.unit} used, {self.left} left"
+
+
+def quota_views(state: ClusterState, names: Names) -> list[QuotaView]:
+    objects = getattr(state, "quota_objects", None)
+    quotas = objects() if objects is not None else []
+    if not quotas:
+        return []
+    import time
+
+    from policies.quota_usage import quota_shares, usage_of
+
+    pods = getattr(state, "pods", None)
+    views = []
+    for share in quota_shares(quotas, usage_of(pods() if pods is not None else []), names, time.time()):
+        limit = share.limit
+        unit = names.memory_unit if limit.resource == names.resources.gpu_mem else "%"
+        views.append(QuotaView(", ".join(share.namespaces), limit.label, limit.key, limit.used, limit.hard,
+                               limit.left, unit))
+    return views
+
+
 @dataclass
 class Page:
     source: str
@@ -80,6 +119,8 @@ class Page:
     audited_at: str
     pending: list[Explanation]
     pending_count: int
+    # Each GPU quota with its namespaces and used / quota / left (what ``inspect --quotas`` shows).
+    quotas: list[QuotaView] = field(default_factory=list)
 
     @property
     def percent(self) -> int:
@@ -134,5 +175,5 @@ def build_page(state: ClusterState, scorer: Scorer, audit: AuditResult | None, a
     explained = [explain_pod(p, state, scorer) for p in waiting[:EXPLAINED]]
     return Page(source, [_node_view(p, names, by_node.get(p.name, [])) for p in shown], len(gpu), page, pages,
                 used, total, sorted(modes.items()), sorted((r, s, n) for (r, s), n in rules.items()), audited_at,
-                explained, len(waiting))
+                explained, len(waiting), quota_views(state, names))
 

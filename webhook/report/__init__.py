@@ -64,8 +64,10 @@ def not_run_line(report: Report) -> str:
     """The rules a check without cluster state did not run, or "" (said below the summary)."""
     if not report.not_run:
         return ""
+    # GQ005 reads the quotas too (docs/quotas.md: ElasticQuotaTrees and Kueue's queues where installed).
+    kinds = "nodes,pods,resourcequotas" if any(r.startswith("GQ") for r in report.not_run) else "nodes,pods"
     return (f"not run: cluster-aware rules {', '.join(report.not_run)} need --snapshot FILE "
-            "(`kubectl get nodes,pods -A -o yaml`)")
+            f"(`kubectl get {kinds} -A -o yaml`)")
 
 
 SKIPPED_SHOWN = 6

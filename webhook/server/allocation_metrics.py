@@ -43,6 +43,14 @@ CARD_FAMILIES = (
     ("gpushare_gpu_core_assigned_percent", "Compute assigned on the card, percent (core_mem nodes only)."),
     ("gpushare_gpu_pods", "Pods sharing the card."),
 )
+# Per namespace and quota limit covering it (docs/quotas.md): ResourceQuota, ElasticQuotaTree node, ClusterQueue.
+QUOTA_FAMILIES = (
+    ("gpushare_namespace_gpu_quota_used", "What the namespaces under a GPU quota use of it, as the quota counts "
+                                          "(GiB of GPU memory, percent of a card of compute)."),
+    ("gpushare_namespace_gpu_quota_hard", "The GPU quota's limit (GiB of GPU memory, percent of a card of compute)."),
+    ("gpushare_namespace_gpu_quota_left", "What is left of the GPU quota (GiB of GPU memory, percent of a card "
+                                          "of compute)."),
+)
 CLUSTER_FAMILIES = (
     ("gpushare_cluster_gpu_memory_assigned_gib", "GPU memory assigned to pods in the cluster, GiB."),
     ("gpushare_cluster_gpu_memory_total_gib", "GPU memory shared in the cluster, GiB."),
@@ -149,6 +157,43 @@ class AllocationExporter:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._quota_generation: int | None = None
+        self._quota_text = ""
+        self._quota_series = 0
+
+    def _quotas(self) -> None:
+        """The GPU quota series: one per namespace and limit covering it, at most metrics.max_quota_series."""
+        objects = getattr(self._state, "quota_objects", None)
+        quotas = objects() if objects is not None else []
+        if not quotas:
+            self._quota_text, self._quota_series = "", 0
+            return
+        from policies.quota_usage import quota_shares, usage_of
+
+        pods = getattr(self._state, "pods", None)
+        shares = quota_shares(quotas, usage_of(pods() if pods is not None else []), self._names, self._clock())
+        bound = self._settings.max_quota_series
+        samples: dict[str, list[str]] = {name: [] for name, _ in QUOTA_FAMILIES}
+        written = dropped = 0
+        scale = MIB_PER_GIB if self._names.memory_unit == "MiB" else 1
+        for share in shares:
+            limit = share.limit
+            per = scale if limit.resource == self._names.resources.gpu_mem else 1
+            for namespace in share.namespaces:
+                if written >= bound:
+                    dropped += 1
+                    continue
+                written += 1
+                labels = _labels((("namespace", namespace), ("quota", limit.label), ("limit", limit.key),
+                                  ("resource", limit.resource)))
+                for (name, _), value in zip(QUOTA_FAMILIES, (limit.used, limit.hard, limit.left), strict=True):
+                    samples[name].append(f"{name}{labels} {_number(value / per)}\n")
+        parts = [_header(name, text) + "".join(samples[name]) for name, text in QUOTA_FAMILIES]
+        parts.append(_header("gpushare_gpu_quota_series_dropped", "GPU quota series left out past "
+                                                                   "metrics.max_quota_series.")
+                     + f"gpushare_gpu_quota_series_dropped {dropped}\n")
+        self._quota_text = "".join(parts)
+        self._quota_series = written * len(QUOTA_FAMILIES) + 1
 
     def _node(self, name: str) -> NodeLines | None:
         usage = node_usage(self._state, name, self._names)
@@ -164,9 +209,10 @@ class AllocationExporter:
         with self._lock:
             started = time.perf_counter()
             generation: int | None = getattr(self._state, "generation", None)
+            quota_generation: int | None = getattr(self._state, "quota_generation", None)
             changed: list[str] | None = None
             if generation is not None and self._generation is not None:
-                if generation == self._generation:
+                if generation == self._generation and quota_generation == self._quota_generation:
                     self._refreshed_at = self._clock()
                     return False
                 changed = self._state.changes_since(self._generation)  # type: ignore[attr-defined]
@@ -182,6 +228,8 @@ class AllocationExporter:
                 else:
                     self._nodes[name] = lines
             self._generation = generation
+            self._quota_generation = quota_generation
+            self._quotas()
             self._text = self._render()
             self._refresh_seconds = time.perf_counter() - started
             self._refreshed_at = self._clock()
@@ -199,11 +247,12 @@ class AllocationExporter:
         total = sum(n.total for n in self._nodes.values())
         for (name, text), value in zip(CLUSTER_FAMILIES, (assigned, total), strict=True):
             parts.append(f"{_header(name, text)}{name} {_number(value)}\n")
+        parts.append(self._quota_text)
         return "".join(parts).encode()
 
     @property
     def series(self) -> int:
-        return sum(n.series for n in self._nodes.values()) + len(CLUSTER_FAMILIES)
+        return sum(n.series for n in self._nodes.values()) + len(CLUSTER_FAMILIES) + self._quota_series
 
     def exposition(self) -> bytes:
         """The cached series plus three about the cache itself (cheap: no state is read); nothing

@@ -34,7 +34,44 @@ def read_cluster(api_client: Any, names: Names, page_size: int = PAGE_SIZE) -> C
     core = client.CoreV1Api(api_client)
     nodes = _items(core.list_node, "Node", page_size)
     pods = _items(core.list_pod_for_all_namespaces, "Pod", page_size)
-    return snapshot_from_objects([*nodes, *pods], names)
+    return snapshot_from_objects([*nodes, *pods, *read_quotas(api_client, page_size)], names)
+
+
+# The quota kinds the state reads besides ResourceQuota: (kind, group, versions tried in order, plural).
+CUSTOM_QUOTAS = (("ElasticQuotaTree", "scheduling.sigs.k8s.io", ("v1beta1",), "elasticquotatrees"),
+                 ("ClusterQueue", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "clusterqueues"),
+                 ("LocalQueue", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "localqueues"))
+
+
+def read_quotas(api_client: Any, page_size: int = PAGE_SIZE) -> list[dict[str, Any]]:
+    """ResourceQuotas, ACK's ElasticQuotaTree and Kueue's ClusterQueues and LocalQueues (docs/quotas.md).
+    A kind whose CRD is not installed (404), or that the caller may not list (403), is left out: most
+    clusters run one mechanism, and the quotas only add to what is shown."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    found: list[dict[str, Any]] = []
+    try:
+        found.extend(_items(core.list_resource_quota_for_all_namespaces, "ResourceQuota", page_size))
+    except ApiException as exc:
+        if exc.status not in (403, 404):
+            raise
+    for kind, group, versions, plural in CUSTOM_QUOTAS:
+        for version in versions:
+            call = partial(custom.list_cluster_custom_object, group, version, plural)
+            try:
+                items = list(_items(call, kind, page_size))
+            except ApiException as exc:
+                if exc.status in (403, 404):
+                    continue
+                raise
+            for item in items:
+                item.setdefault("apiVersion", f"{group}/{version}")
+            found.extend(items)
+            break
+    return found
 
 
 def read_workloads(api_client: Any, kinds: Iterable[WorkloadKind],

@@ -20,6 +20,9 @@ class PodMeta(TypedDict, total=False):
     uid: str
     resourceVersion: str
     annotations: dict[str, str]
+    # A pod past its deletion's grace period is no longer charged to a ResourceQuota (QuotaV1Pod).
+    deletionTimestamp: str
+    deletionGracePeriodSeconds: int
 
 
 class NodeMeta(TypedDict, total=False):
@@ -57,6 +60,8 @@ class EnvFromSource(TypedDict, total=False):
 class Container(TypedDict, total=False):
     name: str
     resources: Resources
+    # Always on an init container: a sidecar, which quotas charge beside the app containers (PodRequests).
+    restartPolicy: str
     # GS010 and GS011 judge a few names (the audit reports running pods that set them).
     env: list[EnvVar]
     envFrom: list[EnvFromSource]
@@ -74,6 +79,8 @@ class PodSpec(TypedDict, total=False):
     # (what a $(VAR) in a judged value may read).
     ephemeralContainers: list[Container]
     enableServiceLinks: bool
+    # Charged to quotas on top of the containers (PodRequests).
+    overhead: dict[str, Any]
 
 
 class PodStatus(TypedDict, total=False):
@@ -173,4 +180,6 @@ class Decoders:
 NODE_DECODERS = Decoders(Node)
 POD_DECODERS = Decoders(Pod)
 NAMESPACE_DECODERS = Decoders(Namespace)
+# Quota objects are few and read whole (policies/quota_objects.py reads what it needs of them).
+RAW_DECODERS = Decoders(dict)
 DecodeError = msgspec.DecodeError

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -42,15 +43,29 @@ from policies.cluster import (
     pod_from_manifest,
 )
 from policies.isolation import ENV_GROUPS, judged_names
+from policies.quota_objects import RESOURCE_QUOTA
 from policies.resources import watched_resources
 from policies.settings import Names, StateSettings
 from webhook.state.kube_client import KubeConfigError, api_client, connection_problem
-from webhook.state.kube_schema import NAMESPACE_DECODERS, NODE_DECODERS, POD_DECODERS, DecodeError, Decoders
+from webhook.state.kube_schema import (
+    NAMESPACE_DECODERS,
+    NODE_DECODERS,
+    POD_DECODERS,
+    RAW_DECODERS,
+    DecodeError,
+    Decoders,
+)
 from webhook.state.kubelet_config import Fetch, KubeletConfigReader, kubelet_signature
 from webhook.state.paging import list_pages
 from webhook.state.status import ConfigzStatus, StateStatus
 
 log = logging.getLogger("gpushare.state")
+
+# The custom quota kinds the live state watches (kind, group, version, plural): ACK's ElasticQuotaTree
+# and Kueue's ClusterQueue and LocalQueue at the version Kueue has served longest (v1beta1).
+WATCHED_CUSTOM_QUOTAS = (("ElasticQuotaTree", "scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees"),
+                         ("ClusterQueue", "kueue.x-k8s.io", "v1beta1", "clusterqueues"),
+                         ("LocalQueue", "kueue.x-k8s.io", "v1beta1", "localqueues"))
 
 
 class StateSourceError(KubeConfigError):
@@ -278,7 +293,7 @@ class LiveClusterState:
 
     def __init__(self, api: k8s.CoreV1Api, names: Names, settings: StateSettings,
                  clock: Callable[[], float] = time.monotonic, status: StateStatus | None = None,
-                 configz: Fetch | None = None) -> None:
+                 configz: Fetch | None = None, quotas: bool = False) -> None:
         self.snapshot = ClusterSnapshot()
         self.status = status
         self.names = names
@@ -312,6 +327,54 @@ class LiveClusterState:
             self.snapshot.namespace_names, lambda obj: (obj.get("metadata") or {}).get("name", ""),
             self.snapshot.remove_namespace,
         ), settings, self._stop, clock, self._changed)
+
+        # GPU quotas (docs/quotas.md), for GQ005 and the quota views: each kind its own reflector. They are
+        # not part of ``synced`` or ``availability``: a cluster without the ElasticQuotaTree or Kueue CRDs
+        # answers 404 and the reflector keeps retrying (with backoff) until one is installed.
+        self.quota_reflectors: tuple[Reflector, ...] = ()
+        if quotas:
+            custom = k8s.CustomObjectsApi(api.api_client)
+            self.quota_reflectors = (
+                self._quota_reflector("resourcequotas", RESOURCE_QUOTA, api.list_resource_quota_for_all_namespaces),
+                *(self._quota_reflector(plural, kind, partial(custom.list_cluster_custom_object, group, version,
+                                                              plural))
+                  for kind, group, version, plural in WATCHED_CUSTOM_QUOTAS),
+            )
+
+    def _quota_reflector(self, name: str, kind: str, call: Callable[..., Any]) -> Reflector:
+        def apply(event: str, obj: dict[str, Any]) -> None:
+            meta = obj.get("metadata") or {}
+            if event == "DELETED":
+                self.snapshot.remove_quota(kind, meta.get("namespace") or "", meta.get("name", ""))
+            else:
+                obj.setdefault("kind", kind)
+                self.snapshot.upsert_quota(kind, obj)
+
+        def keys() -> set[str]:
+            return {f"{(o.get('metadata') or {}).get('namespace') or ''}/{(o.get('metadata') or {}).get('name', '')}"
+                    for k, o in self.snapshot.quota_objects() if k == kind}
+
+        def key_of(obj: dict[str, Any]) -> str:
+            meta = obj.get("metadata") or {}
+            return f"{meta.get('namespace') or ''}/{meta.get('name', '')}"
+
+        return Reflector(Resource(name, call, RAW_DECODERS, apply, keys, key_of,
+                                  lambda key: self.snapshot.remove_quota(kind, *key.split("/", 1))),
+                         self.settings, self._stop, self._clock, self._changed)
+
+    def quota_objects(self) -> list[tuple[str, dict[str, Any]]]:
+        return self.snapshot.quota_objects()
+
+    @property
+    def quota_generation(self) -> int:
+        return self.snapshot.quota_generation
+
+    @property
+    def pod_generation(self) -> int:
+        return self.snapshot.pod_generation
+
+    def quota_usage(self) -> Any:
+        return self.snapshot.quota_usage()
 
     def _changed(self) -> None:
         """A list completed or a watch event was applied: what /metrics reports."""
@@ -383,14 +446,14 @@ class LiveClusterState:
     def start(self) -> None:
         if self.kubelet is not None:
             self.kubelet.start()
-        for reflector in self.reflectors:
+        for reflector in (*self.reflectors, *self.quota_reflectors):
             thread = threading.Thread(target=reflector.run, name=f"watch-{reflector.resource.name}", daemon=True)
             thread.start()
             self._threads.append(thread)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        for reflector in self.reflectors:
+        for reflector in (*self.reflectors, *self.quota_reflectors):
             reflector.interrupt()
         for thread in self._threads:
             thread.join(timeout)

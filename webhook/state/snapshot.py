@@ -9,6 +9,7 @@ from typing import Any
 
 from policies.cluster import ClusterSnapshot, node_from_manifest, node_resource_names, pod_from_manifest
 from policies.quantity import QuantityError, parse_quantity
+from policies.quota_objects import STATE_KINDS, group_matches
 from policies.settings import Names
 from webhook.documents.reader import DocumentError, looks_like_json, read_json, read_yaml
 
@@ -59,6 +60,8 @@ def snapshot_from_objects(items: list[dict[str, Any]], names: Names) -> ClusterS
             snapshot.upsert_node(node_from_manifest(item, names))
         elif kind == "Pod":
             snapshot.record_pod(pod_from_manifest(item, names))
+        elif kind in STATE_KINDS and group_matches(kind, item):
+            snapshot.upsert_quota(kind, item)
         elif kind == "Namespace":  # who allows annotation exemptions (a namespace label)
             meta = item.get("metadata")
             meta = meta if isinstance(meta, dict) else {}
