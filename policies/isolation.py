@@ -238,6 +238,8 @@ def env_problems(containers: Sequence[ContainerEnv], requests: Sequence[Containe
     for container in containers:
         request = gpu.get((container.group, container.index))
         asks_memory = request is not None and request.has(mem)
+        # A container asking for zero of every GPU resource is given none (ContainerRequest.has).
+        assigned = request is not None and bool(request.asked())
         for entry in container.entries:
             name = entry.name
             if name in env.device_plugin:
@@ -251,14 +253,14 @@ def env_problems(containers: Sequence[ContainerEnv], requests: Sequence[Containe
             elif name == env.visible_devices:
                 if entry.exposes_gpus:
                     verb = "may expose" if entry.value is None else "exposes"
-                    if request is not None:
+                    if assigned:
                         yield EnvProblem(container, f"env {entry.shown} {verb} {EXPOSES_ASSIGNED}", entry, False)
                     else:
                         yield EnvProblem(container, f"env {entry.shown} {verb} {EXPOSES_UNASKED}", entry, True)
             elif name == env.disable_isolation and asks_memory and entry.true:  # cGPU isolates gpu-mem only
                 verb = "may turn" if entry.value is None else "turns"
                 yield EnvProblem(container, f"env {entry.shown} {verb} {DISABLES}", entry, True)
-        if request is not None and container.env_from:
+        if assigned and container.env_from:
             first, more = container.env_from[0].shown, len(container.env_from) - 1
             listed = f"{first} and {more} more" if more else first
             yield EnvProblem(container, f"envFrom {listed} {ENV_FROM}", None, False)
@@ -295,7 +297,8 @@ def _named(request: ContainerRequest | None) -> tuple[tuple[str, str], ...]:
     """The GPU resources a container names, each with its judged value (the limit, else the request)."""
     if request is None:
         return ()
-    return tuple(sorted((key, str(value.raw)) for key in request.asked() if (value := request.value(key)) is not None))
+    return tuple(sorted((key, str(value.raw)) for key in request.written()
+                        if (value := request.value(key)) is not None))
 
 
 def env_manifest(env: PodEnv) -> dict[str, list[dict[str, Any]]]:

@@ -32,6 +32,10 @@ PLACEMENTS = ("binpack", "spread")
 # cGPU isolation runs only on ECS instances (ACK "Manage the shared GPU scheduling component");
 # mps is built on cGPU too (policies/modes.py).
 ECS_ONLY_MODES = CGPU_MODES
+# Where the values of ack.node.gpu.schedule beyond the six of "GPU node scheduling labels" come from.
+LABELS_PAGE = 'ACK documentation: "Labels for enabling GPU scheduling policies"'
+DRA_PAGE = 'ACK documentation: "Schedule GPUs using DRA"'
+
 
 
 def _node(subject: Subject) -> NodeInfo:
@@ -93,10 +97,12 @@ def region_of(node: NodeInfo, subject: Subject) -> str:
     return ecs.region if ecs is not None else ""
 
 
-@rule("GN001", severity="deny", seed="003", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
+@rule("GN001", severity="deny", seed=f"003, {LABELS_PAGE}, {DRA_PAGE}", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       title="GPU scheduling and placement labels carry known values",
-      doc="ack.node.gpu.schedule is one of default, cgpu, core_mem, share, mps, topology; "
-          "ack.node.gpu.placement is binpack or spread and only means something with a shared mode.")
+      doc="ack.node.gpu.schedule is one of the values ACK documents: default, cgpu, core_mem, share, mps, "
+          "topology, mig (MIG partitioning) and disabled (GPUs left to DRA or another device plugin; mig and "
+          "disabled nodes offer no shared GPU); ack.node.gpu.placement is binpack or spread and only means "
+          "something with a shared mode.")
 def known_mode_values(subject: Subject) -> Iterator[Found]:
     labels = subject.names.labels
     node = _node(subject)
