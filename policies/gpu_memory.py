@@ -43,7 +43,9 @@ def memory_problem(value: ResourceValue, names: Names, cards: int = 1) -> Memory
     """None when ``value`` is a whole count of ``names.memory_unit`` from 1 to the largest card times
     ``cards``: a pod labelled ``aliyun.com/gpu-count: M`` gets each container's N as N/M on each of M
     cards (ACK "Use cGPU to achieve GPU sharing based on multiple GPUs"), so the ceiling, and the MiB
-    hint, are per card."""
+    hint, are per card. (The open-source extender and device plugin read aliyun.com/gpu-count only as
+    a node's number of cards, pkg/utils/node.go GetGPUCountInNode; the pod label is ACK's cGPU
+    scheduler's, documented by that page alone.)"""
     unit, most = names.memory_unit, names.max_card_memory * cards
     if value.whole_count is not None and value.whole_count <= most:
         return None  # the common case, read without Decimal arithmetic

@@ -170,20 +170,22 @@ def container_envs(spec: Mapping[str, Any] | None, base: Path, names: Names) -> 
     a judged name or take envFrom that may; ShapeError when what is read is malformed."""
     if not spec:
         return ()
-    items: list[tuple[str, int, Any, Path]] = []
+    items: list[tuple[str, int, Any, Path, str]] = []
     for group in CONTAINER_GROUPS:
         found = spec.get(group)
         if isinstance(found, list):  # container_requests reports a malformed list
-            items.extend((group, index, container, (*base, group, index)) for index, container in enumerate(found))
+            items.extend((group, index, container, (*base, group, index), f"{group}[{index}]")
+                         for index, container in enumerate(found))
     return envs_of(items, names)
 
 
-def envs_of(items: Iterable[tuple[str, int, Any, Path]], names: Names) -> tuple[ContainerEnv, ...]:
-    """``container_envs`` over (group, index, container, its path): a pod spec's containers, or a
-    custom workload's, wherever its pods keep them."""
+def envs_of(items: Iterable[tuple[str, int, Any, Path, str]], names: Names) -> tuple[ContainerEnv, ...]:
+    """``container_envs`` over (group, index, container, its path, its name when it gives none): a pod
+    spec's containers, or a custom workload's, wherever its pods keep them (a TrainJob's trainer is the
+    pod's container named node)."""
     judged = judged_names(names.env)
     out = []
-    for group, index, container, path in items:
+    for group, index, container, path, unnamed in items:
         if not isinstance(container, dict):
             continue
         env, env_from = container.get("env"), container.get("envFrom")
@@ -209,7 +211,7 @@ def envs_of(items: Iterable[tuple[str, int, Any, Path]], names: Names) -> tuple[
         sources = _sources(env_from, (*path, "envFrom"), judged) if env_from else ()
         if entries or sources:
             name = container.get("name")
-            out.append(ContainerEnv(group, index, str(name) if name is not None else f"{group}[{index}]",
+            out.append(ContainerEnv(group, index, str(name) if name is not None else unnamed,
                                     tuple(entries), sources, path))
     return tuple(out)
 

@@ -1,7 +1,9 @@
-"""The workload table against the projects' published CRD schemas (trimmed copies in
+"""The workload table against the projects' published CRD schemas (the full CRDs in
+tests/data/workload-crds/full; the samples are validated against the trimmed copies in
 tests/data/workload-crds, origins in ORIGIN.md there): every path of the table is walked through its
 kind's schema to what the table says it holds, and every place in the schema that can hold GPU
-requests (a ResourceRequirements) is either a path of the table or set aside with a reason."""
+requests (a ResourceRequirements) is either a path of the table or set aside with a reason
+(tests/test_workload_crd_coverage.py walks env, envFrom and every other pod-shaped field too)."""
 
 from __future__ import annotations
 

@@ -227,7 +227,7 @@ def isolation_only_on_ecs(subject: Subject) -> Iterator[Found]:
                 f"spec.providerID is {shown}; use {subject.names.labels.schedule}=share on non-ECS nodes", path)
 
 
-@rule("GN005", severity="deny", seed="000, 002, 003", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
+@rule("GN005", severity="deny", seed=f"000, 002, 003, {LABELS_PAGE}", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       operations=("UPDATE",),
       title="No GPU mode switched by relabelling an existing node",
       doc="Computing power allocation does not work when an existing node is labelled core_mem: "
@@ -235,8 +235,9 @@ def isolation_only_on_ecs(subject: Subject) -> Iterator[Found]:
           "(cgpu, core_mem, share, mps) to another shared mode warns, in the words of \"Manage the shared "
           "GPU scheduling component\" (after adding it, do not change it with kubectl label nodes). Setting "
           "default, which \"GPU node scheduling labels\" tells users to do with kubectl label --overwrite, "
-          "and labelling a node that had no shared mode pass. Nodes created with the label, and the "
-          "configured node-pool identities, may.")
+          "and labelling a node that had no shared mode pass. Changing mig to another value warns: \"Labels "
+          "for enabling GPU scheduling policies\" supports no other value for it. Nodes created with the label, "
+          "and the configured node-pool identities, may.")
 def no_core_mem_by_relabel(subject: Subject) -> Iterator[Found]:
     old = _old_node(subject)
     node = _node(subject)
@@ -248,6 +249,10 @@ def no_core_mem_by_relabel(subject: Subject) -> Iterator[Found]:
             or set(subject.user.groups) & set(policy.node_pool_groups):
         return
     schedule = subject.names.labels.schedule
+    if before == "mig" and after:
+        yield Found(f"Node {node.name}: {schedule} mig -> {after}: \"Labels for enabling GPU scheduling policies\" "
+                    f"supports no other value on a mig node; use a node pool labelled {after}", _label_path(schedule),
+                    advisory=True)
     if after != "core_mem":
         # "Manage the shared GPU scheduling component": "After adding the shared GPU scheduling label, do
         # not use the kubectl label nodes command to change the GPU scheduling label". "GPU node
