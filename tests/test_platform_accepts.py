@@ -259,3 +259,16 @@ def test_a_cluster_serving_runtime_with_gpu_mem_written_as_a_size_is_denied_nami
     assert answer["allowed"] is False and answer["status"]["message"].startswith(message), answer
     code, report = check_json(write(tmp_path, "runtime.yaml", obj))
     assert code == 1 and [f["message"] for f in report["findings"]] == [message], report
+
+
+def test_the_custom_workloads_webhook_condition_sends_each_of_them():
+    # What the API server evaluates before calling the webhook (the generated matchCondition): a TrainJob
+    # whose trainer or runtime patch forges a variable, a runtime asking for GPU memory.
+    from .test_match_conditions import custom_sent
+
+    runtime = CASE["clusterservingruntime.yaml"].manifest()
+    assert custom_sent(trainjob_with_forged_trainer_env()) and custom_sent(trainjob_with_forged_runtime_patch())
+    assert custom_sent(runtime) and custom_sent(CASE["servingruntime.yaml"].manifest())
+    quiet = CASE["trainjob.yaml"].without_gpus()
+    quiet["spec"]["trainer"]["env"] = [{"name": "EPOCHS", "value": "3"}]
+    assert not custom_sent(quiet)
