@@ -22,8 +22,8 @@ import yaml
 
 from .check_helpers import check_json, run_gpushare
 from .cluster_builders import snapshot_yaml
-from .cluster_objects import gpu_pod, node
-from .helpers import admission_review
+from .cluster_objects import binding, gpu_pod, node
+from .helpers import admission_review, gpushare_server
 from .workload_cases import CASES, MEM
 
 CASE = {c.file: c for c in CASES}
@@ -163,6 +163,27 @@ def test_where_a_card_cannot_hold_its_share_the_refusal_is_per_card(tmp_path):
     assert code == 1
     [denial] = [f for f in report["findings"] if f["rule"] == "GB004"]
     assert "130" in denial["message"] and "gpu-h-1" in denial["message"], denial
+
+
+def test_the_server_admits_the_binding_to_8_cards_of_141_gib_and_refuses_80_gib_cards_per_card(tmp_path):
+    pending = spread_pod(1040)
+    pending["status"] = {"phase": "Pending"}
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(snapshot_yaml(node("h200-1", mode="share", cards=8, card_gib=141, card_name="NVIDIA-H200"),
+                                     node("h100-1", mode="share", cards=8, card_gib=80, card_name="NVIDIA-H100"),
+                                     pending))
+    bind = {"kind": "Binding", "resource": "pods", "sub_resource": "binding"}
+    with gpushare_server(tmp_path, "--snapshot", str(cluster)) as running, running.session() as session:
+        created = validate(running, session, admission_review(spread_pod(1040)))
+        assert created["allowed"] is True and "warnings" not in created, created
+        fits = validate(running, session, admission_review(binding("llm", "h200-1"), **bind))
+        assert fits["allowed"] is True and "warnings" not in fits, fits
+        refused = validate(running, session, admission_review(binding("llm", "h100-1"), **bind))
+    assert refused["allowed"] is False
+    message = refused["status"]["message"]
+    assert message.startswith('GB004: Binding default/llm (container "cuda" aliyun.com/gpu-mem=1040 over 8 cards): '
+                              'node h100-1: container "cuda" needs 8 cards and 0 fit: GPU0 has 80/80 GiB free, '
+                              'needs 130; '), message
 
 
 def test_the_ceiling_and_the_mib_hint_are_per_card_times_the_cards(server, session):
