@@ -5,7 +5,7 @@ so that the node rules read them without loading placement.
   the shared modes ``cgpu``, ``core_mem``, ``share`` and ``mps``, and ``topology``.
 - ACK "Labels for enabling GPU scheduling policies": the same, and ``mig`` ("Dynamic Multi-Instance
   GPU (MIG) partitioning"; its value cannot be changed to another one).
-- ACK "Schedule GPUs using DRA" (help/en/ack/ack-managed-and-ack-dedicated/user-guide/
+- ACK "Schedule GPUs with DRA" (help/en/ack/ack-managed-and-ack-dedicated/user-guide/
   schedule-gpus-using-dra; ACK clusters 1.34 and later): ``disabled`` on the GPU nodes a DRA driver
   (or another device plugin) manages. The page's own text was not at hand; its value and what it
   does come from HAMi's guide "Install HAMi on Alibaba Cloud Container Service for Kubernetes",

@@ -34,7 +34,7 @@ PLACEMENTS = ("binpack", "spread")
 ECS_ONLY_MODES = CGPU_MODES
 # Where the values of ack.node.gpu.schedule beyond the six of "GPU node scheduling labels" come from.
 LABELS_PAGE = 'ACK documentation: "Labels for enabling GPU scheduling policies"'
-DRA_PAGE = 'ACK documentation: "Schedule GPUs using DRA"'
+DRA_PAGE = 'ACK documentation: "Schedule GPUs with DRA"'
 
 
 
