@@ -44,30 +44,6 @@ RESOURCE_RULES = (("", ("pods", "pods/ephemeralcontainers", "podtemplates", "rep
                   ("apps", ("deployments", "statefulsets", "daemonsets", "replicasets")),
                   ("batch", ("jobs", "cronjobs")))
 CORE_ACCEPTED = "^([1-9][05]|5|100)$"  # canonical quantities 5, 10, ..., 100
-
-
-def _one_to(n: int) -> str:
-    """A regular expression of the canonical integers 1..n (no sign, no leading zero)."""
-    digits = str(n)
-    shorter = f"[1-9][0-9]{{0,{len(digits) - 2}}}" if len(digits) > 1 else ""
-    same: list[str] = []
-    for i, d in enumerate(digits):  # numbers of n's length that first fall below n at digit i
-        low = 1 if i == 0 else 0
-        if int(d) > low:
-            top = int(d) - 1
-            rest = len(digits) - i - 1
-            same.append(digits[:i] + (f"[{low}-{top}]" if top > low else str(low)) + ("[0-9]" * rest))
-    same.append(digits)
-    return "^(" + "|".join([x for x in (shorter, *same) if x]) + ")$"
-
-
-def canonical_whole(most: int) -> str:
-    """A regular expression of every canonical quantity whose value is a whole number from 1 to
-    ``most``, however the user wrote it: the API server sends a Pod's quantities in canonical form
-    (``2000m`` arrives as ``2``, ``1000`` as ``1k``), so GS003's value rule is a rule on these strings."""
-    forms = [_one_to(most)[2:-2]]
-    forms += [f"({_one_to(most // factor)[2:-2]}){suffix}" for suffix, factor in WHOLE_SUFFIXES if most >= factor]
-    return "^(" + "|".join(forms) + ")$"
 _SEPARATOR = "[ \\t\\n\\r\\f\\v,;]"  # the annotation's id separators (ASCII whitespace, comma, semicolon)
 
 
@@ -110,7 +86,7 @@ def _gs001_message(s: PolicySettings) -> str:
 
 def _gs002_bad(s: PolicySettings) -> str:
     r = s.names.resources
-    return f"({Res(r.gpu_core).named()} && !{Res(r.gpu_mem).named()})"
+    return f"({Res(r.gpu_core).asks()} && !{Res(r.gpu_mem).asks()})"
 
 
 def _gs002(s: PolicySettings) -> str:
@@ -124,23 +100,55 @@ def _gs002_message(s: PolicySettings) -> str:
             f"more)'")
 
 
+# GS003's ceiling is per card, times the cards the pod's multi-GPU label spreads each container over
+# (ACK "Use cGPU to achieve GPU sharing based on multiple GPUs"; policies/gpu_memory.py). CEL here
+# cannot take a quantity's suffix apart, so a canonical whole number is compared with the ceiling as
+# text: the same suffix after digits of the same length compares as the numbers do.
+CEILING = "variables.memCeiling"
+MANY_CARDS = 10**15  # a label of more digits: no whole number of GiB a pod may ask reaches its ceiling
+
+
+def _mem_variables(s: PolicySettings) -> list[dict[str, str]]:
+    cards = "variables.memCards"
+    return [{"name": "memCards", "expression": isolation.cards(s)},
+            {"name": "memCeiling", "expression": f"{s.names.max_card_memory} * ({cards} > 0 ? {cards} : "
+                                                 f"{MANY_CARDS})"}]
+
+
+def _within_ceiling(value: str) -> str:
+    """The canonical quantity ``value`` is a whole number from 1 to the ceiling."""
+    def at_most(bound: str) -> str:
+        return f"(size({value}) < size({bound}) || (size({value}) == size({bound}) && {value} <= {bound}))"
+
+    forms = [f"({value}.matches('^[1-9][0-9]{{0,17}}$') && int({value}) <= {CEILING})"]
+    forms += [f"({value}.matches({_q('^[1-9][0-9]*' + suffix + '$')}) && "
+              f"{at_most(f'(string({CEILING} / {factor}) + {_q(suffix)})')})" for suffix, factor in WHOLE_SUFFIXES]
+    return "(" + " || ".join(forms) + ")"
+
+
+def _gs003_bad(s: PolicySettings) -> str:
+    mem = Res(s.names.resources.gpu_mem)
+    return (f"({mem.lim()} ? !{_within_ceiling(mem.limit())} : "
+            f"({mem.req()} && !{_within_ceiling(mem.request())}))")
+
+
 def _gs003(s: PolicySettings) -> str:
-    whole = canonical_whole(s.names.max_card_memory)
-    return f"{CONTAINERS}.exists(c, {Res(s.names.resources.gpu_mem).bad_value(whole)})"
+    return f"{CONTAINERS}.exists(c, {_gs003_bad(s)})"
 
 
 def _gs003_message(s: PolicySettings) -> str:
     mem, names = Res(s.names.resources.gpu_mem), s.names
-    first = _first(s, mem.bad_value(canonical_whole(names.max_card_memory)))
+    first = _first(s, _gs003_bad(s))
     return (f"'GS003: ' + {SUBJECT} + ' container \"' + {first}.name + '\": {mem.name}=' + "
-            f"{mem.shown(first)} + ' is not a whole number of {names.memory_unit} from 1 to "
-            f"{names.max_card_memory}; use a whole number of {names.memory_unit} such as 2'")
+            f"{mem.shown(first)} + ' is not a whole number of {names.memory_unit} from 1 to ' + string({CEILING}) + "
+            f"' ({names.max_card_memory} a card, times the cards of the pod label {names.labels.pod_gpu_count}); "
+            f"use a whole number of {names.memory_unit} such as 2'")
 
 
 def _gs005(s: PolicySettings) -> str:
     mem, core = Res(s.names.resources.gpu_mem), Res(s.names.resources.gpu_core)
-    return (f"({CONTAINERS}.exists(c, {mem.named()} && !{core.named()}) && "
-            f"{CONTAINERS}.exists(c, {mem.named()} && {core.named()}))")
+    return (f"({CONTAINERS}.exists(c, {mem.asks()} && !{core.asks()}) && "
+            f"{CONTAINERS}.exists(c, {mem.asks()} && {core.asks()}))")
 
 
 def _gs005_message(s: PolicySettings) -> str:
@@ -150,8 +158,8 @@ def _gs005_message(s: PolicySettings) -> str:
 
 def _gs006(s: PolicySettings) -> str:
     r = s.names.resources
-    whole = f"({Res(r.gpu_exclusive).named()} || {Res(r.gpu_topology).named()})"
-    shared = f"({Res(r.gpu_mem).named()} || {Res(r.gpu_core).named()})"
+    whole = f"({Res(r.gpu_exclusive).asks()} || {Res(r.gpu_topology).asks()})"
+    shared = f"({Res(r.gpu_mem).asks()} || {Res(r.gpu_core).asks()})"
     return f"({CONTAINERS}.exists(c, {whole}) && {CONTAINERS}.exists(c, {shared}))"
 
 
@@ -215,7 +223,7 @@ BACKSTOP_RULES: tuple[BackstopRule, ...] = (
     BackstopRule("GS001", _gs001, _gs001_message, "GS001: gpu-core.percentage must be a multiple of 5 in 5..100"),
     BackstopRule("GS002", _gs002, _gs002_message, "GS002: gpu-core.percentage needs gpu-mem in the same container"),
     BackstopRule("GS003", _gs003, _gs003_message, "GS003: gpu-mem must be a whole number of GiB from 1 to "
-                 "the largest card"),
+                 "the largest card times the cards the pod spreads it over", _mem_variables),
     BackstopRule("GS005", _gs005, _gs005_message, "GS005: a pod must not mix mem-only and core+mem containers"),
     BackstopRule("GS006", _gs006, _gs006_message, "GS006: whole GPUs and shared GPU are not mixed in one pod"),
     BackstopRule("GS007", _gs007, _gs007_message, "GS007: a resource name that narrowly misses a shared-GPU name "

@@ -46,22 +46,22 @@ FORGED, LIFTED = "variables.forgedEnv", "variables.liftedEnv"
 
 
 def _uses_gpu(s: PolicySettings) -> str:
-    """Container ``c`` names a GPU resource, shared or whole (policies/resources.py watched_resources)."""
+    """Container ``c`` requests a GPU resource, shared or whole (policies/resources.py watched_resources),
+    judged by value: a zero is no request (ContainerRequest.has)."""
     r = s.names.resources
-    keys = string_list((r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive))
-    return " || ".join(f"(has(c.resources) && has(c.resources.{part}) && c.resources.{part}.exists(k, k in {keys}))"
-                       for part in ("limits", "requests"))
+    return " || ".join(Res(name).asks() for name in (r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive))
 
 
-def _cards(s: PolicySettings) -> str:
-    """The pod's cards per container, as GM003 divides by them: the multi-GPU label when it is a whole
-    number of 1 or more, else 1; 0 for a number too large for any share to be whole."""
+def cards(s: PolicySettings) -> str:
+    """The pod's cards per container, as GM003 divides by them and GS003's ceiling multiplies by them:
+    the multi-GPU label when it is a whole number of 1 or more, else 1; 0 for a number of more than
+    15 digits (no share of a whole number of GiB a pod may ask is whole over that many)."""
     key = quote(s.names.labels.pod_gpu_count)
 
     def per_kind(kind: str) -> str:
         labels = f"{template_path(kind)}.metadata.labels"
         text = f"{labels}[{key}]"
-        return (f"(({guarded(labels)} && {key} in {labels}) ? ({text}.matches('^0*[1-9][0-9]{{0,6}}$') ? int({text}) "
+        return (f"(({guarded(labels)} && {key} in {labels}) ? ({text}.matches('^0*[1-9][0-9]{{0,14}}$') ? int({text}) "
                 f": (({text}.matches('^[0-9]+$') && !{text}.matches('^0+$')) ? 0 : 1)) : 1)")
 
     return by_kind(per_kind, "1")
@@ -74,9 +74,10 @@ def _gm003_value(s: PolicySettings) -> str:
     total, shown = "(int(e.value) * variables.cardsPerContainer)", mem.shown("c")
     spellings = [f"{shown} == string({total})"] + [
         f"({total} % {factor} == 0 && {shown} == string({total} / {factor}) + {quote(suffix)})"
-        for suffix, factor in WHOLE_SUFFIXES if factor <= most]
+        for suffix, factor in WHOLE_SUFFIXES]
     return (f"(!{READ_LATER} && has(e.value) && size(e.value) <= {len(str(most))} && e.value.matches('^[1-9][0-9]*$') "
-            f"&& {mem.named()} && variables.cardsPerContainer > 0 && {total} <= {most} && ({' || '.join(spellings)}))")
+            f"&& {mem.named()} && variables.cardsPerContainer > 0 && int(e.value) <= {most} && "
+            f"({' || '.join(spellings)}))")
 
 
 def _forged(s: PolicySettings, app: bool) -> str:
@@ -84,7 +85,7 @@ def _forged(s: PolicySettings, app: bool) -> str:
     env, mem = s.names.env, Res(s.names.resources.gpu_mem)
     own = f" && !(e.name == {quote(s.names.env_mem_container)} && {_gm003_value(s)})" if app else ""
     return (f"({LITERAL} && ((e.name in {string_list(env.device_plugin)}{own}) || (e.name in {string_list(env.mps)} "
-            f"&& {mem.named()} && variables.mayRunOnMps) || (e.name == {quote(env.visible_devices)} && "
+            f"&& {mem.asks()} && variables.mayRunOnMps) || (e.name == {quote(env.visible_devices)} && "
             f"({_uses_gpu(s)}) && {EXPOSES})))")
 
 
@@ -142,7 +143,7 @@ def forged_variables(s: PolicySettings) -> list[dict[str, str]]:
     label and what GS010 finds."""
     schedule, selector = quote(s.names.labels.schedule), "variables.spec.nodeSelector"
     variables = [
-        {"name": "cardsPerContainer", "expression": _cards(s)},
+        {"name": "cardsPerContainer", "expression": cards(s)},
         {"name": "mayRunOnMps", "expression": f"!(has({selector}) && {schedule} in {selector} && "
                                               f"{selector}[{schedule}] != 'mps')"},
     ]
@@ -166,7 +167,7 @@ def forged_message(s: PolicySettings) -> str:
 def _lifted(s: PolicySettings) -> str:
     """Entry ``e`` of container ``c`` lifts isolation (GS011)."""
     env, mem = s.names.env, Res(s.names.resources.gpu_mem)
-    return (f"({LITERAL} && ((e.name == {quote(env.disable_isolation)} && {mem.named()} && {TRUE}) || "
+    return (f"({LITERAL} && ((e.name == {quote(env.disable_isolation)} && {mem.asks()} && {TRUE}) || "
             f"(e.name == {quote(env.visible_devices)} && !({_uses_gpu(s)}) && {EXPOSES})))")
 
 

@@ -67,6 +67,12 @@ class Res:
     def request(self, c: str = "c") -> str:
         return f"string({c}.resources.requests[{quote(self.name)}])"
 
+    def asks(self, c: str = "c") -> str:
+        """Container ``c`` requests the resource, judged by value as the engine judges it
+        (policies/resources.py ContainerRequest.has): the judged value (the limit, else the request)
+        is not zero, which the API server sends in canonical form as ``0``."""
+        return f"({self.lim(c)} ? {self.limit(c)} != '0' : ({self.req(c)} && {self.request(c)} != '0'))"
+
     def bad_value(self, pattern: str, c: str = "c") -> str:
         """The judged value (the limit, else the request, as the engine's value rules judge it) does
         not match ``pattern``."""

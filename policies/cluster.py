@@ -303,7 +303,7 @@ def shared_gpus(requests: Sequence[ContainerRequest], names: Names, labels: Mapp
     gpus: list[PodGPU] = []
     init: list[PodGPU] = []
     for request in requests:
-        mem = request.memory(names)
+        mem = request.memory(names, spread)
         if mem is None:
             continue
         core = request.amount(core_name)

@@ -39,9 +39,14 @@ def ceil_whole(value: Decimal) -> int:
     return int(value.to_integral_value(ROUND_CEILING))
 
 
-def memory_problem(value: ResourceValue, names: Names) -> MemoryProblem | None:
-    """None when ``value`` is a whole count of ``names.memory_unit`` from 1 to the largest card."""
-    unit, most = names.memory_unit, names.max_card_memory
+def memory_problem(value: ResourceValue, names: Names, cards: int = 1) -> MemoryProblem | None:
+    """None when ``value`` is a whole count of ``names.memory_unit`` from 1 to the largest card times
+    ``cards``: a pod labelled ``aliyun.com/gpu-count: M`` gets each container's N as N/M on each of M
+    cards (ACK "Use cGPU to achieve GPU sharing based on multiple GPUs"), so the ceiling, and the MiB
+    hint, are per card. (The open-source extender and device plugin read aliyun.com/gpu-count only as
+    a node's number of cards, pkg/utils/node.go GetGPUCountInNode; the pod label is ACK's cGPU
+    scheduler's, documented by that page alone.)"""
+    unit, most = names.memory_unit, names.max_card_memory * cards
     if value.whole_count is not None and value.whole_count <= most:
         return None  # the common case, read without Decimal arithmetic
     quantity = value.quantity
@@ -55,15 +60,18 @@ def memory_problem(value: ResourceValue, names: Names) -> MemoryProblem | None:
             return None
         wanted = ceil_whole(quantity)
         return MemoryProblem(f"is not a whole number of {unit}", f"use {wanted}", str(wanted))
+    holds = (f"at most {names.max_card_memory} {unit}" if cards == 1 else
+             f"{cards} cards hold at most {names.max_card_memory} {unit} each, {most} {unit} in all")
     bounded = f"use a whole number of {unit} up to {most}"
-    if unit == "GiB" and quantity < BYTES_FROM:
+    if unit == "GiB" and quantity < BYTES_FROM * cards:
         # 16276 is the open-source extender's own old sample, from its MiB days.
         wanted = ceil_whole(quantity / MIB_PER_GIB)
-        return MemoryProblem(f"is more than any card holds (at most {most} GiB) and looks like MiB ({wanted} GiB "
-                             f"rounded up)",
+        what = "any card holds" if cards == 1 else f"{cards} cards hold"
+        return MemoryProblem(f"is more than {what} ({holds}) and looks like MiB ({wanted} GiB rounded up)",
                              f"use {wanted}, or set names.memory_unit: MiB if the device plugin counts MiB",
                              str(wanted))
     if quantity / BYTES_PER[unit] > most:  # no ceiling of 1e30 bytes: Decimal keeps 28 digits
-        return MemoryProblem(f"is more than any card holds (at most {most} {unit})", bounded, None)
+        what = "any card holds" if cards == 1 else f"{cards} cards hold"
+        return MemoryProblem(f"is more than {what} ({holds})", bounded, None)
     wanted = ceil_whole(quantity / BYTES_PER[unit])
     return MemoryProblem(f"looks like bytes, but the resource counts {unit}", f"use {wanted}", str(wanted))

@@ -236,11 +236,12 @@ def container_envs(spec: Mapping[str, Any] | None, base: Path, names: Names) -> 
     malformed."""
     if not spec:
         return ()
-    items: list[tuple[str, int, Any, Path]] = []
+    items: list[tuple[str, int, Any, Path, str]] = []
     for group in ENV_GROUPS:
         found = spec.get(group)
         if isinstance(found, list):  # container_requests reports a malformed list
-            items.extend((group, index, container, (*base, group, index)) for index, container in enumerate(found))
+            items.extend((group, index, container, (*base, group, index), f"{group}[{index}]")
+                         for index, container in enumerate(found))
     return envs_of(items, names, service_links(spec))
 
 
@@ -255,8 +256,8 @@ def added_ephemeral_envs(spec: Mapping[str, Any] | None, old: Mapping[str, Any] 
     old_spec = old.get("spec") if isinstance(old, dict) else None
     before = old_spec.get(EPHEMERAL) if isinstance(old_spec, dict) else None
     had = {n for c in before if (n := _name(c)) is not None} if isinstance(before, list) else set()
-    items = [(EPHEMERAL, index, container, (*base, EPHEMERAL, index)) for index, container in enumerate(found)
-             if _name(container) not in had]
+    items = [(EPHEMERAL, index, container, (*base, EPHEMERAL, index), f"{EPHEMERAL}[{index}]")
+             for index, container in enumerate(found) if _name(container) not in had]
     return envs_of(items, names, service_links(spec))
 
 
@@ -300,13 +301,14 @@ def _expanded(entries: list[EnvEntry], context: tuple[RawEnv, ...], prefixes: tu
     return out
 
 
-def envs_of(items: Iterable[tuple[str, int, Any, Path]], names: Names,
+def envs_of(items: Iterable[tuple[str, int, Any, Path, str]], names: Names,
             links: bool = True) -> tuple[ContainerEnv, ...]:
-    """``container_envs`` over (group, index, container, its path): a pod spec's containers, or a
-    custom workload's, wherever its pods keep them. ``links``: the pod gets service-link variables."""
+    """``container_envs`` over (group, index, container, its path, its name when it gives none): a pod
+    spec's containers, or a custom workload's, wherever its pods keep them (a TrainJob's trainer is the
+    pod's container named node). ``links``: the pod gets service-link variables."""
     judged = judged_names(names.env)
     out = []
-    for group, index, container, path in items:
+    for group, index, container, path, unnamed in items:
         if not isinstance(container, dict):
             continue
         env, env_from = container.get("env"), container.get("envFrom")
@@ -336,7 +338,7 @@ def envs_of(items: Iterable[tuple[str, int, Any, Path]], names: Names,
             entries = _expanded(entries, context, (*(s.prefix for s in sources), *others), links)
         if entries or sources:
             name = container.get("name")
-            out.append(ContainerEnv(group, index, str(name) if name is not None else f"{group}[{index}]",
+            out.append(ContainerEnv(group, index, str(name) if name is not None else unnamed,
                                     tuple(entries), sources, path, context, others if context else ()))
     return tuple(out)
 
@@ -365,6 +367,8 @@ def env_problems(containers: Sequence[ContainerEnv], requests: Sequence[Containe
     for container in containers:
         request = gpu.get((container.group, container.index))
         asks_memory = request is not None and request.has(mem)
+        # A container asking for zero of every GPU resource is given none (ContainerRequest.has).
+        assigned = request is not None and bool(request.asked())
         for entry in container.entries:
             name = entry.name
             if name in env.device_plugin:
@@ -378,7 +382,7 @@ def env_problems(containers: Sequence[ContainerEnv], requests: Sequence[Containe
             elif name == env.visible_devices:
                 if entry.exposes_gpus:
                     verb = "may expose" if entry.value is None else "exposes"
-                    if request is not None:
+                    if assigned:
                         yield EnvProblem(container, f"env {entry.shown} {verb} {EXPOSES_ASSIGNED}", entry, False)
                     else:
                         yield EnvProblem(container, f"env {entry.shown} {verb} {EXPOSES_UNASKED}", entry, True)
@@ -388,10 +392,10 @@ def env_problems(containers: Sequence[ContainerEnv], requests: Sequence[Containe
                     yield EnvProblem(container, f"env {entry.shown} {verb} {DISABLES}", entry, True)
                 elif entry.undocumented:
                     yield EnvProblem(container, f"env {entry.shown} {UNDOCUMENTED}", entry, True, advisory=True)
-        if container.env_from:
+        if container.env_from:  # a container asking for zero of every GPU resource is given none
             first, more = container.env_from[0].shown, len(container.env_from) - 1
             listed = f"{first} and {more} more" if more else first
-            if request is not None:
+            if assigned:
                 yield EnvProblem(container, f"envFrom {listed} {ENV_FROM}", None, False)
             else:
                 yield EnvProblem(container, f"envFrom {listed} {env_from_gpu_free(env.visible_devices)}", None, True,
@@ -430,7 +434,8 @@ def _named(request: ContainerRequest | None) -> tuple[tuple[str, str], ...]:
     """The GPU resources a container names, each with its judged value (the limit, else the request)."""
     if request is None:
         return ()
-    return tuple(sorted((key, str(value.raw)) for key in request.asked() if (value := request.value(key)) is not None))
+    return tuple(sorted((key, str(value.raw)) for key in request.written()
+                        if (value := request.value(key)) is not None))
 
 
 def env_manifest(env: PodEnv) -> dict[str, list[dict[str, Any]]]:

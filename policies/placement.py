@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .cards import CardOrder, NodeCards, NoFit, no_fit_reasons, node_cards, place_pod
 from .cluster import NodeInfo, PodGPU, PodInfo, shared_gpus
 from .modes import SHARED_MODES
-from .resources import ContainerRequest
+from .resources import ContainerRequest, cards_per_container
 from .settings import Names
 from .topology import TopologyCards, choose_card_set, topology_cards
 
@@ -62,8 +62,9 @@ def demand_from_containers(key: str, containers: Sequence[ContainerRequest], nam
     effective request). ``labels``: the pod's labels."""
     mem = names.resources.gpu_mem
     found = shared_gpus(containers, names, labels or {})
+    cards = cards_per_container(labels or {}, names) or 1
     refused = tuple(f'container "{c.name}": {mem}={value.raw}' for c in containers
-                    if c.is_app and (value := c.value(mem)) is not None and c.memory(names) is None)
+                    if c.is_app and (value := c.value(mem)) is not None and c.memory(names, cards) is None)
     return PodDemand(key, found.gpus, found.exclusive, found.topology, refused)
 
 

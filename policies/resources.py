@@ -112,20 +112,37 @@ class ContainerRequest:
         found = self.limits.get(resource) or self.requests.get(resource)
         return found.whole_count if found is not None else None
 
-    def memory(self, names: Names) -> int | None:
+    def memory(self, names: Names, cards: int = 1) -> int | None:
         """The container's gpu-mem count when rule GS003 accepts it (a whole count from 1 to the
-        largest card), else None: a refused value never becomes a card demand or an env var."""
+        largest card times the ``cards`` the pod's multi-GPU label spreads it over), else None: a
+        refused value never becomes a card demand or an env var."""
         mem = names.resources.gpu_mem
         found = self.limits.get(mem) or self.requests.get(mem)
         count = found.whole_count if found is not None else None
-        return count if count is not None and count <= names.max_card_memory else None
+        return count if count is not None and count <= names.max_card_memory * cards else None
 
     def has(self, resource: str) -> bool:
-        return resource in self.limits or resource in self.requests
+        """Whether the container requests ``resource``, judged by value: a zero is no request.
+        kube-scheduler skips a zero request (pkg/scheduler/framework/plugins/noderesources/fit.go,
+        fitsRequest: "Skip in case request quantity is zero", ``if rQuant == 0 { continue }``) and the
+        kubelet's device manager allocates no device for one (pkg/kubelet/cm/devicemanager/manager.go,
+        devicesToAllocate: ``if needed == 0 { // No change, no work. return nil, nil }``).
+        A value that is no quantity still counts as named: its value rule refuses it."""
+        found = self.limits.get(resource) or self.requests.get(resource)
+        return found is not None and not is_zero(found)
 
     def asked(self) -> set[str]:
-        """Every GPU resource the container names, in limits or requests."""
+        """Every GPU resource the container requests, judged by value (``has``)."""
+        return {name for name in self.limits.keys() | self.requests.keys() if self.has(name)}
+
+    def written(self) -> set[str]:
+        """Every GPU resource the container names, in limits or requests, whatever its value."""
         return self.limits.keys() | self.requests.keys()
+
+
+def is_zero(value: ResourceValue) -> bool:
+    """A quantity of zero, however written ("0", "0m", "0Gi"): no request (``ContainerRequest.has``)."""
+    return value.quantity is not None and value.quantity == 0
 
 
 def _get(obj: Any, path: Path) -> Any:
@@ -267,7 +284,7 @@ def memory_share(container: ContainerRequest, spread: int, names: Names) -> int 
     spread over M cards (ACK "Use cGPU to achieve GPU sharing based on multiple GPUs"). None for an
     init container (the scheduler places app containers only), a value GS003 refuses, or an N/M that is
     not whole (GS009)."""
-    gib = container.memory(names)
+    gib = container.memory(names, spread)
     if gib is None or not container.is_app or gib % spread:
         return None
     return gib // spread

@@ -35,7 +35,7 @@ from .placement import (
     node_profile,
     quick_card,
 )
-from .resources import ContainerRequest, container_requests, pod_labels, pod_spec
+from .resources import ContainerRequest, container_requests, is_zero, pod_labels, pod_spec
 from .selectors import NodeSelector, node_selector_from_spec
 from .settings import Names
 from .topology import set_min_link
@@ -56,19 +56,20 @@ class PodRequest:
     pinned_node: str = ""  # spec.nodeName: the pod skips the scheduler and goes there
 
 
-def unusable_values(containers: Sequence[ContainerRequest], names: Names) -> list[tuple[str, str]]:
+def unusable_values(containers: Sequence[ContainerRequest], names: Names, cards: int = 1) -> list[tuple[str, str]]:
     """Why a pod's GPU values place it nowhere: unreadable, not a whole count, or larger than
-    any card. Ranking skips a value it cannot read, so a caller that must not treat such a pod
-    as asking for nothing (the scheduler extender) asks this first."""
+    ``cards`` cards (the multi-GPU label's). Ranking skips a value it cannot read, so a caller that
+    must not treat such a pod as asking for nothing (the scheduler extender) asks this first. A zero
+    of whole GPUs is no request (``ContainerRequest.has``), not a problem."""
     r = names.resources
     problems: list[tuple[str, str]] = []
     rule_of = {r.gpu_mem: "GS003", r.gpu_core: "GS001"}
     for c in containers:
         for resource in (r.gpu_mem, r.gpu_core, r.gpu_exclusive, r.gpu_topology):
             for value in (c.limits.get(resource), c.requests.get(resource)):
-                if value is None:
+                if value is None or (resource in (r.gpu_exclusive, r.gpu_topology) and is_zero(value)):
                     continue
-                memory = memory_problem(value, names) if resource == r.gpu_mem else None
+                memory = memory_problem(value, names, cards) if resource == r.gpu_mem else None
                 if memory is not None:
                     why = memory.why
                 elif value.quantity is None:

@@ -181,7 +181,9 @@ class Subject:
 
     @computed_once
     def asked(self) -> frozenset[str]:
-        """Every GPU resource some container names, in limits or requests (for family tests)."""
+        """Every GPU resource some container names, in limits or requests (for family tests). A value
+        rule (GS001, GS003, GS004) judges what is written, a zero too; the rules that ask whether a
+        container requests something judge by value (``ContainerRequest.has``: a zero is no request)."""
         asked: set[str] = set()
         for container in self.containers:
             asked.update(container.limits)

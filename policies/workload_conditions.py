@@ -51,6 +51,10 @@ def collect(node: str, items: list[Item], level: int = 0) -> str:
 def _containers(holder: Holder) -> Leaf:
     if holder.resources:
         return lambda node: f"(type({node}) == map ? [{{'resources': {node}}}] : [])"
+    if holder.resources_field:  # a container-like object (a TrainJob's trainer): its env, its resources' field
+        field = quote(holder.resources_field)
+        return lambda node: (f"(type({node}) == map ? [{{'resources': {field} in {node} ? {node}[{field}] : {{}}, "
+                             f"'env': 'env' in {node} ? {node}['env'] : []}}] : [])")
     if holder.many:
         return lambda node: f"(type({node}) == list ? {node} : [])"
     return lambda node: f"(type({node}) == map ? [{node}] : [])"

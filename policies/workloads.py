@@ -26,8 +26,11 @@ class Holder:
     field: Pattern
     many: bool  # a list of containers, else one container
     init: bool = False  # init containers (named so in messages)
-    resources: bool = False  # the field is itself a ResourceRequirements (TrainJob's resourcesPerNode)
+    resources: bool = False  # the field is itself a ResourceRequirements
     name: str = ""  # the container's name in the pod when the manifest gives none
+    # The object stands for a container whose resources are kept in this field instead of
+    # ``resources`` (a TrainJob's trainer: env beside resourcesPerNode).
+    resources_field: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,23 @@ KSERVE_EXPLAINER = Shape("kserve-explainer", (*_POD_SPEC_HOLDERS, Holder(("art",
 # Argo (argoproj.io/v1alpha1 Template): one pod per template, its main container from container,
 # script or containerSet, beside init containers and sidecars; pod fields at the template's level.
 # The main container is named main (workflow/common: MainContainerName).
+# KServe ServingRuntime / ClusterServingRuntime (serving.kserve.io/v1alpha1 ServingRuntimePodSpec): the
+# pod fields, labels and annotations inline in spec (and in spec.workerSpec for multi-node runtimes).
+# The predictor merges the runtime's container named kserve-container with its own
+# (pkg/controller/v1beta1/inferenceservice/utils/utils.go, MergeServingRuntimeAndInferenceServiceSpecs:
+# the runtime container is found by that name), so the names in messages are the pod's.
+KSERVE_RUNTIME = Shape("kserve-runtime", (Holder(("containers",), True),), spec=(), meta=())  # no init containers
+# Kubeflow Trainer (trainer.kubeflow.org/v1alpha1 Trainer): image, command, args and env of the training
+# container, named node in the runtime's node job (pkg/constants: Node), and resourcesPerNode, its
+# resources. A TrainJob's pods come from its runtime; these fields override the runtime's container.
+TRAINER = Shape("trainer", (Holder((), False, name="node", resources_field="resourcesPerNode"),))
+# The initializers' env (DatasetInitializer, ModelInitializer) goes to their containers, named
+# dataset-initializer and model-initializer (pkg/constants).
+DATASET_INITIALIZER = Shape("container", (Holder((), False, name="dataset-initializer"),))
+MODEL_INITIALIZER = Shape("container", (Holder((), False, name="model-initializer"),))
+# A TrainJob's runtime patch of a pod template (PodTemplatePatch): labels, annotations and containers
+# patched by name into the runtime's pods; no pod of its own (no spec read: dry-run shows none).
+RUNTIME_PATCH = Shape("runtime-patch", TEMPLATE.holders, spec=None, meta=("metadata",))
 ARGO_TEMPLATE = Shape("argo-template", (Holder(("container",), False, name="main"),
                                         Holder(("script",), False, name="main"),
                                         Holder(("containerSet", "containers"), True),
@@ -169,9 +189,14 @@ BUILT_IN: tuple[WorkloadKind, ...] = (
           _KUBEFLOW_V1.format("mpijobs") + "; kubeflow/mpi-operator manifests/base/kubeflow.org_mpijobs.yaml, "
                                            "release v0.8.0",
           (("spec.mpiReplicaSpecs.*.template", TEMPLATE),)),
-    # A TrainJob's pods come from its (Cluster)TrainingRuntime; it sets their GPU requests per node.
+    # A TrainJob's pods come from its (Cluster)TrainingRuntime; it sets their trainer container's env and
+    # GPU requests per node, its initializers' env, and patches the runtime's pod templates (a runtime
+    # patch's containers carry env, no resources: pkg/apis/trainer/v1alpha1 ContainerPatch).
     _kind("trainer.kubeflow.org", "TrainJob", "trainjobs", ("v1alpha1",), _TRAINER.format("trainjobs"),
-          (("spec.trainer.resourcesPerNode", RESOURCES),)),
+          (("spec.trainer", TRAINER), ("spec.initializer.dataset", DATASET_INITIALIZER),
+           ("spec.initializer.model", MODEL_INITIALIZER),
+           ("spec.runtimePatches[].trainingRuntimeSpec.template.spec.replicatedJobs[].template.spec.template",
+            RUNTIME_PATCH))),
     _kind("trainer.kubeflow.org", "TrainingRuntime", "trainingruntimes", ("v1alpha1",),
           _TRAINER.format("trainingruntimes"), _RUNTIME),
     _kind("trainer.kubeflow.org", "ClusterTrainingRuntime", "clustertrainingruntimes", ("v1alpha1",),
@@ -191,6 +216,10 @@ BUILT_IN: tuple[WorkloadKind, ...] = (
           _under("spec.rayClusterConfig", _RAY_CLUSTER)),
     _kind("serving.kserve.io", "InferenceService", "inferenceservices", ("v1beta1",),
           "kserve/kserve config/crd/full/serving.kserve.io_inferenceservices.yaml, release v0.20.0", _KSERVE),
+    *(_kind("serving.kserve.io", kind, f"{kind.lower()}s", ("v1alpha1",),
+            f"kserve/kserve config/crd/full/serving.kserve.io_{kind.lower()}s.yaml, release v0.20.0",
+            (("spec", KSERVE_RUNTIME), ("spec.workerSpec", KSERVE_RUNTIME)), namespaced=kind == "ServingRuntime")
+      for kind in ("ServingRuntime", "ClusterServingRuntime")),
     _argo("Workflow", "workflows"),
     _argo("WorkflowTemplate", "workflowtemplates"),
     _argo("ClusterWorkflowTemplate", "clusterworkflowtemplates", namespaced=False),
@@ -314,6 +343,12 @@ class _Reader:
                 continue
             if holder.resources:
                 out.append(ContainerSite(group, 0, at, {"resources": container}, str(at[-1]), at))
+                continue
+            if holder.resources_field:  # env and the like as written, resources from their own field
+                view = {k: v for k, v in container.items() if k != "resources"}
+                if container.get(holder.resources_field) is not None:
+                    view["resources"] = container[holder.resources_field]
+                out.append(ContainerSite(group, 0, at, view, holder.name, (*at, holder.resources_field)))
                 continue
             name = container.get("name")
             label = str(name) if name is not None else holder.name or (

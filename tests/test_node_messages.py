@@ -51,8 +51,8 @@ def test_gn001_placement_with_a_shared_mode(engine, mode, placement):
 
 def test_gn001_an_empty_mode_label_is_not_a_mode(engine):
     assert findings(engine, node(mode=""), rule="GN001")[0][2] == (
-        f"GN001: Node {NAME}: {SCHEDULE}='' is not a GPU scheduling mode; use one of cgpu, core_mem, default, mps, "
-        "share, topology")
+        f"GN001: Node {NAME}: {SCHEDULE}='' is not a GPU scheduling mode; use one of cgpu, core_mem, default, "
+        "disabled, mig, mps, share, topology")
 
 
 def test_gn001_on_update_only_a_changed_value_is_judged(engine):

@@ -31,7 +31,7 @@ def test_gn001_unknown_mode_and_placement(engine):
     messages = [f.message for f in by_rule(verdict, "GN001")]
     assert messages == [
         "GN001: Node cn-beijing.192.168.1.10: ack.node.gpu.schedule='cGPU' is not a GPU scheduling mode; use one of "
-        "cgpu, core_mem, default, mps, share, topology",
+        "cgpu, core_mem, default, disabled, mig, mps, share, topology",
         "GN001: Node cn-beijing.192.168.1.10: ack.node.gpu.placement='pack' is not a placement policy; use binpack "
         "(the default) or spread"]
     assert not verdict.allowed

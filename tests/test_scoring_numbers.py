@@ -250,13 +250,21 @@ def test_unusable_values_word_for_word(settings, limits, expected):
 
 def test_unusable_values_in_resource_order_limits_before_requests(settings):
     limits = {"aliyun.com/gpu": "x", "aliyun.com/gpu-mem": "2Gi"}
-    requests = {"aliyun.com/gpu-mem": "3000", "nvidia.com/gpu": "0"}
+    requests = {"aliyun.com/gpu-mem": "3000", "nvidia.com/gpu": "-1"}
     assert _unusable(settings.names, limits, requests) == [
         ("GS003", "container \"c\": aliyun.com/gpu-mem='2Gi' looks like bytes, but the resource counts GiB"),
         ("GS003", "container \"c\": aliyun.com/gpu-mem='3000' is more than any card holds (at most 1024 GiB) and "
                   "looks like MiB (3 GiB rounded up)"),
-        ("NodeResourcesFit", "container \"c\": nvidia.com/gpu='0' is not a whole number >= 1"),
+        ("NodeResourcesFit", "container \"c\": nvidia.com/gpu='-1' is not a whole number >= 1"),
         ("NodeResourcesFit", "container \"c\": aliyun.com/gpu='x' is not a quantity ('x' is not a quantity)")]
+
+
+def test_a_zero_of_whole_gpus_is_no_request_and_no_problem(settings):
+    # kube-scheduler skips a zero request (noderesources fit.go, fitsRequest); the kubelet's device
+    # manager allocates nothing for one (devicemanager manager.go, devicesToAllocate).
+    assert _unusable(settings.names, {"nvidia.com/gpu": "0", "aliyun.com/gpu": "0", "aliyun.com/gpu-mem": "2"}) == []
+    assert _unusable(settings.names, {"nvidia.com/gpu": "-1"}) == [
+        ("NodeResourcesFit", "container \"c\": nvidia.com/gpu='-1' is not a whole number >= 1")]
 
 
 def test_a_score_is_rounded_not_cut(settings):

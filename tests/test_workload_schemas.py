@@ -1,7 +1,9 @@
-"""The workload table against the projects' published CRD schemas (trimmed copies in
+"""The workload table against the projects' published CRD schemas (the full CRDs in
+tests/data/workload-crds/full; the samples are validated against the trimmed copies in
 tests/data/workload-crds, origins in ORIGIN.md there): every path of the table is walked through its
 kind's schema to what the table says it holds, and every place in the schema that can hold GPU
-requests (a ResourceRequirements) is either a path of the table or set aside with a reason."""
+requests (a ResourceRequirements) is either a path of the table or set aside with a reason
+(tests/test_workload_crd_coverage.py walks env, envFrom and every other pod-shaped field too)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from policies.field_paths import EVERY_ITEM, EVERY_VALUE, Pattern, render_patter
 from policies.resources import ShapeError
 from policies.workloads import BUILT_IN, TEMPLATE, Holder, Location, WorkloadKind
 
+from .crd_walk import served
 from .crds import invalid, prune
 from .helpers import DATA
 from .profiles import examples
@@ -35,7 +38,12 @@ def crds() -> list[dict[str, Any]]:
 
 
 def schemas(kind: WorkloadKind) -> dict[str, Schema]:
-    """Every served version of the kind's CRDs (MPIJob has two: the Training Operator's and the MPI
+    """Every served version of the kind's full CRDs (tests/data/workload-crds/full)."""
+    return served(kind)
+
+
+def trimmed_schemas(kind: WorkloadKind) -> dict[str, Schema]:
+    """Every served version of the kind's trimmed CRDs (MPIJob has two: the Training Operator's and the MPI
     Operator's), by version."""
     found = {}
     for crd in crds():
@@ -76,7 +84,8 @@ def holder_pattern(location: Location, holder: Holder) -> Pattern:
     """Where the ResourceRequirements of the holder's containers are."""
     if holder.resources:
         return (*location.pattern, *holder.field)
-    return (*location.pattern, *holder.field, *((EVERY_ITEM,) if holder.many else ()), "resources")
+    return (*location.pattern, *holder.field, *((EVERY_ITEM,) if holder.many else ()),
+            holder.resources_field or "resources")
 
 
 def resource_requirements(schema: Schema, pattern: Pattern = ()) -> list[Pattern]:
@@ -134,7 +143,10 @@ def test_every_path_of_the_table_reaches_what_it_says_in_the_schema(kind):
             node = walk(schema, location.pattern)
             assert node.get("type") == "object", f"{version} {location.text}: not an object"
             for holder in location.shape.holders:
-                assert is_resource_requirements(walk(schema, holder_pattern(location, holder))), \
+                pattern = holder_pattern(location, holder)
+                if missing_in(schema, pattern) and "env" in walk(schema, pattern[:-1]).get("properties", {}):
+                    continue  # a container of env only: a TrainJob's initializers, its runtime patches' containers
+                assert is_resource_requirements(walk(schema, pattern)), \
                     f"{version} {location.text}: {render_pattern(holder.field)} holds no container resources"
             if location.shape.spec is not None:  # the pods' scheduler, read by GW001
                 assert walk(schema, (*location.pattern, *location.shape.spec, "schedulerName"))["type"] == "string"
@@ -149,7 +161,7 @@ def test_every_place_of_the_schema_that_holds_gpu_requests_is_in_the_table_or_se
     covered = {holder_pattern(location, holder) for location in kind.locations for holder in location.shape.holders}
     for version, schema in schemas(kind).items():
         places = resource_requirements(schema)
-        assert places, f"{kind.name} {version}: the trimmed schema lost its containers"
+        assert places, f"{kind.name} {version}: the schema has no containers"
         missing = [render_pattern(p) for p in places if p not in covered and set_aside(schema, p) is None]
         assert missing == [], f"{kind.name} {version}: GPU requests the table does not read"
 
@@ -170,7 +182,7 @@ def test_the_set_aside_places_are_the_ones_kubernetes_forbids_extended_resources
 def test_every_sample_is_a_valid_object_of_its_crd(case):
     obj = case.manifest()
     version = obj["apiVersion"].rpartition("/")[2]
-    schema = schemas(case.kind)[version]
+    schema = trimmed_schemas(case.kind)[version]
     assert prune(obj, schema) == []
     assert invalid(obj, schema) is None
     broken = case.with_mistake()

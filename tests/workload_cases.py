@@ -24,8 +24,8 @@ GPU_RESOURCES = (MEM, CORE, "nvidia.com/gpu", "aliyun.com/gpu")
 @dataclass(frozen=True)
 class Case:
     file: str
-    # The container the test breaks (or the ResourceRequirements, for a TrainJob): a replica after the
-    # first wherever the kind has more than one.
+    # The container the test breaks (a TrainJob's trainer, whose resources are resourcesPerNode): a
+    # replica after the first wherever the kind has more than one.
     broken: FieldPath
 
     @property
@@ -44,7 +44,7 @@ class Case:
     @property
     def resources(self) -> FieldPath:
         """Where the broken container's limits and requests are."""
-        return self.broken if self.file == "trainjob.yaml" else (*self.broken, "resources")
+        return (*self.broken, "resourcesPerNode" if self.file == "trainjob.yaml" else "resources")
 
     def with_mistake(self) -> dict[str, Any]:
         """The sample with aliyun.com/gpu-mem written as a size (2Gi) in the broken replica."""
@@ -84,7 +84,7 @@ CASES = [
     Case("xgboostjob.yaml", _t("spec", "xgbReplicaSpecs", "Worker", "template", "spec", "containers", 0)),
     Case("paddlejob.yaml", _t("spec", "paddleReplicaSpecs", "Worker", "template", "spec", "containers", 0)),
     Case("jaxjob.yaml", _t("spec", "jaxReplicaSpecs", "Worker", "template", "spec", "containers", 0)),
-    Case("trainjob.yaml", _t("spec", "trainer", "resourcesPerNode")),
+    Case("trainjob.yaml", _t("spec", "trainer")),
     Case("trainingruntime.yaml", _t("spec", "template", "spec", "replicatedJobs", 2, "template", "spec", "template",
                                     "spec", "containers", 0)),
     Case("clustertrainingruntime.yaml", _t("spec", "template", "spec", "replicatedJobs", 2, "template", "spec",
@@ -96,6 +96,8 @@ CASES = [
     Case("rayservice.yaml", _t("spec", "rayClusterConfig", "workerGroupSpecs", 0, "template", "spec", "containers",
                                0)),
     Case("inferenceservice.yaml", _t("spec", "transformer", "containers", 0)),
+    Case("servingruntime.yaml", _t("spec", "containers", 0)),
+    Case("clusterservingruntime.yaml", _t("spec", "workerSpec", "containers", 0)),
     Case("workflow.yaml", _t("spec", "templates", 1, "container")),
     Case("workflowtemplate.yaml", _t("spec", "templates", 0, "containerSet", "containers", 1)),
     Case("clusterworkflowtemplate.yaml", _t("spec", "templates", 1, "container")),

@@ -65,7 +65,7 @@ def problems(subject: Subject) -> list[EnvProblem]:
         spec, base = subject.pod_spec
         pods = [(container_envs(spec, base, names), subject.containers, subject.pod_labels, spec)]
     else:  # a custom workload: each pod it makes, its containers wherever they are kept
-        pods = [(envs_of(((c.group, c.index, c.container, c.path) for c in pod.site.containers
+        pods = [(envs_of(((c.group, c.index, c.container, c.path, c.name) for c in pod.site.containers
                           if c.group != "resources"), names, service_links(pod.spec)), pod.containers, pod.labels,
                  pod.spec)
                 for pod in subject.pods if pod.site is not None]

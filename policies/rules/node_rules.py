@@ -38,6 +38,10 @@ PLACEMENTS = ("binpack", "spread")
 # cGPU isolation runs only on ECS instances (ACK "Manage the shared GPU scheduling component");
 # mps is built on cGPU too (policies/modes.py).
 ECS_ONLY_MODES = CGPU_MODES
+# Where the values of ack.node.gpu.schedule beyond the six of "GPU node scheduling labels" come from.
+LABELS_PAGE = 'ACK documentation: "Labels for enabling GPU scheduling policies"'
+DRA_PAGE = 'ACK documentation: "Schedule GPUs with DRA"'
+
 
 
 def _node(subject: Subject) -> NodeInfo:
@@ -99,10 +103,12 @@ def region_of(node: NodeInfo, subject: Subject) -> str:
     return ecs.region if ecs is not None else ""
 
 
-@rule("GN001", severity="deny", seed="003", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
+@rule("GN001", severity="deny", seed=f"003, {LABELS_PAGE}, {DRA_PAGE}", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       title="GPU scheduling and placement labels carry known values",
-      doc="ack.node.gpu.schedule is one of default, cgpu, core_mem, share, mps, topology; "
-          "ack.node.gpu.placement is binpack or spread and only means something with a shared mode.")
+      doc="ack.node.gpu.schedule is one of the values ACK documents: default, cgpu, core_mem, share, mps, "
+          "topology, mig (MIG partitioning) and disabled (GPUs left to DRA or another device plugin; mig and "
+          "disabled nodes offer no shared GPU); ack.node.gpu.placement is binpack or spread and only means "
+          "something with a shared mode.")
 def known_mode_values(subject: Subject) -> Iterator[Found]:
     labels = subject.names.labels
     node = _node(subject)
@@ -227,7 +233,7 @@ def isolation_only_on_ecs(subject: Subject) -> Iterator[Found]:
                 f"spec.providerID is {shown}; use {subject.names.labels.schedule}=share on non-ECS nodes", path)
 
 
-@rule("GN005", severity="deny", seed="000, 002, 003", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
+@rule("GN005", severity="deny", seed=f"000, 002, 003, {LABELS_PAGE}", kinds=NODE, relevance=GPU_SCHEDULING_LABELS,
       operations=("UPDATE",),
       title="No GPU mode switched by relabelling an existing node",
       doc="Computing power allocation does not work when an existing node is labelled core_mem: "
@@ -235,8 +241,9 @@ def isolation_only_on_ecs(subject: Subject) -> Iterator[Found]:
           "(cgpu, core_mem, share, mps) to another shared mode warns, in the words of \"Manage the shared "
           "GPU scheduling component\" (after adding it, do not change it with kubectl label nodes). Setting "
           "default, which \"GPU node scheduling labels\" tells users to do with kubectl label --overwrite, "
-          "and labelling a node that had no shared mode pass. Nodes created with the label, and the "
-          "configured node-pool identities, may.")
+          "and labelling a node that had no shared mode pass. Changing mig to another value warns: \"Labels "
+          "for enabling GPU scheduling policies\" supports no other value for it. Nodes created with the label, "
+          "and the configured node-pool identities, may.")
 def no_core_mem_by_relabel(subject: Subject) -> Iterator[Found]:
     old = _old_node(subject)
     node = _node(subject)
@@ -248,6 +255,10 @@ def no_core_mem_by_relabel(subject: Subject) -> Iterator[Found]:
             or set(subject.user.groups) & set(policy.node_pool_groups):
         return
     schedule = subject.names.labels.schedule
+    if before == "mig" and after:
+        yield Found(f"Node {node.name}: {schedule} mig -> {after}: \"Labels for enabling GPU scheduling policies\" "
+                    f"supports no other value on a mig node; use a node pool labelled {after}", _label_path(schedule),
+                    advisory=True)
     if after != "core_mem":
         # "Manage the shared GPU scheduling component": "After adding the shared GPU scheduling label, do
         # not use the kubectl label nodes command to change the GPU scheduling label". "GPU node

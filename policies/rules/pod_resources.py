@@ -9,8 +9,8 @@ from typing import cast
 from ..gpu_memory import memory_problem
 from ..near_miss import NearMiss, near_misses, near_misses_in
 from ..relevance import Relevance
-from ..resources import CUSTOM_WORKLOADS, POD_SPEC_PATHS, ContainerRequest, ResourceValue
-from ..settings import Names, NearMissSettings
+from ..resources import CUSTOM_WORKLOADS, POD_SPEC_PATHS, ContainerRequest, ResourceValue, cards_per_container
+from ..settings import Names, NearMissSettings, ResourceNames
 from ..subject import Subject
 from .base import Found, rule
 
@@ -110,24 +110,36 @@ def core_needs_memory(subject: Subject) -> Iterator[Found]:
       relevance=Relevance(resources=("gpu_mem",)),
       title="GPU memory is a positive whole number of GiB",
       doc="aliyun.com/gpu-mem counts GiB (MiB with names.memory_unit: MiB) as a whole number from 1 to "
-          "the largest card (1024 GiB). It is judged by value, as the API server and the scheduler "
+          "the largest card (1024 GiB), times the cards a pod labelled aliyun.com/gpu-count spreads it over "
+          "(N over M cards is N/M on each). It is judged by value, as the API server and the scheduler "
           "read it: 2000m is 2 and passes; 2Gi is two billion GiB and is refused (use 2); 5.5 is "
           "refused (use 6: a memory request is never rounded down); 16276 looks like MiB.")
 def memory_whole_gib(subject: Subject) -> Iterator[Found]:
     mem = subject.names.resources.gpu_mem
-    for container in subject.containers:
-        value = _judged_value(container, mem)
-        problem = memory_problem(value, subject.names) if value is not None else None
-        if value is not None and problem is not None:
-            yield Found(f"{subject.where(container)}: {mem}={_raw(value)} {problem.why}; {problem.fix}", value.path)
+    for cards, containers in _cards_and_containers(subject):
+        for container in containers:
+            value = _judged_value(container, mem)
+            problem = memory_problem(value, subject.names, cards) if value is not None else None
+            if value is not None and problem is not None:
+                yield Found(f"{subject.where(container)}: {mem}={_raw(value)} {problem.why}; {problem.fix}",
+                            value.path)
 
 
-def accepted_form(value: ResourceValue, resource: str, names: Names) -> str:
+def _cards_and_containers(subject: Subject) -> Iterable[tuple[int, list[ContainerRequest]]]:
+    """Per pod the object makes, the cards its multi-GPU label spreads each container over (1 without
+    it: ACK "Use cGPU to achieve GPU sharing based on multiple GPUs") and its GPU containers."""
+    names = subject.names
+    if subject.workload is None:
+        return ((cards_per_container(subject.pod_labels, names) or 1, subject.containers),)
+    return ((cards_per_container(pod.labels, names) or 1, pod.containers) for pod in subject.pods)
+
+
+def accepted_form(value: ResourceValue, resource: str, names: Names, cards: int = 1) -> str:
     """How to write ``value`` so that its value rule accepts it: as written when it does, else
     what that rule suggests (GS004 names this, so its fix never contradicts GS001's or GS003's)."""
     r = names.resources
     if resource == r.gpu_mem:
-        problem = memory_problem(value, names)
+        problem = memory_problem(value, names, cards)
         if problem is not None:
             return problem.accepted or problem.fix.removeprefix("use ")
     elif resource == r.gpu_core and not core_accepted(value.quantity):
@@ -147,21 +159,27 @@ def accepted_form(value: ResourceValue, resource: str, names: Names) -> str:
           "judges them, or their operator's pods would be refused one by one.")
 def requests_equal_limits(subject: Subject) -> Iterator[Found]:
     r = subject.names.resources
-    for container in subject.containers:
-        for resource in (r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive):
-            request = container.requests.get(resource)
-            if request is None:
-                continue
-            limit = container.limits.get(resource)
-            if limit is None:
-                yield Found(f"{subject.where(container)}: requests.{resource}={_raw(request)} has no limit; "
-                            f"set limits.{resource}: {accepted_form(request, resource, subject.names)} "
-                            f"(extended resources need a limit)", request.path)
-            elif request.quantity is not None and limit.quantity is not None \
-                    and request.quantity != limit.quantity:
-                yield Found(f"{subject.where(container)}: requests.{resource}={_raw(request)} differs from "
-                            f"limits.{resource}={_raw(limit)}; set the request to "
-                            f"{accepted_form(limit, resource, subject.names)} or leave it out", request.path)
+    for cards, containers in _cards_and_containers(subject):
+        for container in containers:
+            yield from _request_against_limit(subject, container, cards, r)
+
+
+def _request_against_limit(subject: Subject, container: ContainerRequest, cards: int,
+                           r: ResourceNames) -> Iterator[Found]:
+    for resource in (r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive):
+        request = container.requests.get(resource)
+        if request is None:
+            continue
+        limit = container.limits.get(resource)
+        if limit is None:
+            yield Found(f"{subject.where(container)}: requests.{resource}={_raw(request)} has no limit; "
+                        f"set limits.{resource}: {accepted_form(request, resource, subject.names, cards)} "
+                        f"(extended resources need a limit)", request.path)
+        elif request.quantity is not None and limit.quantity is not None \
+                and request.quantity != limit.quantity:
+            yield Found(f"{subject.where(container)}: requests.{resource}={_raw(request)} differs from "
+                        f"limits.{resource}={_raw(limit)}; set the request to "
+                        f"{accepted_form(limit, resource, subject.names, cards)} or leave it out", request.path)
 
 
 def _each_pod(subject: Subject) -> Iterable[tuple[str, list[ContainerRequest]]]:

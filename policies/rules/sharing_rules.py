@@ -51,9 +51,10 @@ def init_memory_on_no_card(subject: Subject) -> Iterator[Found]:
     names = subject.names
     mem = names.resources.gpu_mem
     for pod in subject.pods:
-        app_sum = sum(c.memory(names) or 0 for c in pod.containers if c.is_app)
+        cards = cards_per_container(pod.labels, names) or 1
+        app_sum = sum(c.memory(names, cards) or 0 for c in pod.containers if c.is_app)
         for container in pod.containers:
-            count = container.memory(names)
+            count = container.memory(names, cards)
             if container.is_app or count is None or count == app_sum:
                 continue
             sidecar = " (a sidecar)" if container.sidecar else ""
@@ -79,7 +80,7 @@ def spread_divides_evenly(subject: Subject) -> Iterator[Found]:
                         f"1 or more", _label_path(subject, pod, key))
             continue
         for container in pod.containers:
-            count = container.memory(names)
+            count = container.memory(names, spread)
             if not container.is_app or count is None or count % spread == 0:
                 continue
             rounded_up = (count // spread + 1) * spread  # never less memory than asked for

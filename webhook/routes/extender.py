@@ -18,7 +18,7 @@ from typing import Any
 from flask import Blueprint, request
 
 from policies.cluster import ClusterState, node_from_manifest
-from policies.resources import ShapeError, container_requests, pod_spec
+from policies.resources import ShapeError, cards_per_container, container_requests, pod_spec
 from policies.scoring import NodeScore, Scorer, pod_request, unusable_values
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
@@ -87,7 +87,9 @@ class Extender:
             request = pod_request("Pod", args.pod, self.names, key=key, containers=containers)
         except ShapeError as exc:
             raise ExtenderInputError(f"ExtenderArgs.Pod: {exc}") from None
-        problems = unusable_values(containers, self.names)
+        labels = meta.get("labels")
+        cards = cards_per_container(labels if isinstance(labels, dict) else {}, self.names) or 1
+        problems = unusable_values(containers, self.names, cards)
         if problems:
             # Fits nowhere, and no preemption would change that: every candidate fails, with why.
             return [NodeScore(name, False, problems=problems, unresolvable=True) for name in self._candidates(args)]
