@@ -14,7 +14,7 @@ trainer) is found too: anything with env or resources is found by those leaves.
 from __future__ import annotations
 
 import gzip
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -35,11 +35,11 @@ def full_crds() -> tuple[dict[str, Any], ...]:
     return tuple(yaml.load(gzip.open(p), Loader=yaml.CSafeLoader) for p in sorted(FULL.glob("*.yaml.gz")))
 
 
-def served(kind: WorkloadKind) -> dict[str, Schema]:
-    """Every served version of the kind's full CRDs (MPIJob has two: the Training Operator's and the MPI
-    Operator's), by version."""
+def served(kind: WorkloadKind, crds: Iterable[dict[str, Any]] | None = None) -> dict[str, Schema]:
+    """Every served version of the kind in ``crds`` (default: the full CRDs; MPIJob has two: the Training
+    Operator's and the MPI Operator's), by version."""
     found = {}
-    for crd in full_crds():
+    for crd in full_crds() if crds is None else crds:
         spec = crd["spec"]
         if (spec["group"], spec["names"]["kind"]) == (kind.group, kind.kind):
             assert spec["names"]["plural"] == kind.plural

@@ -17,10 +17,13 @@ from collections import defaultdict
 from datetime import datetime
 from itertools import pairwise
 
+from webhook.state.live import WATCHED_CUSTOM_QUOTAS
+
 from .helpers import gpushare_server
 
 WINDOW_SECONDS = 6.0
-RESOURCES = ("nodes", "pods", "namespaces")
+# Every list/watch `serve` keeps: the cluster's own and the GPU quota kinds (docs/quotas.md).
+RESOURCES = ("nodes", "pods", "namespaces", "resourcequotas", *(plural for *_, plural in WATCHED_CUSTOM_QUOTAS))
 
 
 def test_an_unreachable_api_server_is_one_plain_line_per_resource_per_back_off(tmp_path):

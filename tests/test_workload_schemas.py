@@ -45,14 +45,7 @@ def schemas(kind: WorkloadKind) -> dict[str, Schema]:
 def trimmed_schemas(kind: WorkloadKind) -> dict[str, Schema]:
     """Every served version of the kind's trimmed CRDs (MPIJob has two: the Training Operator's and the MPI
     Operator's), by version."""
-    found = {}
-    for crd in crds():
-        spec = crd["spec"]
-        if (spec["group"], spec["names"]["kind"]) == (kind.group, kind.kind):
-            assert spec["names"]["plural"] == kind.plural
-            assert (spec["scope"] == "Namespaced") == kind.namespaced
-            found.update({v["name"]: v["schema"]["openAPIV3Schema"] for v in spec["versions"] if v["served"]})
-    return found
+    return served(kind, crds())
 
 
 def walk(schema: Schema, pattern: Pattern) -> Schema:

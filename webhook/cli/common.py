@@ -52,10 +52,9 @@ class ClusterFailure(CommandFailure):
     """Exit 1: the cluster refused what it was asked."""
 
 
-class OneLineUsage(click.Command):
+class _OneLineErrors(click.Command):
     """Usage errors as one line with exit code 2, instead of the usage block; ``-h`` is help, also
-    when the command runs alone (``kubectl inspect cgpu -h``); a module of the [server] extra that
-    is not installed is named with the command that installs it."""
+    when the command runs alone (``kubectl inspect cgpu -h``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("context_settings", {}).setdefault("help_option_names", ["-h", "--help"])
@@ -67,6 +66,11 @@ class OneLineUsage(click.Command):
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:
             raise usage_failure(exc, _command_path(self, parent, info_name)) from None
+
+
+class OneLineUsage(_OneLineErrors):
+    """A command with one-line usage errors; a module of the [server] extra that is not installed is
+    named with the command that installs it."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -78,20 +82,9 @@ class OneLineUsage(click.Command):
                                f"{SERVER_EXTRA}") from None
 
 
-class OneLineGroup(click.Group):
+class OneLineGroup(_OneLineErrors, click.Group):
     """A group of commands with the commands' error style: a misspelt command gets the closest
     one ("did you mean"), a usage error is one line naming the help to read, exit code 2."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("context_settings", {}).setdefault("help_option_names", ["-h", "--help"])
-        super().__init__(*args, **kwargs)
-
-    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
-                     **extra: Any) -> click.Context:
-        try:
-            return super().make_context(info_name, args, parent, **extra)
-        except click.UsageError as exc:
-            raise usage_failure(exc, _command_path(self, parent, info_name)) from None
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
                                                                                list[str]]:
