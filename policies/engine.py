@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 # Appended to a denial an UPDATE does not cause (the last clause: warnings keep it whole).
-_EXISTING = "; it was so before this update, which does not change it: admitted"
+EXISTING = "; it was so before this update, which does not change it: admitted"
 
 
 @functools.cache
@@ -234,8 +234,8 @@ class Engine:
         if not self.judged(kind).unchanged(subject.obj, old):
             unchanged = replace(subject, obj=old, memo={})  # the old object, as an update that changes nothing
             before = {(f.rule, f.message) for f in self._judge(unchanged).findings}
-        verdict.findings = [replace(f, severity="warn", message=f"{f.message}{_EXISTING}",
-                                    brief=f"{f.brief}{_EXISTING}" if f.brief else "")
+        verdict.findings = [replace(f, severity="warn", message=f"{f.message}{EXISTING}",
+                                    brief=f"{f.brief}{EXISTING}" if f.brief else "")
                             if f.severity == "deny" and (before is None or (f.rule, f.message) in before) else f
                             for f in verdict.findings]
         return verdict

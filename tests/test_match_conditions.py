@@ -23,7 +23,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.engine import Engine
+from policies.engine import EXISTING, Engine
 from policies.match_conditions import SCOPES, match_conditions, scope_sends, triggers
 from policies.relevance import Relevance
 from policies.rules.base import REGISTRY, rule
@@ -94,13 +94,18 @@ def sent(webhook: str, obj: dict[str, Any], *, resource: str = "pods", operation
 def judged_by(kind: str, obj: dict[str, Any], namespace: str, *, operation: str = "CREATE",
               old: dict[str, Any] | None = None, sub_resource: str = "") -> set[str]:
     """Every rule that finds something on ``obj`` as the webhooks judge it (with and without the cluster)
-    and every mutation that patches it."""
+    and every mutation that patches it. On an UPDATE, only what the change brings: a finding the old
+    object had as well, word for word, is not the change's, and such an UPDATE need not be sent
+    (docs/design.md, "What an UPDATE is judged on")."""
     found: set[str] = set()
     for state in (None, STATE):
-        subject = ENGINE.subject(kind, obj, namespace=namespace, state=state, operation=operation, old=old,
-                                 sub_resource=sub_resource, admission=True)
-        verdict = ENGINE.validate(subject)
-        found |= {f.rule for f in [*verdict.findings, *verdict.exempted]}
+        def findings(judged: dict[str, Any], state: Any = state) -> set[tuple[str, str]]:
+            subject = ENGINE.subject(kind, judged, namespace=namespace, state=state, operation=operation, old=old,
+                                     sub_resource=sub_resource, admission=True)
+            verdict = ENGINE.validate(subject)
+            return {(f.rule, f.message.removesuffix(EXISTING)) for f in [*verdict.findings, *verdict.exempted]}
+        before = findings(old) if operation == "UPDATE" and isinstance(old, dict) else set()
+        found |= {rule for rule, message in findings(obj) - before}
     subject = ENGINE.subject(kind, obj, namespace=namespace, operation=operation, old=old, sub_resource=sub_resource,
                              admission=True)
     return found | set(ENGINE.mutate(subject).patch_ids)
