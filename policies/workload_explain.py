@@ -10,8 +10,9 @@ message ``Error creating: <error>`` (kubernetes ``pkg/controller/controller_util
 and ``prettyPrint``), inside ``pods "<name>" is forbidden: ...``. A Deployment creates no pods itself:
 its ReplicaSets do, so a Deployment is followed to its ReplicaSets.
 
-Kueue keeps a Job it has not admitted suspended (``spec.suspend: true``) while the Job names a
-LocalQueue in the label ``kueue.x-k8s.io/queue-name`` (Kueue documentation: "Run a Job"); pods of a
+Kueue keeps a Job that names a LocalQueue in the label ``kueue.x-k8s.io/queue-name`` suspended
+(``spec.suspend: true``) until it admits the Job's Workload (Kueue documentation: "Troubleshooting
+Jobs"); a suspended Job's controller creates no pods (Kubernetes KEP-2232, "Suspend Job"). Pods of a
 workload that exist but wait on an ElasticQuotaTree are said by ``policies.explain.quota_holds``.
 """
 
