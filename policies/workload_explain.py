@@ -139,7 +139,9 @@ def explain_workload(view: WorkloadView, state: ClusterState, names: Names) -> W
         quota = EXCEEDED.search(last)
         times = sum(max(_count(e.get("count")), 1) for _, e in refusals)
         wanted, has = _missing(creator)
-        short = f"{wanted - has} of {wanted} pods are missing" if wanted > has else "pods were refused"
+        if wanted <= has:  # refused once, whole now (or an old ReplicaSet scaled to 0): history, not the reason
+            continue
+        short = f"{wanted - has} of {wanted} pods are missing"
         who = f"ResourceQuota {namespace}/{quota.group('quota') if quota else '?'}"
         refused.append(f"{creator.get('kind')} {namespace}/{c_name}: {short}: {who} refused {times} "
                        f"attempt{'s' if times != 1 else ''} to create them, the last with \"{last}\"; "

@@ -114,4 +114,18 @@ def test_live_explain_reads_the_events_by_field_selector(tmp_path):
         assert _explain("team-a/fits", "--kubeconfig", kubeconfig) == [f"Deployment team-a/fits: {NO_QUOTA}"]
         event_reads = [r for r in api.requests if r.path == "/api/v1/namespaces/team-a/events"]
         assert {r.query.get("fieldSelector") for r in event_reads} == {
-            "involvedObject.kind=ReplicaSet,involvedObject.name=serve-6f9c7d5b8"}
+            "involvedObject.kind=ReplicaSet,involvedObject.name=serve-6f9c7d5b8",
+            "involvedObject.kind=ReplicaSet,involvedObject.name=serve-5d8b6c4f7"}
+
+
+def test_live_explain_refused_its_events_says_so_in_one_line(tmp_path):
+    items = yaml.safe_load(EVENTS.read_text())["items"]
+    with running() as api:
+        api.install_crd(*QUOTA_CRDS)
+        api.add(*items)
+        api.fail_next(1, 403, prefix="/api/v1/namespaces/team-a/events")
+        done = run_gpushare("explain", "team-a/serve", "--kubeconfig", api.kubeconfig(tmp_path / "kubeconfig"))
+        url = api.url
+    assert done.returncode == 1 and not done.stdout and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"gpushare: error: the API server {url} refused to read team-a/serve and its "
+                                   f"events: HTTP 403 Forbidden")
