@@ -68,7 +68,8 @@ class WorkloadExplanation:
                 "waiting": self.waiting}
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An object's metadata, or nothing when a hand-written snapshot holds something else there."""
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
 
@@ -97,7 +98,7 @@ def quota_refusal(event: Mapping[str, Any]) -> str | None:
 
 
 def owned_by(obj: Mapping[str, Any], kind: str, name: str) -> bool:
-    refs = _meta(obj).get("ownerReferences")
+    refs = meta_of(obj).get("ownerReferences")
     return isinstance(refs, list) and any(isinstance(r, Mapping) and r.get("kind") == kind
                                           and r.get("name") == name for r in refs)
 
@@ -107,7 +108,7 @@ def events_for(events: Iterable[Mapping[str, Any]], namespace: str, kind: str, n
     involvedObject.name=`` lists)."""
     return [dict(e) for e in events
             if _field(e, "involvedObject", "kind") == kind and _field(e, "involvedObject", "name") == name
-            and (_field(e, "involvedObject", "namespace") or _meta(e).get("namespace")) == namespace]
+            and (_field(e, "involvedObject", "namespace") or meta_of(e).get("namespace")) == namespace]
 
 
 def _missing(creator: Mapping[str, Any]) -> tuple[int, int]:
@@ -125,12 +126,12 @@ def _missing(creator: Mapping[str, Any]) -> tuple[int, int]:
 def explain_workload(view: WorkloadView, state: ClusterState, names: Names) -> WorkloadExplanation:
     """Whether quota refused the workload's pods, holds it suspended in a Kueue ClusterQueue, or holds
     its Pending pods on an ElasticQuotaTree; or that quota is not what it waits on."""
-    meta = _meta(view.obj)
+    meta = meta_of(view.obj)
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
     label = f"{view.kind} {namespace}/{name}"
     refused = []
     for creator in view.creators:
-        c_name = str(_meta(creator).get("name") or "")
+        c_name = str(meta_of(creator).get("name") or "")
         refusals = [(r, e) for e in view.events.get(c_name, []) if (r := quota_refusal(e)) is not None]
         if not refusals:
             continue
@@ -159,7 +160,8 @@ def explain_workload(view: WorkloadView, state: ClusterState, names: Names) -> W
 
 def _kueue_wait(view: WorkloadView, namespace: str, state: ClusterState, names: Names) -> list[str]:
     """A Job Kueue keeps suspended: which ClusterQueue it waits for, with what the queue has left."""
-    queue = (_meta(view.obj).get("labels") or {}).get(QUEUE_LABEL)
+    labels = meta_of(view.obj).get("labels")
+    queue = labels.get(QUEUE_LABEL) if isinstance(labels, Mapping) else None
     if view.kind != "Job" or not queue or _field(view.obj, "spec", "suspend") is not True:
         return []
     import time
@@ -169,8 +171,8 @@ def _kueue_wait(view: WorkloadView, namespace: str, state: ClusterState, names: 
 
     objects = getattr(state, "quota_objects", None)
     quotas = objects() if objects is not None else []
-    local = next((obj for kind, obj in quotas if kind == LOCAL_QUEUE and _meta(obj).get("namespace") == namespace
-                  and _meta(obj).get("name") == queue), None)
+    local = next((obj for kind, obj in quotas if kind == LOCAL_QUEUE and meta_of(obj).get("namespace") == namespace
+                  and meta_of(obj).get("name") == queue), None)
     target = _field(local, "spec", "clusterQueue") if local is not None else None
     if not target:
         return [f"it is suspended and names LocalQueue {namespace}/{queue}, which the cluster state does not "

@@ -129,3 +129,9 @@ def test_live_explain_refused_its_events_says_so_in_one_line(tmp_path):
     assert done.returncode == 1 and not done.stdout and "Traceback" not in done.stderr
     assert done.stderr.strip() == (f"gpushare: error: the API server {url} refused to read team-a/serve and its "
                                    f"events: HTTP 403 Forbidden")
+
+
+def test_odd_workloads_and_events_in_a_hand_written_snapshot_are_answered_not_crashed_on():
+    odd = DATA / "quota" / "events_odd.yaml"
+    assert _explain("a/d", "--snapshot", odd) == [f"Deployment a/d: {NO_QUOTA}"]
+    assert _explain("a/j", "--snapshot", odd) == [f"Job a/j: {NO_QUOTA}"]

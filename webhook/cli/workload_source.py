@@ -11,11 +11,11 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from policies.workload_explain import WORKLOAD_KINDS, WorkloadView, events_for, owned_by
+from policies.workload_explain import WORKLOAD_KINDS, WorkloadView, events_for, meta_of, owned_by
 
 
 def _named(obj: dict[str, Any], namespace: str, name: str) -> bool:
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     return meta.get("name") == name and (meta.get("namespace") or "default") == namespace
 
 
@@ -27,7 +27,7 @@ def snapshot_view(items: list[dict[str, Any]], namespace: str, name: str) -> Wor
     if found is None:
         return None
     kind, obj = found
-    creators = [rs for rs in by_kind["ReplicaSet"] if (rs.get("metadata") or {}).get("namespace") == namespace
+    creators = [rs for rs in by_kind["ReplicaSet"] if meta_of(rs).get("namespace") == namespace
                 and owned_by(rs, kind, name)] if kind == "Deployment" else [obj]
     return _view(kind, obj, creators, by_kind["Event"], by_kind["Pod"], namespace)
 
@@ -36,9 +36,9 @@ def _view(kind: str, obj: dict[str, Any], creators: list[dict[str, Any]], events
           pods: list[dict[str, Any]], namespace: str) -> WorkloadView:
     view = WorkloadView(kind, obj, creators)
     for creator in creators:
-        c_kind, c_name = str(creator.get("kind")), str((creator.get("metadata") or {}).get("name"))
+        c_kind, c_name = str(creator.get("kind")), str(meta_of(creator).get("name"))
         view.events[c_name] = events_for(events, namespace, c_kind, c_name)
-        view.pods += [str((p.get("metadata") or {}).get("name")) for p in pods if owned_by(p, c_kind, c_name)]
+        view.pods += [str(meta_of(p).get("name")) for p in pods if owned_by(p, c_kind, c_name)]
     return view
 
 
