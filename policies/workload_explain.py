@@ -153,8 +153,8 @@ def explain_workload(view: WorkloadView, state: ClusterState, names: Names) -> W
     elif waiting:
         headline = f"{label} waits on quota"
     else:
-        headline = (f"{label}: no quota refused its pods or holds them back (no FailedCreate event names an "
-                    f"exceeded quota)")
+        headline = (f"{label}: no event records a quota refusing its pods (events are kept about an hour), "
+                    f"and quota holds none of them back")
     return WorkloadExplanation(label, headline, refused, waiting)
 
 

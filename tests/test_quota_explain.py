@@ -58,7 +58,8 @@ TRAIN = [
 BIG = ("pod team-b/big-7xk2c waits on its quota: ElasticQuotaTree kube-system/elasticquotatree quota node team-b has "
        'max["aliyun.com/gpu-mem"] 40 GiB, 30 used, 10 left; the pod needs 16 GiB: it waits until the quota node\'s '
        "usage falls below its max")
-NO_QUOTA = "no quota refused its pods or holds them back (no FailedCreate event names an exceeded quota)"
+NO_QUOTA = ("no event records a quota refusing its pods (events are kept about an hour), and quota holds none of "
+            "them back")
 
 
 def _explain(*args: str | Path) -> list[str]:
