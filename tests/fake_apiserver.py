@@ -13,7 +13,7 @@ It speaks what clients (the official ``kubernetes`` client, kubectl-like tools) 
 - single objects: GET, POST (create; 409 AlreadyExists), PUT (409 Conflict when it names an
   older ``metadata.resourceVersion``, checked atomically), PATCH (merge, strategic-merge as
   merge, JSON patch), DELETE, each producing the watch events a real server would; lists take
-  an equality ``labelSelector``;
+  an equality ``labelSelector`` and an equality ``fieldSelector`` on dotted paths;
 - custom resources as kube-apiserver serves them: a group that is not built in is served only
   once a test installs its CustomResourceDefinition (``install_crd``; anything else under
   ``/apis/<group>/...`` answers 404 NotFound, which is how a client learns the CRD is missing);
@@ -537,6 +537,11 @@ class FakeApiServer:
             if selector:  # equality requirements only ("k=v,k2=v2"), what the webhook's clients send
                 wanted = dict(part.split("=", 1) for part in selector.split(",") if "=" in part)
                 bodies = [b for b in bodies if _labels_match(json.loads(b), wanted)]
+            fields = query.get("fieldSelector")
+            if fields:  # equality on dotted paths ("involvedObject.kind=ReplicaSet,involvedObject.name=x"),
+                # what kube-apiserver answers for events (pkg/registry/core/event/strategy.go, ToSelectableFields)
+                wanted = dict(part.split("=", 1) for part in fields.split(",") if "=" in part)
+                bodies = [b for b in bodies if _fields_match(json.loads(b), wanted)]
             kind = collection.kind or "Unknown"
             api_version = collection.api_version or "v1"
         meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
@@ -686,6 +691,16 @@ def _merge(target: Any, patch: Any) -> Any:
 def _labels_match(obj: dict[str, Any], wanted: dict[str, str]) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return all(labels.get(k.strip()) == v.strip() for k, v in wanted.items())
+
+
+def _fields_match(obj: dict[str, Any], wanted: dict[str, str]) -> bool:
+    def value(path: str) -> Any:
+        found: Any = obj
+        for key in path.strip().split("."):
+            found = found.get(key) if isinstance(found, dict) else None
+        return found
+
+    return all(str(value(k)) == v.strip().lstrip("=") for k, v in wanted.items())
 
 
 def _is_watch(query: dict[str, str]) -> bool:

@@ -256,3 +256,17 @@ def test_injected_failures_answer_a_status_then_recover():
         assert status == 503 and body["reason"] == "ServiceUnavailable"
         api.set_unavailable(False)
         assert get(api, PATH)[0] == 200
+
+
+def test_a_field_selector_lists_the_events_of_one_object(tmp_path):
+    def event(name: str, kind: str, involved: str) -> dict:
+        return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": "ns"},
+                "involvedObject": {"kind": kind, "name": involved, "namespace": "ns"}, "reason": "FailedCreate"}
+
+    with running(FakeApiServer()) as api:
+        api.add(event("a", "ReplicaSet", "web"), event("b", "Job", "web"), event("c", "ReplicaSet", "db"))
+        client, _ = core_api(api.kubeconfig(tmp_path / "kubeconfig"))
+        listed = client.list_namespaced_event("ns", field_selector="involvedObject.kind=ReplicaSet,"
+                                                                  "involvedObject.name=web")
+        assert [e.metadata.name for e in listed.items] == ["a"]
+        assert len(client.list_namespaced_event("ns").items) == 3

@@ -1,35 +1,53 @@
-"""``gpushare explain POD``: why a GPU pod is Pending, node by node and card by card."""
+"""``gpushare explain POD``: why a GPU pod is Pending, node by node and card by card; or, given a
+Deployment, ReplicaSet or Job, whether quota refused or holds back its pods (``policies.workload_explain``)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
-from webhook.cli.cluster_source import cluster_options, read_state
-from webhook.cli.common import OneLineUsage, UsageFailure, config_option, load_cli_settings, output_options, output_to
+from webhook.cli.cluster_source import client_for, cluster_options, read_state, unreachable
+from webhook.cli.common import (
+    ClusterFailure,
+    OneLineUsage,
+    UsageFailure,
+    config_option,
+    load_cli_settings,
+    output_options,
+    output_to,
+)
 
 
 @click.command(cls=OneLineUsage)
 @click.argument("pod")
-@click.option("-n", "--namespace", default="default", show_default=True, help="The pod's namespace (or NS/NAME).")
+@click.option("-n", "--namespace", default="default", show_default=True,
+              help="The pod's or workload's namespace (or NS/NAME).")
 @cluster_options
 @output_options(("text", "json"), "text", alias=False)
 @config_option("names")
 def explain(pod: str, namespace: str, snapshot: Path | None, demo: bool, kubeconfig: Path | None,
             context: str | None, output: str, output_file: Path | None, config: Path | None) -> None:
     """Why POD is Pending: every node with the reason it does not fit, the closest node and what
-    would have to change there (the same ranking and words as /dry-run)."""
+    would have to change there (the same ranking and words as /dry-run). Given a Deployment,
+    ReplicaSet or Job name instead: whether quota refused its pods or holds them back."""
     from policies.explain import explain_pod
     from policies.scoring import Scorer
+    from policies.workload_explain import explain_workload
 
     if "/" in pod:
         namespace, _, pod = pod.partition("/")
     settings = load_cli_settings(config)
     state, source, _described = read_state(snapshot, demo, kubeconfig, context, settings.names)
     found = state.get_pod(namespace, pod)
+    if found is None and not state.has_pod(namespace, pod):
+        view = _workload(snapshot, demo, kubeconfig, context, namespace, pod)
+        if view is not None:
+            _say_workload(explain_workload(view, state, settings.names), output, output_file)
+            return
     if found is None:
         why = "it asks for no GPU" if state.has_pod(namespace, pod) else f"no such pod{_elsewhere(state, pod)}"
         raise UsageFailure(f"pod {namespace}/{pod} in {source}: {why}")
@@ -59,3 +77,42 @@ def _elsewhere(state: object, pod: str) -> str:
         shown = ", ".join(namespaces[:5]) + (", ..." if len(namespaces) > 5 else "")
         return f" in that namespace; one of that name is in {shown}: pass -n {namespaces[0]} (or {namespaces[0]}/{pod})"
     return "; name its namespace with -n NAMESPACE (or NAMESPACE/POD)"
+
+
+def _workload(snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: str | None,
+              namespace: str, name: str) -> Any:
+    """The Deployment, ReplicaSet or Job of that name, from the snapshot file or the live cluster (the demo
+    cluster has none)."""
+    from webhook.cli.workload_source import live_view, snapshot_view
+
+    if demo:
+        return None
+    if snapshot is not None:
+        from webhook.state.snapshot import SnapshotError, snapshot_objects
+
+        try:
+            items = snapshot_objects(snapshot.read_text(encoding="utf-8"), str(snapshot))
+        except (OSError, UnicodeDecodeError, SnapshotError) as exc:
+            raise UsageFailure(str(exc)) from None
+        return snapshot_view(items, namespace, name)
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    client = client_for(kubeconfig, context)
+    host = client.configuration.host
+    try:
+        return live_view(client, namespace, name)
+    except ApiException as exc:
+        raise ClusterFailure(f"the API server {host} refused to read {namespace}/{name} and its events: "
+                             f"HTTP {exc.status} {exc.reason}") from None
+    except HTTPError as exc:
+        raise unreachable(exc, host) from None
+
+
+def _say_workload(explanation: Any, output: str, output_file: Path | None) -> None:
+    with output_to(output_file):
+        if output == "json":
+            click.echo(json.dumps(explanation.as_dict(), indent=2))
+            return
+        lines = [explanation.headline] + [f"  - {item}" for item in (*explanation.refused, *explanation.waiting)]
+        sys.stdout.write("\n".join(lines) + "\n")
