@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.admission import api_server_json, realistic_review_body, review_for  # noqa: E402
 from bench.overload import PeakRss  # noqa: E402
-from bench.processes import children, free_port, host_speed, https_server, rss_mib  # noqa: E402
+from bench.processes import answer_status, children, free_port, host_speed, https_server, rss_mib  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
 
 HOST = "127.0.0.1"
@@ -182,23 +182,6 @@ def _tls(port: int, ca: str, rcvbuf: int | None = None) -> ssl.SSLSocket:
     return ssl.create_default_context(cafile=ca).wrap_socket(raw, server_hostname="localhost")
 
 
-def _read_answer(sock: ssl.SSLSocket) -> None:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length")), 0)
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        rest += chunk
-
-
 def _one_by_one(port: int, ca: str, stop: float, bodies: Iterator[bytes], opened: list[int],
                 path: str = "/validate?timeout=30s", content_type: str = "application/json") -> None:
     """Send a costly body, read its answer, send the next, until ``stop``; reconnect when closed."""
@@ -209,7 +192,7 @@ def _one_by_one(port: int, ca: str, stop: float, bodies: Iterator[bytes], opened
                 sock = _tls(port, ca)
                 opened[0] += 1
             sock.sendall(post(path, next(bodies), content_type))
-            _read_answer(sock)
+            answer_status(sock)
         except (OSError, ConnectionError):
             if sock is not None:
                 sock.close()

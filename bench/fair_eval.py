@@ -44,31 +44,12 @@ sys.path.insert(0, str(ROOT))
 from bench.admission import realistic_review_body  # noqa: E402
 from bench.attack import HOST, Legit, _pct, _tls, post  # noqa: E402
 from bench.large_reviews import SHAPES, budget_body, create_body, has_shape, kinds, update_body  # noqa: E402
-from bench.processes import cpu_seconds, free_port, host_speed, https_server  # noqa: E402
+from bench.processes import answer_status, cpu_seconds, free_port, host_speed, https_server  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
 
 FLOOD = (("Pod", "containers"), ("Job.batch.volcano.sh", "templates"), ("Deployment", "containers"),
          ("Workflow.argoproj.io", "templates"))
 MIB = 1024 * 1024
-
-
-def _status(sock: ssl.SSLSocket) -> int:
-    """Read one answer from a raw TLS socket (head, then its Content-Length of body); its status."""
-    got = b""
-    while b"\r\n\r\n" not in got:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        got += chunk
-    head, _, rest = got.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    length = next((int(line.split(b":")[1]) for line in lines if line.lower().startswith(b"content-length")), 0)
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        rest += chunk
-    return int(lines[0].split()[1])
 
 
 def _flooder(port: int, ca: str, seconds: float, bodies: list[bytes], index: int, out: multiprocessing.Queue) -> None:
@@ -83,7 +64,7 @@ def _flooder(port: int, ca: str, seconds: float, bodies: list[bytes], index: int
                 sock = _tls(port, ca)
             sock.sendall(post("/validate?timeout=5s", bodies[n % len(bodies)]))
             n += 1
-            key = str(_status(sock))
+            key = str(answer_status(sock))
         except (OSError, ConnectionError, ValueError) as exc:
             key = type(exc).__name__
             if sock is not None:

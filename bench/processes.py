@@ -130,3 +130,22 @@ def https_server(command: list[str], ca_file: Path, port: int, log: Path, timeou
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def answer_status(sock: ssl.SSLSocket) -> int:
+    """Read one HTTP answer from a raw TLS socket (head, then its Content-Length of body); its status."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        got += chunk
+    head, _, rest = got.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    length = next((int(line.split(b":")[1]) for line in lines if line.lower().startswith(b"content-length")), 0)
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        rest += chunk
+    return int(lines[0].split()[1])
