@@ -31,7 +31,7 @@ from bench.state import own_memory_mib  # noqa: E402
 
 
 def build_state(nodes: int, pods: int):  # type: ignore[no-untyped-def]
-    from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+    from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
     from tests.cluster_objects import gpu_pod, node
     from webhook.settings import Settings
 
@@ -62,8 +62,8 @@ def admission_with_audit(settings, state, reviews: int = 20_000) -> None:  # typ
     thread idle and then auditing the same state over and over beside it."""
     import threading
 
-    from policies.audit import Auditor
-    from policies.engine import Engine
+    from policies.admission.engine import Engine
+    from policies.audit.audit import Auditor
     from tests.cluster_objects import gpu_pod
 
     engine = Engine(settings)
@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    from policies.audit import Auditor
+    from policies.audit.audit import Auditor
     from webhook.dashboard.app import DashboardConfig, create_dashboard
     from webhook.settings import Settings
 

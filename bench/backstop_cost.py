@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from policies.backstop import SECTION  # noqa: E402
-from policies.near_miss import skipped_keys  # noqa: E402
-from policies.near_miss_regex import domain_regex, name_part_regex  # noqa: E402
+from policies.generate.backstop import SECTION  # noqa: E402
+from policies.generate.near_miss_regex import domain_regex, name_part_regex  # noqa: E402
+from policies.model.near_miss import skipped_keys  # noqa: E402
 from webhook.settings import Settings  # noqa: E402
 
 PER_CALL_LIMIT = 1_000_000

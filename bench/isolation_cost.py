@@ -41,8 +41,8 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=5000, help="calls per timing")
     args = parser.parse_args()
 
-    from policies.cluster import pod_from_manifest
-    from policies.engine import Engine
+    from policies.admission.engine import Engine
+    from policies.model.cluster import pod_from_manifest
     from webhook.settings import Settings
 
     pod = realistic_pod(args.env)
@@ -51,7 +51,7 @@ def main() -> None:
     names = on.settings.names
     requests = on.subject("Pod", pod, namespace="default").containers
     # The same pod whose containers end with FLAG=false and CGPU_DISABLE=$(FLAG): the kubelet's expansion
-    # reads every entry before it (policies/env_expansion.py).
+    # reads every entry before it (policies/model/env_expansion.py).
     expanded = json.loads(json.dumps(pod))
     for container in expanded["spec"]["containers"]:
         container["env"] += [{"name": "FLAG", "value": "false"}, {"name": "CGPU_DISABLE", "value": "$(FLAG)"}]

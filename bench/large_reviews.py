@@ -31,10 +31,10 @@ import yaml
 
 from bench.go_json import api_server_json
 from bench.review_bodies import deployment, realistic_pod
-from policies.budget import overrun
-from policies.field_paths import EVERY_ITEM, EVERY_VALUE
-from policies.settings import BudgetSettings
-from policies.workloads import BUILT_IN, group_of
+from policies.admission.budget import overrun
+from policies.model.field_paths import EVERY_ITEM, EVERY_VALUE
+from policies.model.settings import BudgetSettings
+from policies.model.workloads import BUILT_IN, group_of
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY_LIMIT = 4 * 1024 * 1024  # server.max_body_bytes

@@ -12,8 +12,8 @@ Nothing is asserted and this is not part of CI: a full run takes tens of minutes
 
     .venv/bin/python bench/mutation.py                       # every module, every mutant
     .venv/bin/python bench/mutation.py --sample 40           # 40 random mutants per module
-    .venv/bin/python bench/mutation.py policies/quantity.py --survivors /tmp/s.txt
-    .venv/bin/python bench/mutation.py policies/quantity.py --rerun /tmp/s.txt   # those survivors again
+    .venv/bin/python bench/mutation.py policies/model/quantity.py --survivors /tmp/s.txt
+    .venv/bin/python bench/mutation.py policies/model/quantity.py --rerun /tmp/s.txt   # those survivors again
 
 Speed: the project is copied to a temporary directory (the work tree is never touched), one
 parent process imports the third-party libraries once, and each mutant runs ``pytest -x`` in a
@@ -49,20 +49,21 @@ _FAST = {
     "policies/rules/base.py": _RULES + " exemption_grants",
     "policies/rules/pod_resources.py": "gs_rules pod_rules",
     "policies/rules/sharing_rules.py": "scheduler_counting pod_rules",
-    "policies/gpu_memory.py": "gs_rules scoring_numbers",
+    "policies/model/gpu_memory.py": "gs_rules scoring_numbers",
     "policies/rules/exemptions.py": "exemptions exemption_grants",
     "policies/rules/node_rules.py": "node_messages node_rules",
     "policies/rules/placement_rules.py": "placement_messages placement_rules rule_base",
     "policies/rules/capacity_rules.py": "capacity_rules placement_rules",
-    "policies/capacity.py": "capacity_rules",
-    "policies/quantity.py": "quantity gs_rules",
-    "policies/mutations.py": "mutations",
-    "policies/exemptions.py": "exemptions exemption_grants",
-    "policies/grants.py": "exemption_grants exemptions",
-    "policies/cards.py": "cards placement scoring_numbers scoring placement_rules gs_rules scheduler_counting",
-    "policies/placement.py": "placement placement_rules scoring_numbers scoring node_messages",
-    "policies/scoring.py": "scoring_numbers scoring selectors",
-    "policies/selectors.py": "selectors scoring_numbers scoring",
+    "policies/placement/capacity.py": "capacity_rules",
+    "policies/model/quantity.py": "quantity gs_rules",
+    "policies/rules/mutations.py": "mutations",
+    "policies/model/exemptions.py": "exemptions exemption_grants",
+    "policies/model/grants.py": "exemption_grants exemptions",
+    "policies/placement/cards.py":
+        "cards placement scoring_numbers scoring placement_rules gs_rules scheduler_counting",
+    "policies/placement/placement.py": "placement placement_rules scoring_numbers scoring node_messages",
+    "policies/scoring/scoring.py": "scoring_numbers scoring selectors",
+    "policies/model/selectors.py": "selectors scoring_numbers scoring",
 }
 # Tests that start a process: they check the command line, not the module, and cost a second each.
 _DESELECT = ["tests/test_node_rules.py::test_a_broken_catalog_override_is_refused_at_start"]

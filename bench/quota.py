@@ -18,9 +18,9 @@ import os
 import statistics
 import time
 
-from policies.cluster import pod_from_manifest
-from policies.engine import Engine
-from policies.settings import PolicySettings
+from policies.admission.engine import Engine
+from policies.model.cluster import pod_from_manifest
+from policies.model.settings import PolicySettings
 from webhook.state.snapshot import snapshot_from_objects
 
 

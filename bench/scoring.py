@@ -33,9 +33,9 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
-from policies.cluster import ClusterSnapshot, NodeInfo, PodGPU, PodInfo
-from policies.scoring import PodRequest, Scorer, pod_request
-from policies.settings import Names
+from policies.model.cluster import ClusterSnapshot, NodeInfo, PodGPU, PodInfo
+from policies.model.settings import Names
+from policies.scoring.scoring import PodRequest, Scorer, pod_request
 from webhook.routes.extender import Extender, ExtenderArgs
 from webhook.settings import Settings, load_settings
 

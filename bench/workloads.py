@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.admission import realistic_review_body  # noqa: E402
-from policies.engine import Engine  # noqa: E402
+from policies.admission.engine import Engine  # noqa: E402
 from webhook.settings import Settings  # noqa: E402
 
 SAMPLES = ROOT / "tests" / "data" / "workloads"

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
-from policies.settings import Names
+from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.settings import Names
 
 MEM = "aliyun.com/gpu-mem"
 CORE = "aliyun.com/gpu-core.percentage"

@@ -6,7 +6,7 @@ import copy
 import itertools
 from typing import Any
 
-from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
 
 from .manifests import CORE, MEM
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from bench.processes import compile_bytecode
-from policies.engine import Engine
+from policies.admission.engine import Engine
 from webhook.settings import Settings, load_settings
 from webhook.state.snapshot import load_demo_snapshot
 

@@ -2,7 +2,7 @@
 variables into pods: the places shaped like a pod template, a PodSpec, a container, a container list,
 ``env``, ``envFrom`` or ``resources``, and the subtrees marked ``x-kubernetes-preserve-unknown-fields``
 (any field at all can sit there). ``tests/test_workload_crd_coverage.py`` holds each kind's table
-(policies/workloads.py) to what the walk finds in the projects' full CRDs (tests/data/workload-crds/full).
+(policies/model/workloads.py) to what the walk finds in the projects' full CRDs (tests/data/workload-crds/full).
 
 Shapes are recognised by the fields Kubernetes' own types have (k8s.io/api core/v1: Container has name,
 image, env, resources; PodSpec has containers; PodTemplateSpec has metadata and spec; EnvVar has name,
@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from policies.field_paths import EVERY_ITEM, EVERY_VALUE, Pattern, render_pattern
-from policies.workloads import Holder, WorkloadKind
+from policies.model.field_paths import EVERY_ITEM, EVERY_VALUE, Pattern, render_pattern
+from policies.model.workloads import Holder, WorkloadKind
 
 Schema = dict[str, Any]
 FULL = Path(__file__).resolve().parent / "data" / "workload-crds" / "full"

@@ -1,5 +1,5 @@
 """A test oracle: what GPU quotas charge a namespace, written from the enforcers' source and independent
-of the project's own counting (policies/quota_usage.py).
+of the project's own counting (policies/quota/quota_usage.py).
 
 Facts, each from its source (read for the facts, written afresh here):
 

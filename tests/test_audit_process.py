@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
 from webhook.settings import Settings
 from webhook.state import forked
 

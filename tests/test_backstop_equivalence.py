@@ -27,11 +27,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.backstop import BACKSTOP_RULES, SCHEDULER_RULE, SECTION, backstop_policy
-from policies.engine import Engine
-from policies.grants import StaticNamespaces
-from policies.near_miss import meant_resource
-from policies.near_miss_regex import name_part_regex
+from policies.admission.engine import Engine
+from policies.generate.backstop import BACKSTOP_RULES, SCHEDULER_RULE, SECTION, backstop_policy
+from policies.generate.near_miss_regex import name_part_regex
+from policies.model.grants import StaticNamespaces
+from policies.model.near_miss import meant_resource
 from webhook.settings import Settings
 
 from .canonical_quantity import canonical

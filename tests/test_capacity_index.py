@@ -1,5 +1,5 @@
 """GC001 at any scale: the index gives the walk's verdicts word for word, and the work of any review
-is counted and capped (policies/capacity_index.py)."""
+is counted and capped (policies/placement/capacity_index.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.capacity import judge_capacity
-from policies.capacity_index import CapacityIndex, TooCostly, WorkBudget
-from policies.cluster import node_from_manifest, pod_from_manifest
-from policies.engine import Engine
-from policies.placement import demand_from_containers, node_profile
-from policies.resources import container_requests
-from policies.selectors import node_selector_from_spec
+from policies.admission.engine import Engine
+from policies.model.cluster import node_from_manifest, pod_from_manifest
+from policies.model.resources import container_requests
+from policies.model.selectors import node_selector_from_spec
+from policies.placement.capacity import judge_capacity
+from policies.placement.capacity_index import CapacityIndex, TooCostly, WorkBudget
+from policies.placement.placement import demand_from_containers, node_profile
 from webhook.settings import Settings
 
 from .cluster_builders import allocation, gpu_node, gpu_pod, snapshot

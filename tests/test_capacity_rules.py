@@ -1,4 +1,4 @@
-"""GC001 word for word, in process: some node of the cluster can hold the pod (policies/capacity.py).
+"""GC001 word for word, in process: some node of the cluster can hold the pod (policies/placement/capacity.py).
 
 The served paths (the webhook's warning, `check --snapshot`, the dry run, failing open without a
 usable state) are in tests/test_fidelity.py; here each verdict of the rule is pinned exactly."""
@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from policies.cluster import Availability, ClusterSnapshot
-from policies.engine import Engine
-from policies.rule_index import rule_entries
+from policies.admission.engine import Engine
+from policies.model.cluster import Availability, ClusterSnapshot
+from policies.rules.rule_index import rule_entries
 from webhook.settings import Settings
 
 from .cluster_builders import allocation, gpu_node, gpu_pod, snapshot
@@ -246,7 +246,7 @@ def test_the_scoring_engine_imports_first_without_a_cycle():
     try:
         for name in saved:
             del sys.modules[name]
-        assert importlib.import_module("policies.scoring").Scorer is not None
+        assert importlib.import_module("policies.scoring.scoring").Scorer is not None
     finally:
         for name in [name for name in sys.modules if name.split(".")[0] == "policies"]:
             del sys.modules[name]

@@ -1,4 +1,4 @@
-"""Card occupancy (policies/cards.py): what the scheduler recorded, what is pending on no card, where a
+"""Card occupancy (policies/placement/cards.py): what the scheduler recorded, what is pending on no card, where a
 new container goes and why not; the annotation shapes are those of ACK GPU sharing (docs/scoring.md)."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from policies.cards import (
+from policies.model.cluster import NodeInfo, PodGPU, PodInfo
+from policies.model.settings import Names
+from policies.placement.cards import (
     PENDING,
     Card,
     CardOrder,
@@ -22,8 +24,6 @@ from policies.cards import (
     place_pod,
     recorded_cards,
 )
-from policies.cluster import NodeInfo, PodGPU, PodInfo
-from policies.settings import Names
 
 NAMES = Names()
 MEM, COUNT = "aliyun.com/gpu-mem", "aliyun.com/gpu-count"
@@ -366,7 +366,7 @@ def test_a_container_spread_over_several_cards_takes_its_share_of_each():
 # ---- what `inspect -d` lists per pod ---------------------------------------------------------------
 
 def test_inspect_details_list_each_pod_per_card():
-    from policies.allocation import cluster_usage
+    from policies.placement.allocation import cluster_usage
     from webhook.report.inspect_view import detail_table
 
     from .cluster_builders import gpu_node, gpu_pod, snapshot

@@ -15,9 +15,9 @@ import yaml
 from jsonschema import Draft4Validator
 from rfc3986_validator import validate_rfc3986
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
+from policies.model.sources import cite
 from policies.rules.base import REGISTRY
-from policies.sources import cite
 from webhook.settings import load_settings
 
 from .check_helpers import SEED_33, SEED_OK, check_json, line_of, run_gpushare, write_yaml

@@ -22,9 +22,10 @@ NOT_FOR_PODS = (
     "webhook.dashboard", "webhook.cli.serve", "webhook.cli.score", "webhook.cli.inspect", "webhook.cli.audit",
 )
 # The domain's machinery for nodes, placements and GC001: loaded when a node or a snapshot is judged.
-CLUSTER_ONLY = ("policies.cluster", "policies.cards", "policies.placement", "policies.capacity",
-                "policies.capacity_index", "policies.topology", "policies.assume", "policies.catalog",
-                "policies.compatibility", "policies.ecs", "policies.scoring")
+CLUSTER_ONLY = ("policies.model.cluster", "policies.placement.cards", "policies.placement.placement",
+                "policies.placement.capacity", "policies.placement.capacity_index", "policies.placement.topology",
+                "policies.placement.assume", "policies.model.catalog", "policies.model.compatibility",
+                "policies.model.ecs", "policies.scoring.scoring")
 NODE = """\
 apiVersion: v1
 kind: Node
@@ -52,7 +53,7 @@ def loaded_by(*args: str | Path, cwd: Path) -> set[str]:
                           capture_output=True, text=True, cwd=cwd, env=environment, timeout=60, check=False)
     assert done.returncode in (0, 1), done.stderr[-2000:]
     names = set(out.read_text().splitlines())
-    assert "policies.engine" in names
+    assert "policies.admission.engine" in names
     return names
 
 
@@ -71,7 +72,7 @@ def test_a_node_or_a_snapshot_loads_what_judging_them_needs(tmp_path: Path) -> N
     node = tmp_path / "node.yaml"
     node.write_text(NODE)
     assert within(loaded_by("check", node, cwd=tmp_path), CLUSTER_ONLY) == [
-        "policies.catalog", "policies.cluster", "policies.compatibility", "policies.ecs"]
+        "policies.model.catalog", "policies.model.cluster", "policies.model.compatibility", "policies.model.ecs"]
     snapshot = loaded_by("check", "--snapshot", DATA / "inspect-seed001.yaml", *SEED_OK, cwd=tmp_path)
-    assert {"policies.cluster", "policies.placement", "policies.capacity_index"} <= snapshot
+    assert {"policies.model.cluster", "policies.placement.placement", "policies.placement.capacity_index"} <= snapshot
     assert within(snapshot, tuple(SERVER_MODULES)) == []

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from policies.relevance import Relevance
+from policies.model.subject import Subject
 from policies.rules.base import REGISTRY, Found, rule
-from policies.subject import Subject
+from policies.rules.relevance import Relevance
 from webhook.cli.commands import main
 from webhook.state.snapshot import DEMO_SNAPSHOT
 

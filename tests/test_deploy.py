@@ -831,7 +831,7 @@ def with_custom_workloads(tmp_path_factory) -> list[Obj]:
 
 def test_the_custom_workloads_webhook_is_opt_in_and_the_same_from_kustomize_and_helm(with_custom_workloads,
                                                                                       kustomized, helm_rendered):
-    from policies.workloads import BUILT_IN
+    from policies.model.workloads import BUILT_IN
 
     assert CUSTOM_WEBHOOK not in webhooks(kustomized) and CUSTOM_WEBHOOK not in webhooks(helm_rendered)
     validating = one(with_custom_workloads, "ValidatingWebhookConfiguration", "gpushare-webhook")

@@ -11,8 +11,8 @@ from datetime import date, timedelta
 
 import pytest
 
-from policies.engine import Engine
-from policies.grants import (
+from policies.admission.engine import Engine
+from policies.model.grants import (
     Permission,
     StaticNamespaces,
     annotation_permission,
@@ -20,7 +20,7 @@ from policies.grants import (
     object_name,
     selector_matches,
 )
-from policies.settings import ExemptionSettings, LabelSelector
+from policies.model.settings import ExemptionSettings, LabelSelector
 from webhook.settings import ConfigFileError, Settings, load_settings
 
 from .manifests import ALL_KINDS, MEM, container, pod_spec, workload
@@ -275,8 +275,8 @@ def test_two_exemptions_of_the_same_rule_both_exempt_it():
 
 
 def test_grant_matching_on_values_as_received():
-    from policies.grants import grant_matches
-    from policies.settings import ExemptionGrant
+    from policies.model.grants import grant_matches
+    from policies.model.settings import ExemptionGrant
 
     grant = ExemptionGrant.model_validate(json.loads(json.dumps(
         {**_grant(names=None, selector={"matchLabels": {"app": "legacy"}}), "expires": TOMORROW.isoformat()})))

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from policies.engine import Engine
-from policies.exemptions import Exemption, annotations_path, parse_ids, read_exemption
-from policies.settings import Names
+from policies.admission.engine import Engine
+from policies.model.exemptions import Exemption, annotations_path, parse_ids, read_exemption
+from policies.model.settings import Names
 from webhook.routes.review import build_response, parse_review
 from webhook.settings import Settings
 

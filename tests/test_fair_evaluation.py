@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from bench.large_reviews import BODY_LIMIT, create_body
-from policies.warning_text import WARNINGS_TOTAL_LIMIT
+from policies.model.warning_text import WARNINGS_TOTAL_LIMIT
 from webhook.server.scheduling import Route, Scheduler, Work
 from webhook.settings import OverloadSettings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
 from webhook.settings import Settings
 
 from .manifests import ALL_KINDS, CORE, MEM, container, pod_spec, received, workload

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.resources import POD_SPEC_PATHS, ShapeError
+from policies.model.resources import POD_SPEC_PATHS, ShapeError
 from webhook.documents.manifests import ManifestError, parse_manifests
 from webhook.routes.app import create_app
 from webhook.routes.services import Services

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from policies.cluster import pod_from_manifest
-from policies.isolation import judged_names
+from policies.model.cluster import pod_from_manifest
+from policies.model.isolation import judged_names
 from webhook.settings import Settings
 from webhook.state.kube_schema import POD_DECODERS
 from webhook.state.live import _judged_env_only

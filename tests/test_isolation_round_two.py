@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from policies.env_expansion import ResolveMissing, Unknown, expand
+from policies.model.env_expansion import ResolveMissing, Unknown, expand
 
 from .check_helpers import check_json, write_yaml
 from .helpers import admission_review, gpushare_server
@@ -338,14 +338,14 @@ def test_a_value_of_unclosed_references_is_read_once_through():
 def test_an_expansion_past_its_budget_is_judged_unknown_not_built():
     """A 700 KB value referenced 100,000 times would be 70 GB once expanded (the kubelet would build it):
     the webhook stops at its budget and judges the value as the worst it could be."""
-    from policies.env_expansion import BUDGET, RawEnv, expanded_values
+    from policies.model.env_expansion import BUDGET, RawEnv, expanded_values
 
     env = [RawEnv("A", "x" * 700_000), RawEnv("B", "$(A)" * 100_000), RawEnv("CGPU_DISABLE", "$(B)")]
     [value] = expanded_values(env, [2], (), True).values()
     assert value == Unknown("", f"more than {BUDGET} characters once expanded")
     pod = workload("Pod", pod_spec(container("app", limits={MEM: 2}, env=[
         {"name": e.name, "value": e.value} for e in env])), name="p")
-    from policies.engine import Engine
+    from policies.admission.engine import Engine
     from webhook.settings import Settings
 
     engine = Engine(Settings())

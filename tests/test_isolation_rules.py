@@ -15,7 +15,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
 from webhook.settings import Settings
 
 from .check_helpers import check_json, run_gpushare, write_yaml

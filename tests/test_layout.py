@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
 from webhook.server.scheduling import declared_paths

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 from bench.processes import children
-from policies.leadership import NOT_LEADER
+from policies.placement.leadership import NOT_LEADER
 from webhook.settings import ConfigFileError, LeaderSettings, load_settings
 from webhook.state.kube_client import api_client
 from webhook.state.leader import elector

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
 from webhook.settings import Settings
 from webhook.state.live import LiveClusterState, core_api
 

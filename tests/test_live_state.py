@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from certs.issue import ensure_serving_certs
-from policies.assume import PlacementLedger
-from policies.engine import Engine
+from policies.admission.engine import Engine
+from policies.placement.assume import PlacementLedger
 from webhook.settings import Settings
 from webhook.state.live import LiveClusterState, StateSourceError, core_api
 from webhook.state.snapshot import load_snapshot

@@ -23,11 +23,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.engine import EXISTING, Engine
-from policies.match_conditions import SCOPES, match_conditions, scope_sends, triggers
-from policies.relevance import Relevance
+from policies.admission.engine import EXISTING, Engine
+from policies.generate.match_conditions import SCOPES, match_conditions, scope_sends, triggers
+from policies.model.workloads import pod_sites
 from policies.rules.base import REGISTRY, rule
-from policies.workloads import pod_sites
+from policies.rules.relevance import Relevance
 from webhook.settings import Settings
 
 from .check_helpers import run_gpushare

@@ -7,7 +7,7 @@ import copy
 import jsonpatch
 import pytest
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
 from webhook.settings import Settings
 
 from .helpers import load_json
@@ -174,7 +174,7 @@ def test_realistic_pod_patch_applies_and_escapes_paths(engine):
 
 
 def test_json_pointer_escapes_special_characters():
-    from policies.mutations import pointer
+    from policies.rules.mutations import pointer
 
     assert pointer(("metadata", "annotations", "a/b~c")) == "/metadata/annotations/a~1b~0c"
 
@@ -361,7 +361,7 @@ def test_pods_are_mutated_only_on_create(engine, operation):
 
 
 def test_plan_patch_plans_every_mutation_by_default(engine):
-    from policies.mutations import plan_patch
+    from policies.rules.mutations import plan_patch
 
     owners = [{"kind": "DaemonSet", "name": DS_NAME}]
     subject = engine.subject("Pod", received(pod(pod_spec(container("x", limits={MEM: 2})), ownerReferences=owners)))
@@ -373,7 +373,7 @@ def test_plan_patch_plans_every_mutation_by_default(engine):
 def test_mutation_records_cannot_be_changed():
     import dataclasses
 
-    from policies.mutations import MUTATIONS
+    from policies.rules.mutations import MUTATIONS
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         MUTATIONS["GM001"].title = "changed"  # type: ignore[misc]

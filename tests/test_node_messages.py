@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.subject import UserInfo
 from policies.rules.node_rules import region_of, shows_mps_daemon
-from policies.subject import UserInfo
 
 from .cluster_objects import gpu_pod, node, relabel, with_mode
 from .manifests import received
@@ -146,7 +146,7 @@ def test_gn005_word_for_word(engine, before, user, shown_before, who):
 
 
 def test_gn005_names_the_identities_and_lets_them_through():
-    from policies.engine import Engine
+    from policies.admission.engine import Engine
     from webhook.settings import Settings
 
     engine = Engine(Settings(nodes={"node_pool_users": ["system:serviceaccount:kube-system:ack-pool"],
@@ -199,7 +199,7 @@ def test_gn006_removing_a_mode_warns_word_for_word(engine, settings):
     ({"k": "false"}, {"k": "true"}, False),
 ])
 def test_shows_mps_daemon(labels, annotations, shown):
-    from policies.cluster import NodeInfo
+    from policies.model.cluster import NodeInfo
 
     assert shows_mps_daemon(NodeInfo("n", labels, annotations, "", "", {}, {}), ("x", "k")) is shown
 

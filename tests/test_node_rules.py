@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
-from policies.engine import Engine
-from policies.subject import UserInfo
+from policies.admission.engine import Engine
+from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.subject import UserInfo
 from webhook.settings import Settings
 
 from .cluster_objects import gpu_pod, node, relabel, with_mode
@@ -197,7 +197,7 @@ def test_gn006_removing_the_label_warns(engine, settings):
 def test_gn006_without_state_fails_closed_with_a_reason(engine, settings):
     class Unsynced(ClusterSnapshot):
         def availability(self):
-            from policies.cluster import Availability
+            from policies.model.cluster import Availability
             return Availability(False, "not synced yet")
 
     old = node(mode="cgpu")
@@ -278,7 +278,7 @@ def test_gn008_mps_without_the_daemon_warns(engine):
 def test_a_broken_catalog_override_is_refused_at_start(tmp_path):
     import subprocess
 
-    from policies.catalog import CatalogError
+    from policies.model.catalog import CatalogError
 
     from .helpers import gpushare_executable
 
@@ -294,7 +294,7 @@ def test_a_broken_catalog_override_is_refused_at_start(tmp_path):
 
 
 def test_the_shipped_catalog_is_read_at_first_use_or_when_the_server_starts():
-    from policies.catalog import default_catalog
+    from policies.model.catalog import default_catalog
     from webhook.serving import build_services
 
     offline = Engine(Settings())

@@ -21,7 +21,7 @@ from typing import Any
 import celpy
 import pytest
 
-from policies.match_conditions import SCOPES, WebhookScope, triggers
+from policies.generate.match_conditions import SCOPES, WebhookScope, triggers
 from webhook.settings import Settings
 
 from .cluster_builders import gpu_node

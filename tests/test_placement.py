@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from policies.cluster import NodeInfo, PodGPU, PodInfo, node_from_manifest
-from policies.placement import (
+from policies.model.cluster import NodeInfo, PodGPU, PodInfo, node_from_manifest
+from policies.model.resources import container_requests
+from policies.model.settings import Names
+from policies.placement.placement import (
     PodDemand,
     cpu_manager_policy,
     demand_from_containers,
@@ -19,8 +21,6 @@ from policies.placement import (
     placement_problems,
     quick_card,
 )
-from policies.resources import container_requests
-from policies.settings import Names
 
 NAMES = Names()
 MEM, COUNT, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-count", "aliyun.com/gpu-core.percentage"

@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from policies.cards import Card, CardOrder
-from policies.cluster import NodeInfo, PodGPU, PodInfo
-from policies.placement import PodDemand, _may_object, _mode_problems, judge, node_profile
+from policies.model.cluster import NodeInfo, PodGPU, PodInfo
+from policies.placement.cards import Card, CardOrder
+from policies.placement.placement import PodDemand, _may_object, _mode_problems, judge, node_profile
 from webhook.settings import load_settings
 
 from .profiles import examples

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from policies.assume import PlacementLedger
-from policies.cluster import Availability, ClusterSnapshot, node_from_manifest, pod_from_manifest
-from policies.engine import Engine
+from policies.admission.engine import Engine
+from policies.model.cluster import Availability, ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.placement.assume import PlacementLedger
 from webhook.settings import Settings
 
 from .cluster_objects import binding, gpu_pod, node, plain_pod, relabel, state_of
@@ -203,8 +203,8 @@ def test_concurrent_bindings_never_admit_both_types(engine, settings, round_):
 
 def test_only_the_node_mode_and_the_cpu_policy_are_beyond_eviction():
     # GB002 and GB005 hold whatever runs on the node; GB001, GB003 and GB004 can clear when pods go
-    from policies.placement import UNRESOLVABLE_RULES
-    from policies.rule_index import rule_ids
+    from policies.placement.placement import UNRESOLVABLE_RULES
+    from policies.rules.rule_index import rule_ids
 
     assert {"GB002", "GB005"} == UNRESOLVABLE_RULES and rule_ids("placement") >= UNRESOLVABLE_RULES
 

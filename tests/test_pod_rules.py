@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
 
 from .manifests import ALL_KINDS, CORE, MEM, container, pod_spec, workload
 
@@ -193,7 +193,7 @@ def test_config_with_an_unknown_rule_is_refused():
 
 
 def test_shape_errors_name_the_field(engine):
-    from policies.resources import ShapeError
+    from policies.model.resources import ShapeError
 
     obj = workload("Job", pod_spec(container()))
     obj["spec"]["template"]["spec"]["containers"] = {"not": "a list"}

@@ -2,7 +2,7 @@ from decimal import Decimal
 
 import pytest
 
-from policies.quantity import QuantityError, parse_quantity
+from policies.model.quantity import QuantityError, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,7 @@ def test_refuses_what_is_not_a_quantity(raw):
 
 
 def test_parsed_strings_are_remembered_within_a_bound():
-    from policies import quantity
+    from policies.model import quantity
 
     quantity._PARSED.clear()
     for i in range(quantity._PARSED_MAX + 10):
@@ -104,7 +104,7 @@ def test_floats_are_read_as_written_not_as_binary_fractions():
 
 
 def test_the_cache_keeps_every_value_until_it_is_full():
-    from policies import quantity
+    from policies.model import quantity
 
     quantity._PARSED.clear()
     for i in range(quantity._PARSED_MAX):

@@ -1,4 +1,4 @@
-"""The quotas' usage counted by the project (policies/quota_usage.py, through the snapshot reader) agrees
+"""The quotas' usage counted by the project (policies/quota/quota_usage.py, through the snapshot reader) agrees
 with an oracle written from PodRequests and QuotaV1Pod (tests/quota_oracle.py) on generated clusters."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from policies.cluster import pod_from_manifest
-from policies.quota_usage import quota_limits, usage_of
-from policies.settings import Names
+from policies.model.cluster import pod_from_manifest
+from policies.model.settings import Names
+from policies.quota.quota_usage import quota_limits, usage_of
 from webhook.state.snapshot import snapshot_from_objects
 
 from .profiles import examples

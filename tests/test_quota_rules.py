@@ -136,9 +136,9 @@ def test_the_unlimited_tree_of_the_corpus_is_admitted_silently(server, session):
     ("clusterqueues", {"spec": {}}, False),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_only_quota_objects_naming_a_gpu_resource_are_sent(resource, obj, expected):
-    from policies.relevance import resolve
+    from policies.model.settings import PolicySettings
     from policies.rules.quota_rules import NAMES_A_GPU_QUOTA
-    from policies.settings import PolicySettings
+    from policies.rules.relevance import resolve
 
     assert sent(QUOTA_WEBHOOK, obj, resource=resource) is expected
     kind = {"resourcequotas": "ResourceQuota", "elasticquotatrees": "ElasticQuotaTree",
@@ -148,8 +148,8 @@ def test_only_quota_objects_naming_a_gpu_resource_are_sent(resource, obj, expect
 
 
 def test_every_quota_a_rule_judges_is_sent():
-    from policies.engine import Engine
-    from policies.settings import PolicySettings
+    from policies.admission.engine import Engine
+    from policies.model.settings import PolicySettings
 
     engine = Engine(PolicySettings())
     resources = {"ResourceQuota": "resourcequotas", "ElasticQuotaTree": "elasticquotatrees",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
 from webhook.state.snapshot import load_demo_snapshot

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from policies.cluster import Availability, ClusterSnapshot
+from policies.model.cluster import Availability, ClusterSnapshot
+from policies.model.settings import Names
+from policies.model.subject import StateUnavailable, Subject, computed_once
 from policies.rules.base import REGISTRY, Finding, rule
-from policies.settings import Names
-from policies.subject import StateUnavailable, Subject, computed_once
 
 from .manifests import CORE, MEM, container, pod_spec, workload
 
@@ -107,7 +107,7 @@ def test_finding_path_text():
 def test_findings_rules_and_users_cannot_be_changed_once_made():
     import dataclasses
 
-    from policies.subject import UserInfo
+    from policies.model.subject import UserInfo
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         UserInfo("alice").username = "mallory"  # type: ignore[misc]
@@ -119,7 +119,7 @@ def test_findings_rules_and_users_cannot_be_changed_once_made():
 
 
 def test_the_placement_family_is_the_five_binding_rules():
-    from policies.rule_index import rule_ids
+    from policies.rules.rule_index import rule_ids
 
     assert rule_ids("placement") == frozenset({"GB001", "GB002", "GB003", "GB004", "GB005"})
     assert rule_ids("no such family") == frozenset()

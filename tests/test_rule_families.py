@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
+from policies.model.subject import StateUnavailable
 from policies.rules.base import REGISTRY
-from policies.subject import StateUnavailable
 from webhook.settings import load_settings
 from webhook.state.snapshot import load_demo_snapshot
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
 from webhook.server.scheduling import ReviewTime, Route, Scheduler, Work, declare, work_of

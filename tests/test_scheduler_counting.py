@@ -4,9 +4,9 @@ scheduler counts"): init containers, nodes without the mode label, pods spread o
 
 from __future__ import annotations
 
-from policies.cluster import pod_from_manifest
-from policies.placement import demand_from_containers, judge, node_profile
-from policies.resources import container_requests
+from policies.model.cluster import pod_from_manifest
+from policies.model.resources import container_requests
+from policies.placement.placement import demand_from_containers, judge, node_profile
 
 from .cluster_builders import allocation, gpu_node, gpu_pod, snapshot
 from .cluster_objects import binding

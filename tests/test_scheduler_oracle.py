@@ -19,10 +19,10 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from policies.allocation import cluster_usage
-from policies.audit import audit_state
-from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
-from policies.engine import Engine
+from policies.admission.engine import Engine
+from policies.audit.audit import audit_state
+from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.placement.allocation import cluster_usage
 from webhook.server.allocation_metrics import AllocationExporter
 from webhook.settings import MetricsSettings, Settings
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from policies.cards import node_cards
-from policies.cluster import pod_from_manifest
-from policies.placement import placement_problems
-from policies.scoring import Scorer, explain, pod_request, ranking_entry
+from policies.model.cluster import pod_from_manifest
+from policies.placement.cards import node_cards
+from policies.placement.placement import placement_problems
+from policies.scoring.scoring import Scorer, explain, pod_request, ranking_entry
 
 from .cluster_builders import allocation, gpu_node, gpu_pod, snapshot
 

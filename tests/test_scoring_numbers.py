@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from policies.scoring import Scorer, card_details, explain, pod_request, ranking_entry
+from policies.scoring.scoring import Scorer, card_details, explain, pod_request, ranking_entry
 
 from .cluster_builders import allocation, gpu_node, gpu_pod, snapshot
 
@@ -101,7 +101,7 @@ def test_nodes_the_state_does_not_know(settings):
 
 
 def test_nodes_given_by_the_caller_are_judged_as_given(settings):
-    from policies.cluster import node_from_manifest
+    from policies.model.cluster import node_from_manifest
 
     names = settings.names
     state = snapshot(gpu_node("n1", "cgpu", 1, 10), names=names)
@@ -213,8 +213,8 @@ def test_topology_not_enough_cards(settings, wanted, unresolvable):
 # ---- values that place a pod nowhere (what the scheduler extender asks first) -----------------------------
 
 def _unusable(names, limits, requests=None):
-    from policies.resources import container_requests
-    from policies.scoring import unusable_values
+    from policies.model.resources import container_requests
+    from policies.scoring.scoring import unusable_values
 
     resources = {"limits": limits, **({"requests": requests} if requests else {})}
     spec = {"containers": [{"name": "c", "resources": resources}]}
@@ -292,7 +292,7 @@ def test_a_pod_whose_gpu_mem_gs003_refuses_is_not_ranked_on_gpus(settings):
 
 
 def test_a_state_without_a_change_log_gets_fresh_profiles_every_call(settings):
-    from policies.cluster import pod_from_manifest
+    from policies.model.cluster import pod_from_manifest
 
     names = settings.names
     inner = snapshot(gpu_node("n1", "cgpu", 1, 10), gpu_node("n2", "cgpu", 1, 10), names=names)

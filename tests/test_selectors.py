@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from policies.resources import ShapeError
-from policies.scoring import Scorer, pod_request
-from policies.selectors import NodeSelector, Requirement, Term, describe_selector, node_selector_from_spec
+from policies.model.resources import ShapeError
+from policies.model.selectors import NodeSelector, Requirement, Term, describe_selector, node_selector_from_spec
+from policies.scoring.scoring import Scorer, pod_request
 
 from .cluster_builders import gpu_pod
 from .manifests import received

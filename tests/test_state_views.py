@@ -3,9 +3,9 @@ through, except what each one changes."""
 
 from __future__ import annotations
 
-from policies.assume import PlacementLedger
-from policies.cluster import StateView
-from policies.leadership import FollowerView
+from policies.model.cluster import StateView
+from policies.placement.assume import PlacementLedger
+from policies.placement.leadership import FollowerView
 from webhook.settings import Settings
 
 from .cluster_objects import gpu_pod, node, state_of

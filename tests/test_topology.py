@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from policies.scoring import Scorer, explain, pod_request
-from policies.topology import choose_card_set, parse_bandwidth, topology_cards
+from policies.placement.topology import choose_card_set, parse_bandwidth, topology_cards
+from policies.scoring.scoring import Scorer, explain, pod_request
 
 from .cluster_builders import gpu_node, gpu_pod, snapshot
 

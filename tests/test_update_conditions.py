@@ -1,5 +1,5 @@
 """The generated matchConditions send an UPDATE only when it changes what the rules judge
-(policies/judged.py), evaluated with cel-python exactly as shipped, in the style of
+(policies/rules/judged.py), evaluated with cel-python exactly as shipped, in the style of
 tests/test_match_conditions.py: what the CEL answers is what ``Triggers.sends`` answers, and every
 UPDATE the engine would deny is sent.
 
@@ -20,7 +20,7 @@ import celpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from policies.judged import deleting
+from policies.rules.judged import deleting
 
 from .cluster_builders import gpu_node
 from .profiles import examples
@@ -232,7 +232,7 @@ def test_a_node_update_is_sent_exactly_when_it_changes_a_key_a_node_rule_reads(o
 # -- the backstop ValidatingAdmissionPolicy: it cannot ratchet, so it does not judge such UPDATEs at all -------
 
 def _backstop_condition() -> Any:
-    from policies.backstop import backstop_policy
+    from policies.generate.backstop import backstop_policy
 
     (condition,) = backstop_policy(SETTINGS, ENGINE.known_ids)[0]["spec"]["matchConditions"]
     env = celpy.Environment()

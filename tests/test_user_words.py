@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from policies.sources import ACK_PAGES
+from policies.model.sources import ACK_PAGES
 
 from .check_helpers import SEED_33, run_gpushare
 from .hermetic import ROOT

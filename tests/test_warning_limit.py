@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from policies.engine import Engine
+from policies.admission.engine import Engine
+from policies.model.warning_text import WARNING_LIMIT, brief
 from policies.rules.base import REGISTRY
-from policies.warning_text import WARNING_LIMIT, brief
 from webhook.routes.review import build_response, parse_review
 from webhook.settings import Settings
 

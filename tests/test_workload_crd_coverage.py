@@ -1,7 +1,7 @@
 """Coverage from the CRDs themselves: every supported kind's full upstream CRD, at the release its table
 entry names (tests/data/workload-crds/full, origin in ORIGIN.md there), is walked (tests/crd_walk.py),
 and every field shaped like a pod template, a PodSpec, a container, a container list, env, envFrom or
-resources is one the kind's table reads (policies/workloads.py), or is set aside below with the reason
+resources is one the kind's table reads (policies/model/workloads.py), or is set aside below with the reason
 it puts no GPU request or environment variable the rules judge into a pod. Every subtree marked
 ``x-kubernetes-preserve-unknown-fields`` is listed with what it holds and why it is read or not. Adding a
 kind, or a CRD version that adds such a field, fails here until the table covers it.
@@ -16,7 +16,7 @@ import copy
 
 import pytest
 
-from policies.workloads import BUILT_IN, WorkloadKind
+from policies.model.workloads import BUILT_IN, WorkloadKind
 
 from .crd_walk import FULL, Place, Schema, full_crds, is_pod_spec, node_at, served, unread, walk
 from .helpers import DATA

@@ -17,9 +17,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.field_paths import EVERY_ITEM, EVERY_VALUE, Pattern, render_pattern
-from policies.resources import ShapeError
-from policies.workloads import BUILT_IN, TEMPLATE, Holder, Location, WorkloadKind
+from policies.model.field_paths import EVERY_ITEM, EVERY_VALUE, Pattern, render_pattern
+from policies.model.resources import ShapeError
+from policies.model.workloads import BUILT_IN, TEMPLATE, Holder, Location, WorkloadKind
 
 from .crd_walk import served
 from .crds import invalid, prune
@@ -212,7 +212,7 @@ def kinds_table() -> str:
 
 def test_the_documented_table_of_kinds_is_the_table():
     text = (DATA.parent.parent / "docs" / "workloads.md").read_text()
-    start = text.index("<!-- generated from policies/workloads.py")
+    start = text.index("<!-- generated from policies/model/workloads.py")
     block = text[text.index("\n", start) + 1:text.index("<!-- end of generated table -->", start)]
     assert block == kinds_table(), "regenerate docs/workloads.md's table of kinds (tests/test_workload_schemas.py)"
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from policies.resources import render_path
-from policies.workloads import BUILT_IN, group_of
+from policies.model.resources import render_path
+from policies.model.workloads import BUILT_IN, group_of
 
 from .check_helpers import check_json, run_gpushare
 from .helpers import admission_review

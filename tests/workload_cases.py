@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from policies.resources import Path as FieldPath
-from policies.workloads import BUILT_IN, WorkloadKind, group_of
+from policies.model.resources import Path as FieldPath
+from policies.model.workloads import BUILT_IN, WorkloadKind, group_of
 
 from .helpers import DATA
 

@@ -16,10 +16,10 @@ from typing import Any
 from flask import Flask
 
 from certs.issue import ensure_serving_certs
-from policies.assume import PlacementLedger
-from policies.audit import AuditResult
-from policies.cluster import ClusterState
-from policies.engine import Engine
+from policies.admission.engine import Engine
+from policies.audit.audit import AuditResult
+from policies.model.cluster import ClusterState
+from policies.placement.assume import PlacementLedger
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
 from webhook.server.allocation_metrics import AllocationExporter

@@ -1,6 +1,6 @@
 """The one configuration object: every name, limit and switch the project uses.
 
-``Settings`` composes the domain's sections (``policies.settings.PolicySettings``), the
+``Settings`` composes the domain's sections (``policies.model.settings.PolicySettings``), the
 certificates' (``certs.settings``) and the edge's own below: the server, overload limits, input
 bounds, logging, metrics, authentication, ``gpushare check`` and the scheduler extender.
 
@@ -26,7 +26,7 @@ from typing import Any, Literal, Self
 from pydantic import Field, model_validator
 
 from certs.settings import CertRotationSettings, CertSettings
-from policies.settings import PolicySettings, RuleOverride, Severity, _Section
+from policies.model.settings import PolicySettings, RuleOverride, Severity, _Section
 
 __all__ = [
     "AuthSettings",

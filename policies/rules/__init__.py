@@ -1,6 +1,12 @@
-"""Rule families; importing this package registers every rule."""
+"""Rules: one module per rule family (a rule is one decorated function), and what they declare.
 
-from . import (  # noqa: F401  (each import registers a family)
+``base`` (the registry and ``@rule``), ``relevance`` (what makes an object relevant to a rule),
+``judged`` (what an UPDATE is judged on), ``cel`` (the CEL those declarations become),
+``mutations`` and ``rule_index``. Importing this package registers every rule.
+May import ``policies.model`` and ``policies.quota``.
+"""
+
+from policies.rules import (  # noqa: F401  (each import registers a family)
     capacity_rules,
     cluster_invariants,
     exemptions,
@@ -12,6 +18,6 @@ from . import (  # noqa: F401  (each import registers a family)
     sharing_rules,
     workload_rules,
 )
-from .base import REGISTRY, Finding, Rule
+from policies.rules.base import REGISTRY, Finding, Rule
 
 __all__ = ["REGISTRY", "Finding", "Rule"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..relevance import NOTHING, Relevance
-from ..resources import Path, render_path
-from ..settings import Severity
-from ..subject import Subject
+from policies.model.resources import Path, render_path
+from policies.model.settings import Severity
+from policies.model.subject import Subject
+from policies.rules.relevance import NOTHING, Relevance
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +20,7 @@ class Finding:
     message: str
     path: Path = ()
     # The message as an admission warning words it, when the rule gives a shorter one than
-    # ``message`` (policies/warning_text.py: the API server may truncate warnings past 256 characters).
+    # ``message`` (policies/model/warning_text.py: the API server may truncate warnings past 256 characters).
     brief: str = ""
 
     @property
@@ -70,7 +70,7 @@ class Rule:
     # rules, which /dry-run leaves to the ranking and the scoring engine reports per node).
     family: str = ""
     # What an object must show for the check to find anything: the webhooks' matchConditions
-    # send exactly the objects some rule declares relevant (policies/match_conditions.py).
+    # send exactly the objects some rule declares relevant (policies/generate/match_conditions.py).
     relevance: Relevance = NOTHING
     # Subresources whose UPDATE the rule judges (e.g. "ephemeralcontainers"); on the object itself it
     # judges ``operations`` as always, and on any other subresource nothing.

@@ -11,16 +11,16 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from ..relevance import Relevance
-from ..selectors import node_selector_from_spec
-from ..settings import CapacitySettings
-from ..subject import Subject
-from .base import Found, rule
-from .placement_rules import placement_of
-from .pod_resources import POD_KINDS
+from policies.model.selectors import node_selector_from_spec
+from policies.model.settings import CapacitySettings
+from policies.model.subject import Subject
+from policies.rules.base import Found, rule
+from policies.rules.placement_rules import placement_of
+from policies.rules.pod_resources import POD_KINDS
+from policies.rules.relevance import Relevance
 
 if TYPE_CHECKING:
-    from ..cluster import ClusterState
+    from policies.model.cluster import ClusterState
 
 SWITCH = "capacity"
 
@@ -29,8 +29,8 @@ SWITCH = "capacity"
 def _machinery() -> SimpleNamespace:
     """The capacity index and placement, imported on GC001's first run (an import statement in the
     rule would look them up again on every review)."""
-    from ..capacity_index import TooCostly, WorkBudget, capacity_index, too_costly
-    from ..placement import demand_from_containers
+    from policies.placement.capacity_index import TooCostly, WorkBudget, capacity_index, too_costly
+    from policies.placement.placement import demand_from_containers
 
     return SimpleNamespace(TooCostly=TooCostly, WorkBudget=WorkBudget, capacity_index=capacity_index,
                            too_costly=too_costly, demand_from_containers=demand_from_containers)

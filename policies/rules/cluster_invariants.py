@@ -1,4 +1,4 @@
-"""GA001-GA007: invariants of a running cluster, judged by ``gpushare audit`` (policies/audit.py).
+"""GA001-GA007: invariants of a running cluster, judged by ``gpushare audit`` (policies/audit/audit.py).
 
 They describe what the cluster already holds, so no admission request triggers them (no kinds):
 they are registered here so that ``gpushare rules``, SARIF and the config file's ``rules:``
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..subject import Subject
-from .base import Found, rule
+from policies.model.subject import Subject
+from policies.rules.base import Found, rule
 
 
 def _audit_only(subject: Subject) -> Iterator[Found]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..exemptions import annotations_path
-from ..mutations import MUTATIONS
-from ..relevance import Relevance
-from ..resources import CUSTOM_WORKLOADS, POD_SPEC_PATHS, render_path
-from ..subject import Subject
-from .base import REGISTRY, Found, rule
-from .pod_resources import names_a_near_miss
+from policies.model.exemptions import annotations_path
+from policies.model.resources import CUSTOM_WORKLOADS, POD_SPEC_PATHS, render_path
+from policies.model.subject import Subject
+from policies.rules.base import REGISTRY, Found, rule
+from policies.rules.mutations import MUTATIONS
+from policies.rules.pod_resources import names_a_near_miss
+from policies.rules.relevance import Relevance
 
 EXEMPTABLE_KINDS = (*POD_SPEC_PATHS, CUSTOM_WORKLOADS, "Node", "Binding")
 

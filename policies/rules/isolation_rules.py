@@ -17,7 +17,7 @@
   NVIDIA_VISIBLE_DEVICES=all; so both warn, and a cluster that wants them only where admins grant
   them sets GS011 to deny and grants those namespaces (exemptions.grants).
 
-The reading and the judging are in policies/isolation.py, shared with the cluster state's records
+The reading and the judging are in policies/model/isolation.py, shared with the cluster state's records
 (the audit judges running pods alike); docs/isolation.md lists every variable with its source.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..isolation import (
+from policies.model.isolation import (
     EPHEMERAL_SUBRESOURCE,
     EnvProblem,
     added_ephemeral_envs,
@@ -35,14 +35,14 @@ from ..isolation import (
     may_run_on_mps,
     service_links,
 )
-from ..relevance import Relevance
-from ..subject import Subject
-from .base import Found, rule
-from .pod_resources import POD_KINDS
+from policies.model.subject import Subject
+from policies.rules.base import Found, rule
+from policies.rules.pod_resources import POD_KINDS
+from policies.rules.relevance import Relevance
 
 _MEMO = "isolation"
 GPU_RESOURCES = ("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive")
-# A container that sets a judged name, or takes envFrom beside a GPU resource (policies/relevance.py).
+# A container that sets a judged name, or takes envFrom beside a GPU resource (policies/rules/relevance.py).
 SETS_ISOLATION_ENV = Relevance(env_names=("device_plugin", "mps", "visible_devices", "disable_isolation"),
                                env_from=GPU_RESOURCES)
 DEVICE_PLUGIN = "source code: github.com/AliyunContainerService/gpushare-device-plugin"

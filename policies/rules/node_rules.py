@@ -13,30 +13,30 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, cast
 
-from ..modes import ALL_MODES, CGPU_MODES, SHARED_MODES
-from ..relevance import Relevance
-from ..resources import Path
-from ..settings import NodePolicySettings
-from ..subject import Subject
-from .base import Found, rule
+from policies.model.modes import ALL_MODES, CGPU_MODES, SHARED_MODES
+from policies.model.resources import Path
+from policies.model.settings import NodePolicySettings
+from policies.model.subject import Subject
+from policies.rules.base import Found, rule
+from policies.rules.relevance import Relevance
 
 if TYPE_CHECKING:
-    from ..catalog import Catalog
-    from ..cluster import NodeInfo
-    from ..ecs import EcsInstance
+    from policies.model.catalog import Catalog
+    from policies.model.cluster import NodeInfo
+    from policies.model.ecs import EcsInstance
 
 NODE = ("Node",)
 # Every node rule judges a node that carries a GPU scheduling label, now or before the update.
 GPU_SCHEDULING_LABELS = Relevance(node_labels=("schedule", "placement"))
 # What else a rule reads, as a label or an annotation: an UPDATE changing it is judged; one changing
-# neither it nor the mode labels is never sent (policies/judged.py). spec.providerID is read too
+# neither it nor the mode labels is never sent (policies/rules/judged.py). spec.providerID is read too
 # (GN003, GN004) but set once, by the cloud controller as the node registers: not sent on UPDATE.
 READS_CPU_POLICY = Relevance(node_labels=("schedule", "placement"), reads=("names.labels.cpu_manager_policy",))
 READS_REGION = Relevance(node_labels=("schedule", "placement"), reads=("names.labels.region",))
 READS_MPS_DAEMON = Relevance(node_labels=("schedule", "placement"), reads=("nodes.mps_daemon_keys",))
 PLACEMENTS = ("binpack", "spread")
 # cGPU isolation runs only on ECS instances (ACK "Manage the shared GPU scheduling component");
-# mps is built on cGPU too (policies/modes.py).
+# mps is built on cGPU too (policies/model/modes.py).
 ECS_ONLY_MODES = CGPU_MODES
 # Where the values of ack.node.gpu.schedule beyond the six of "GPU node scheduling labels" come from.
 LABELS_PAGE = 'ACK documentation: "Labels for enabling GPU scheduling policies"'
@@ -46,7 +46,7 @@ DRA_PAGE = 'ACK documentation: "Schedule GPUs with DRA"'
 
 def _node(subject: Subject) -> NodeInfo:
     if "node" not in subject.memo:
-        from ..cluster import node_from_manifest
+        from policies.model.cluster import node_from_manifest
 
         subject.memo["node"] = node_from_manifest(subject.obj, subject.names)
     return cast("NodeInfo", subject.memo["node"])
@@ -56,7 +56,7 @@ def _old_node(subject: Subject) -> NodeInfo | None:
     if subject.operation != "UPDATE" or not isinstance(subject.old, dict):
         return None
     if "old_node" not in subject.memo:
-        from ..cluster import node_from_manifest
+        from policies.model.cluster import node_from_manifest
 
         subject.memo["old_node"] = node_from_manifest(subject.old, subject.names)
     return cast("NodeInfo | None", subject.memo["old_node"])
@@ -77,14 +77,14 @@ def _policy(subject: Subject) -> NodePolicySettings:
 
 
 def _catalog(subject: Subject) -> Catalog:
-    from ..catalog import default_catalog
+    from policies.model.catalog import default_catalog
 
     return subject.catalog if subject.catalog is not None else default_catalog()
 
 
 def _ecs(node: NodeInfo, subject: Subject) -> EcsInstance | None:
     """The node's ECS instance, from its spec.providerID; None when that is no ECS id."""
-    from ..ecs import ecs_instance
+    from policies.model.ecs import ecs_instance
 
     return ecs_instance(node.provider_id, subject.names.ecs_provider_id_pattern)
 
@@ -324,7 +324,7 @@ def components_fit_matrix(subject: Subject) -> Iterator[Found]:
     matrix = _catalog(subject).versions
     if mode not in matrix.modes or not _changed(subject, lambda n: _mode(n, subject)):
         return
-    from ..compatibility import node_mismatches
+    from policies.model.compatibility import node_mismatches
 
     found = node_mismatches(node, mode, matrix, subject.names, _policy(subject).driver_version_labels)
     path = _label_path(subject.names.labels.schedule)

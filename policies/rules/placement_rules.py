@@ -13,14 +13,14 @@ from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
-from ..relevance import Relevance
-from ..resources import Path
-from ..subject import StateUnavailable, Subject
-from .base import Check, Found, rule
+from policies.model.resources import Path
+from policies.model.subject import StateUnavailable, Subject
+from policies.rules.base import Check, Found, rule
+from policies.rules.relevance import Relevance
 
 if TYPE_CHECKING:
-    from ..cluster import PodInfo
-    from ..placement import PodDemand
+    from policies.model.cluster import PodInfo
+    from policies.placement.placement import PodDemand
 
 PLACEMENT = "placement"
 
@@ -34,8 +34,8 @@ SWITCH = "placement"
 def _machinery() -> SimpleNamespace:
     """Placement and the cluster's records, imported when a placement is first judged (an import
     statement in the functions below would look them up again on every review)."""
-    from ..cluster import pod_from_manifest
-    from ..placement import PodDemand, demand_from_containers, placement_problems
+    from policies.model.cluster import pod_from_manifest
+    from policies.placement.placement import PodDemand, demand_from_containers, placement_problems
 
     return SimpleNamespace(pod_from_manifest=pod_from_manifest, PodDemand=PodDemand,
                            demand_from_containers=demand_from_containers, placement_problems=placement_problems)

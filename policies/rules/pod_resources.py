@@ -6,15 +6,21 @@ from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import cast
 
-from ..gpu_memory import memory_problem
-from ..near_miss import NearMiss, near_misses, near_misses_in
-from ..relevance import Relevance
-from ..resources import CUSTOM_WORKLOADS, POD_SPEC_PATHS, ContainerRequest, ResourceValue, cards_per_container
-from ..settings import Names, NearMissSettings, ResourceNames
-from ..subject import Subject
-from .base import Found, rule
+from policies.model.gpu_memory import memory_problem
+from policies.model.near_miss import NearMiss, near_misses, near_misses_in
+from policies.model.resources import (
+    CUSTOM_WORKLOADS,
+    POD_SPEC_PATHS,
+    ContainerRequest,
+    ResourceValue,
+    cards_per_container,
+)
+from policies.model.settings import Names, NearMissSettings, ResourceNames
+from policies.model.subject import Subject
+from policies.rules.base import Found, rule
+from policies.rules.relevance import Relevance
 
-# What sends an object to the webhook for each family (policies/relevance.py).
+# What sends an object to the webhook for each family (policies/rules/relevance.py).
 NAMES_GPU_CORE = Relevance(resources=("gpu_core",))
 NAMES_SHARED_GPU = Relevance(resources=("gpu_mem", "gpu_core"))
 

@@ -1,7 +1,7 @@
 """GQ001-GQ004: GPU quota objects that limit nothing or contradict themselves.
 
 A ResourceQuota, ACK's ElasticQuotaTree and Kueue's ClusterQueue are judged where they name a GPU
-resource (policies/quota_objects.py says how each is read and where that comes from). On UPDATE only
+resource (policies/quota/quota_objects.py says how each is read and where that comes from). On UPDATE only
 what the change writes is judged: a quota that already held a value is not refused for an unrelated
 edit (the value is reported again only when it is written anew).
 """
@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from ..quota_objects import (
+from policies.model.resources import CUSTOM_WORKLOADS, WORKLOAD_KINDS, Path
+from policies.model.subject import Subject, SubjectPod
+from policies.quota.quota_objects import (
     CLUSTER_QUEUE,
     ELASTIC_QUOTA_TREE,
     PEBIBYTE,
@@ -29,10 +31,8 @@ from ..quota_objects import (
     resource_quota_keys,
     tree_nodes,
 )
-from ..relevance import Relevance
-from ..resources import CUSTOM_WORKLOADS, WORKLOAD_KINDS, Path
-from ..subject import Subject, SubjectPod
-from .base import Found, rule
+from policies.rules.base import Found, rule
+from policies.rules.relevance import Relevance
 
 NAMES_A_GPU_QUOTA = Relevance(gpu_quotas=True)
 QUOTA_EVALUATOR = ("Kubernetes source code: kubernetes/kubernetes pkg/quota/v1/evaluator/core/pods.go "
@@ -236,7 +236,7 @@ def pods_made(subject: Subject, pod: SubjectPod) -> int | None:
 
 def _groups(subject: Subject) -> list[tuple[SubjectPod, int, int, int]]:
     """(template, pods made, gpu-mem and gpu-core PodRequests of each) of every template asking for either."""
-    from ..quota_usage import pod_requests
+    from policies.quota.quota_usage import pod_requests
 
     r = subject.names.resources
     groups = []
@@ -261,7 +261,7 @@ def _usage(state: Any) -> Any:
     found = getattr(state, "quota_usage", None)
     if found is not None:
         return found()
-    from ..quota_usage import usage_index
+    from policies.quota.quota_usage import usage_index
 
     pods = getattr(state, "pods", None)
     return usage_index(pods() if pods is not None else [])
@@ -292,7 +292,7 @@ def pods_fit_the_quota(subject: Subject) -> Iterator[Found]:
     if not groups:
         return
     state = subject.usable_state(SWITCH, f"{subject.label}: whether its namespace's GPU quotas hold its pods")
-    from ..quota_usage import quota_limits
+    from policies.quota.quota_usage import quota_limits
 
     quota_objects = getattr(state, "quota_objects", None)
     if quota_objects is None:
@@ -325,7 +325,7 @@ def pods_fit_the_quota(subject: Subject) -> Iterator[Found]:
         missing = total_pods if limit.mechanism == CLUSTER_QUEUE else total_pods - fitting
         happens = (f"{missing} of {total_pods} pods will not be created" if limit.mechanism == RESOURCE_QUOTA
                    else f"{missing} of {total_pods} pods will wait")
-        # An admission warning past 256 characters may be cut (policies/warning_text.py): the short form
+        # An admission warning past 256 characters may be cut (policies/model/warning_text.py): the short form
         # leads with what happens.
         brief = (f"{subject.label}: {happens}: {limit.label} has {limit.left} of {limit.hard}{unit} of {limit.key} "
                  f"left ({limit.used} used); the pods need {need}{unit}")

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..relevance import Relevance
-from ..resources import POD_SPEC_PATHS, Path, cards_per_container
-from ..subject import Subject, SubjectPod
-from .base import Found, rule
-from .pod_resources import POD_KINDS
+from policies.model.resources import POD_SPEC_PATHS, Path, cards_per_container
+from policies.model.subject import Subject, SubjectPod
+from policies.rules.base import Found, rule
+from policies.rules.pod_resources import POD_KINDS
+from policies.rules.relevance import Relevance
 
 EXTENDER = "source code: github.com/AliyunContainerService/gpushare-scheduler-extender, gpushare-device-plugin"
 

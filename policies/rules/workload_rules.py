@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..relevance import Relevance
-from ..resources import CUSTOM_WORKLOADS, render_path
-from ..subject import Subject
-from ..workloads import patch_strings, workload_scheduler
-from .base import Found, rule
-from .pod_resources import asks_gpu_memory
+from policies.model.resources import CUSTOM_WORKLOADS, render_path
+from policies.model.subject import Subject
+from policies.model.workloads import patch_strings, workload_scheduler
+from policies.rules.base import Found, rule
+from policies.rules.pod_resources import asks_gpu_memory
+from policies.rules.relevance import Relevance
 
 
 @rule("GW001", severity="warn", kinds=(CUSTOM_WORKLOADS,), applies=asks_gpu_memory,

@@ -39,7 +39,7 @@ def audit(snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: s
     """Judge every node and GPU pod of the cluster, and its custom workloads (training jobs, Ray,
     inference services...): every rule, plus what only a running cluster can get wrong
     (over-committed or crowded cards, mixed job types, stale assignments...)."""
-    from policies.audit import audit_state
+    from policies.audit.audit import audit_state
     from webhook.report import render
     from webhook.report.audit_report import audit_report
 

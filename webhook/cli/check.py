@@ -106,7 +106,7 @@ def _run(paths: tuple[str, ...], fmt: str, fail_on: str | None, config: Path | N
          namespace: str, exclude: tuple[str, ...], stdin_filename: str, color: str,
          namespace_labels: Path | None = None, allow_empty: bool = False,
          also: tuple[tuple[str, Path], ...] = ()) -> int:
-    from policies.engine import Engine
+    from policies.admission.engine import Engine
     from webhook.documents.manifests import ManifestError
     from webhook.documents.sources import STDIN, select_files
     from webhook.report import render
@@ -169,8 +169,8 @@ def _also(values: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
 
 def _stateful_rules(settings: Any) -> tuple[str, ...]:
     """The enabled rules that need the cluster's state, runs of ids folded: GB001-GB005, GC001."""
-    from policies.rule_index import rule_entries
-    from policies.warning_text import fold_ids
+    from policies.model.warning_text import fold_ids
+    from policies.rules.rule_index import rule_entries
 
     return tuple(fold_ids([e.id for e in rule_entries(settings) if e.stateful and e.enabled]))
 
@@ -205,7 +205,7 @@ def _load_snapshot(path: Path, settings: Any) -> tuple[Any, dict[str, dict[str, 
 
 def _load_namespace_labels(path: Path) -> Any:
     """Namespace labels from Namespace objects or a {namespace: {label: value}} mapping."""
-    from policies.grants import StaticNamespaces
+    from policies.model.grants import StaticNamespaces
     from webhook.state.snapshot import SnapshotError, snapshot_objects
 
     try:

@@ -133,7 +133,7 @@ def read_workloads(snapshot: Path | None, demo: bool, kubeconfig: Path | None, c
                    settings: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """The custom workloads (training jobs, Ray clusters...) of the snapshot file or the live cluster
     (the demo cluster has none), and notes on what could not be read."""
-    from policies.workloads import group_of, workload_table
+    from policies.model.workloads import group_of, workload_table
 
     if demo:
         return [], []

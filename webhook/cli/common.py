@@ -159,7 +159,7 @@ def with_options(func: F, options: list[Callable[[F], F]]) -> F:
 def load_cli_settings(config: Path | None, **server: object) -> Any:
     """Settings from ``config`` (else the nearest .gpushare.yaml) and the environment, with ``server``
     overrides from flags. Returns ``webhook.settings.Settings`` (imported late: ``gpushare`` starts fast)."""
-    from policies.rule_index import known_rule_ids
+    from policies.rules.rule_index import known_rule_ids
     from webhook.settings import ConfigFileError, load_settings
 
     path = config_path(config)

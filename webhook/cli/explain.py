@@ -1,5 +1,5 @@
 """``gpushare explain POD``: why a GPU pod is Pending, node by node and card by card; or, given a
-Deployment, ReplicaSet or Job, whether quota refused or holds back its pods (``policies.workload_explain``)."""
+Deployment, ReplicaSet or Job, whether quota refused or holds back its pods (``policies.scoring.workload_explain``)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ def explain(pod: str, namespace: str, snapshot: Path | None, demo: bool, kubecon
     """Why POD is Pending: every node with the reason it does not fit, the closest node and what
     would have to change there (the same ranking and words as /dry-run). Given a Deployment,
     ReplicaSet or Job name instead: whether quota refused its pods or holds them back."""
-    from policies.explain import explain_pod
-    from policies.scoring import Scorer
-    from policies.workload_explain import explain_workload
+    from policies.scoring.explain import explain_pod
+    from policies.scoring.scoring import Scorer
+    from policies.scoring.workload_explain import explain_workload
 
     if "/" in pod:
         namespace, _, pod = pod.partition("/")

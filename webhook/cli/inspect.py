@@ -23,7 +23,7 @@ from webhook.cli.common import OneLineUsage, UsageFailure, config_option, load_c
 def inspect(nodes: tuple[str, ...], snapshot: Path | None, demo: bool, kubeconfig: Path | None, context: str | None,
             output: str, output_file: Path | None, details: bool, quotas: bool, config: Path | None) -> None:
     """Show allocated/total GPU memory per card, node and cluster (optionally only NODES)."""
-    from policies.allocation import cluster_usage
+    from policies.placement.allocation import cluster_usage
     from webhook.report.inspect_view import as_json, detail_table, summary_table
 
     names = load_cli_settings(config).names
@@ -48,7 +48,7 @@ def inspect(nodes: tuple[str, ...], snapshot: Path | None, demo: bool, kubeconfi
 def _quotas(state: Any, names: Any, described: str, output: str, output_file: Path | None) -> None:
     import time
 
-    from policies.quota_usage import quota_shares, usage_of
+    from policies.quota.quota_usage import quota_shares, usage_of
     from webhook.report.quota_view import quota_json, quota_table
 
     click.echo(f"gpushare: cluster state: {described}", err=True)

@@ -1,6 +1,6 @@
 """``gpushare policy export``: the backstop ValidatingAdmissionPolicy and its binding, or the webhooks'
-matchConditions, generated from the rule catalogue and the config (policies/backstop.py,
-policies/match_conditions.py), as YAML or JSON."""
+matchConditions, generated from the rule catalogue and the config (policies/generate/backstop.py,
+policies/generate/match_conditions.py), as YAML or JSON."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def export(config: Path | None, output: str, output_file: Path | None, scheduler
         with output_to(output_file):
             click.echo(webhook_conditions_text(settings, webhooks_for, output), nl=False)
         return
-    from policies.backstop import backstop_policy
-    from policies.engine import Engine
+    from policies.admission.engine import Engine
+    from policies.generate.backstop import backstop_policy
 
     if scheduler_rule is not None:
         settings = settings.model_copy(update={"backstop": settings.backstop.model_copy(
@@ -73,7 +73,7 @@ WEBHOOK_HEADERS = {
 
 def webhook_conditions_text(settings: Any, target: str, fmt: str) -> str:
     """The generated matchConditions as a kustomize patch or as Helm values, in YAML or JSON."""
-    from policies.match_conditions import (
+    from policies.generate.match_conditions import (
         custom_workload_kinds,
         custom_workloads_patch,
         kustomize_patches,

@@ -11,7 +11,7 @@ import click
 from webhook.cli.common import OneLineUsage, config_option, load_cli_settings, output_options, output_to
 
 if TYPE_CHECKING:
-    from policies.rule_index import RuleEntry
+    from policies.rules.rule_index import RuleEntry
 
 
 @click.command(cls=OneLineUsage)
@@ -34,8 +34,8 @@ def rules(output: str, output_file: Path | None, config: Path | None, only: str,
 
 
 def _print_judged(settings: Any, output: str) -> None:
-    from policies.engine import Engine
-    from policies.judged import UPDATED_KINDS, markdown
+    from policies.admission.engine import Engine
+    from policies.rules.judged import UPDATED_KINDS, markdown
 
     engine = Engine(settings)
     if output == "json":
@@ -45,7 +45,7 @@ def _print_judged(settings: Any, output: str) -> None:
 
 
 def _print(settings: Any, output: str, prefixes: tuple[str, ...]) -> None:
-    from policies.rule_index import rule_entries
+    from policies.rules.rule_index import rule_entries
 
     entries = [e for e in rule_entries(settings) if not prefixes or e.id.startswith(prefixes)]
     if output == "json":

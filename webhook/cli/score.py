@@ -30,7 +30,7 @@ from webhook.cli.common import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from policies.dryrun import ObjectReport
+    from policies.admission.dryrun import ObjectReport
     from webhook.documents.manifests import Manifest
 
 
@@ -50,7 +50,7 @@ def _read(file: Path) -> tuple[str, str]:
 
 def _json_result(report: ObjectReport, manifest: Manifest) -> dict[str, Any]:
     """One object as ``score -o json`` prints it: the verdict's findings and the ranking /dry-run shows."""
-    from policies.scoring import ranking_entry
+    from policies.scoring.scoring import ranking_entry
 
     verdict = report.verdict
     ranking = None
@@ -74,7 +74,7 @@ def _cards_cell(entry: dict[str, Any]) -> str:
 def _render(console: Console, report: ObjectReport, manifest: Manifest, limit: int | None) -> None:
     from rich.table import Table
 
-    from policies.scoring import ranking_entry
+    from policies.scoring.scoring import ranking_entry
 
     verdict = report.verdict
     where = f"{manifest.source}:{manifest.line}"
@@ -125,10 +125,10 @@ def score(file: Path, snapshot: Path | None, config: Path | None, node: str, top
       1  an object is denied (--fail-on warn: or warned about, or fits no node)
       2  unreadable input, invalid YAML, a malformed object, an unknown --node, a bad config
     """
-    from policies.dryrun import DryRun
-    from policies.engine import Engine
-    from policies.resources import ShapeError
-    from policies.scoring import Scorer
+    from policies.admission.dryrun import DryRun
+    from policies.admission.engine import Engine
+    from policies.model.resources import ShapeError
+    from policies.scoring.scoring import Scorer
     from webhook.documents.manifests import ManifestError, read_manifest_file
     from webhook.documents.templates import read_annotations, templated
     from webhook.state.snapshot import SnapshotError, describe_snapshot, load_demo_snapshot, load_snapshot

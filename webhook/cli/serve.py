@@ -25,7 +25,7 @@ from webhook.cli.common import OneLineUsage, UsageFailure, load_cli_settings
 def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: Path | None,
           kubeconfig: Path | None, config: Path | None) -> None:
     """Run the admission webhook over TLS under gunicorn."""
-    from policies.catalog import CatalogError
+    from policies.model.catalog import CatalogError
     from webhook.server.auth import AuthConfigError
     from webhook.server.logs import configure_logging
     from webhook.serving import ServeError, run_server

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from policies.workload_explain import WORKLOAD_KINDS, WorkloadView, events_for, meta_of, owned_by
+from policies.scoring.workload_explain import WORKLOAD_KINDS, WorkloadView, events_for, meta_of, owned_by
 
 
 def _named(obj: dict[str, Any], namespace: str, name: str) -> bool:

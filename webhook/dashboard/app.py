@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from flask import Flask, Response, abort, render_template, request
 
-from policies.audit import Auditor, AuditResult
-from policies.cluster import ClusterState
-from policies.dryrun import DryRun
-from policies.engine import Engine
-from policies.scoring import Scorer
+from policies.admission.dryrun import DryRun
+from policies.admission.engine import Engine
+from policies.audit.audit import Auditor, AuditResult
+from policies.model.cluster import ClusterState
+from policies.scoring.scoring import Scorer
 from webhook.dashboard.view import PAGE_SIZE, Page, build_page
 from webhook.routes.dry_run import DryRunInputError, dry_run_body
 from webhook.settings import Settings

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from policies.audit import AuditResult
-from policies.cluster import ClusterState
-from policies.explain import Explanation, explain_pod, pending
-from policies.placement import NodeProfile
-from policies.scoring import Scorer
-from policies.settings import Names
+from policies.audit.audit import AuditResult
+from policies.model.cluster import ClusterState
+from policies.model.settings import Names
+from policies.placement.placement import NodeProfile
+from policies.scoring.explain import Explanation, explain_pod, pending
+from policies.scoring.scoring import Scorer
 
 PAGE_SIZE = 100  # nodes per page: a 5,000-node cluster is 50 pages, nodes with findings first
 EXPLAINED = 20  # pending pods explained on the page; the rest are counted
@@ -93,7 +93,7 @@ def quota_views(state: ClusterState, names: Names) -> list[QuotaView]:
         return []
     import time
 
-    from policies.quota_usage import quota_shares, usage_of
+    from policies.quota.quota_usage import quota_shares, usage_of
 
     pods = getattr(state, "pods", None)
     views = []

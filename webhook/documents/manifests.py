@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from policies.resources import Path
+from policies.model.resources import Path
 from webhook.settings import InputSettings
 
 from .reader import (

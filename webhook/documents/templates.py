@@ -13,7 +13,7 @@ import json
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from policies.resources import CONTAINER_GROUPS, POD_SPEC_PATHS, Path, render_path
+from policies.model.resources import CONTAINER_GROUPS, POD_SPEC_PATHS, Path, render_path
 
 from .manifests import RENDER_HINT
 
@@ -94,7 +94,7 @@ def templated(obj: dict[str, Any], kind: str, annotations: Collection[str] = ())
 
 
 def read_annotations(names: Any) -> frozenset[str]:
-    """The pod annotations rules read, from ``policies.settings.Names``."""
+    """The pod annotations rules read, from ``policies.model.settings.Names``."""
     cards = names.card_annotations
     pairs = [key for pair in names.assignment.pairs for key in pair]
     return frozenset({names.exempt_annotation, names.exempt_reason_annotation, names.allocation_annotation,

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from policies.audit import AuditFinding, AuditResult
+from policies.audit.audit import AuditFinding, AuditResult
+from policies.model.settings import Severity
 from policies.rules.base import Finding
-from policies.settings import Severity
 from webhook.report.checking import CheckedObject, Located, Report
 
 

@@ -14,19 +14,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from policies.engine import Engine, Verdict
-from policies.grants import NamespaceLabels
-from policies.resources import POD_SPEC_PATHS, ShapeError, render_path
+from policies.admission.engine import Engine, Verdict
+from policies.model.grants import NamespaceLabels
+from policies.model.resources import POD_SPEC_PATHS, ShapeError, render_path
+from policies.model.selectors import node_selector_from_spec
+from policies.model.settings import Severity
+from policies.model.workloads import WorkloadConfigError, group_of
 from policies.rules.base import Finding
-from policies.selectors import node_selector_from_spec
-from policies.settings import Severity
-from policies.workloads import WorkloadConfigError, group_of
 from webhook.documents.manifests import Manifest, ManifestError, read_manifest_file
 from webhook.documents.sources import STDIN, read_text
 from webhook.documents.templates import read_annotations, templated
 
 if TYPE_CHECKING:
-    from policies.cluster import ClusterState
+    from policies.model.cluster import ClusterState
 
 CLUSTER_SCOPED = frozenset({"Node"})
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.allocation import ClusterUsage, NodeUsage
+from policies.placement.allocation import ClusterUsage, NodeUsage
 
 PADDING = 2
 ABSENT = "-"
@@ -126,7 +126,7 @@ def detail_table(usage: ClusterUsage) -> str:
     Allocated/Total, a dashed line as long as the first node's pod rows (tab-separated, before
     alignment) plus 10, and the cluster total after two blank lines. No ACK page shows this view.
     Pods the scheduler recorded on no card are shown in a Pending(Allocated) column, as the plugin
-    shows them (policies/cards.py)."""
+    shows them (policies/placement/cards.py)."""
     rows: list[list[str]] = []
     dashes = 0
     for node in usage.nodes:

@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from policies.audit import AuditFinding, AuditResult
-from policies.settings import AuditSettings
+from policies.audit.audit import AuditFinding, AuditResult
+from policies.model.settings import AuditSettings
 
 REPORT_NAME = "gpushare-audit"
 SOURCE = "gpushare"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.quota_usage import QuotaShare
+from policies.quota.quota_usage import QuotaShare
 from webhook.report.inspect_view import tabulate
 
 

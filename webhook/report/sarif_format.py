@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote
 
-from policies.rule_index import RuleEntry, rule_entries
+from policies.rules.rule_index import RuleEntry, rule_entries
 from webhook.report import tool_version
 from webhook.report.checking import Located, Problem, Report
 from webhook.settings import Settings

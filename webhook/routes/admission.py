@@ -12,13 +12,13 @@ import msgspec
 from flask import Response
 from werkzeug.exceptions import HTTPException
 
-from policies.assume import PlacementLedger
-from policies.cluster import ClusterState
-from policies.engine import Engine
-from policies.leadership import FollowerView
-from policies.resources import ShapeError
-from policies.subject import UserInfo
-from policies.workloads import WorkloadConfigError
+from policies.admission.engine import Engine
+from policies.model.cluster import ClusterState
+from policies.model.resources import ShapeError
+from policies.model.subject import UserInfo
+from policies.model.workloads import WorkloadConfigError
+from policies.placement.assume import PlacementLedger
+from policies.placement.leadership import FollowerView
 from webhook.routes.body import BadRequest
 from webhook.routes.observe import Observer
 from webhook.routes.review import AdmissionReview, ReviewError, build_response, parse_review

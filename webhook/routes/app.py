@@ -10,9 +10,9 @@ from functools import partial
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from policies.capacity_index import capacity_index
-from policies.dryrun import DryRun
-from policies.scoring import Scorer
+from policies.admission.dryrun import DryRun
+from policies.placement.capacity_index import capacity_index
+from policies.scoring.scoring import Scorer
 from webhook.routes.admission import ReviewEndpoints
 from webhook.routes.body import read_json_body
 from webhook.routes.dry_run import dry_run_routes

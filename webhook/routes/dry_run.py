@@ -1,7 +1,7 @@
 """``POST /dry-run``: manifests in (YAML or JSON), verdicts, patches and rankings out.
 
 The body is parsed by ``webhook.documents.manifests.parse_manifests`` (multi-document YAML, a JSON
-object, a ``List`` or an AdmissionReview); the policy work is ``policies.dryrun``. Nothing
+object, a ``List`` or an AdmissionReview); the policy work is ``policies.admission.dryrun``. Nothing
 is written: not the state, not the binding assume-cache.
 
 The answer is bounded (``dry_run`` settings): at most ``max_documents`` objects per request, the
@@ -17,12 +17,12 @@ from typing import Any
 import msgspec
 from flask import Blueprint, request
 
-from policies.cluster import ClusterState
-from policies.dryrun import DryRun, ObjectReport, PodPreview
-from policies.resources import ShapeError
+from policies.admission.dryrun import DryRun, ObjectReport, PodPreview
+from policies.model.cluster import ClusterState
+from policies.model.resources import ShapeError
+from policies.model.workloads import WorkloadConfigError
 from policies.rules.base import Finding
-from policies.scoring import ranking_entry
-from policies.workloads import WorkloadConfigError
+from policies.scoring.scoring import ranking_entry
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
 from webhook.documents.reader import TooManyDocuments
 from webhook.routes.observe import Observer, Refusal, observed

@@ -1,4 +1,4 @@
-"""``GET /explain?namespace=&name=``: why a GPU pod is Pending (``policies.explain``), behind the
+"""``GET /explain?namespace=&name=``: why a GPU pod is Pending (``policies.scoring.explain``), behind the
 same authentication as ``/dry-run`` (``auth.bearer_paths``), never on the admission paths."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, request
 
-from policies.explain import explain_pod
-from policies.scoring import Scorer
+from policies.scoring.explain import explain_pod
+from policies.scoring.scoring import Scorer
 from webhook.routes.observe import Refusal, observed
 from webhook.server.metrics import register_endpoint
 from webhook.server.scheduling import Work, declare

@@ -133,9 +133,9 @@ def observed(observer: Observer, endpoint: str, route: Callable[[], Any]) -> Cal
 
 def admission_kinds() -> frozenset[str]:
     """Kinds worth their own metric label: those the rules and mutations look at."""
-    from policies.resources import POD_SPEC_PATHS
+    from policies.model.resources import POD_SPEC_PATHS
+    from policies.model.workloads import BUILT_IN
     from policies.rules.base import REGISTRY
-    from policies.workloads import BUILT_IN
 
     return (frozenset(POD_SPEC_PATHS) | {k for r in REGISTRY.values() for k in r.kinds} | {"Node", "Binding"}
             | {k.kind for k in BUILT_IN})

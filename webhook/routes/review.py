@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from policies.engine import Verdict
-from policies.warning_text import MESSAGE_LIMIT, WARNING_LIMIT, WARNINGS_TOTAL_LIMIT, bounded, joined
+from policies.admission.engine import Verdict
+from policies.model.warning_text import MESSAGE_LIMIT, WARNING_LIMIT, WARNINGS_TOTAL_LIMIT, bounded, joined
 
 SUPPORTED_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 

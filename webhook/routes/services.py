@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from policies.assume import PlacementLedger
-from policies.cluster import ClusterState
-from policies.engine import Engine
+from policies.admission.engine import Engine
+from policies.model.cluster import ClusterState
+from policies.placement.assume import PlacementLedger
 from webhook.server.allocation_metrics import AllocationExporter
 from webhook.settings import Settings
 from webhook.state.audit_loop import AuditLoop

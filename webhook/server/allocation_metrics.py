@@ -2,7 +2,7 @@
 
 A background thread (``start``) wakes every ``metrics.refresh_seconds``, asks the state's change
 log which nodes changed since its last look (the watch writes that log on every event), recomputes
-only those nodes with ``policies.allocation.node_usage`` (the occupancy admission decides with),
+only those nodes with ``policies.placement.allocation.node_usage`` (the occupancy admission decides with),
 and renders the text once. A scrape copies those bytes: nothing is recomputed per scrape, and no
 admission request ever touches this cache. Series per node by default; per card on request
 (``metrics.per_card``); docs/metrics.md lists them and counts them.
@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from policies.allocation import CORE_MODE, NodeUsage, node_usage
-from policies.cards import CORE_PER_CARD
-from policies.cluster import ClusterState
-from policies.settings import MIB_PER_GIB, Names
+from policies.model.cluster import ClusterState
+from policies.model.settings import MIB_PER_GIB, Names
+from policies.placement.allocation import CORE_MODE, NodeUsage, node_usage
+from policies.placement.cards import CORE_PER_CARD
 from webhook.settings import MetricsSettings
 
 log = logging.getLogger("gpushare.metrics")
@@ -168,7 +168,7 @@ class AllocationExporter:
         if not quotas:
             self._quota_text, self._quota_series = "", 0
             return
-        from policies.quota_usage import quota_shares, usage_of
+        from policies.quota.quota_usage import quota_shares, usage_of
 
         pods = getattr(self._state, "pods", None)
         shares = quota_shares(quotas, usage_of(pods() if pods is not None else []), self._names, self._clock())

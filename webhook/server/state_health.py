@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from policies.cluster import ClusterState
+from policies.model.cluster import ClusterState
 
 
 class StateHealthCollector(Collector):

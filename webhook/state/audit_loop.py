@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from policies.audit import Auditor, AuditResult
-from policies.cluster import ClusterState
+from policies.audit.audit import Auditor, AuditResult
+from policies.model.cluster import ClusterState
 from webhook.settings import Settings
 from webhook.state import forked
 from webhook.state.report_writer import WriteSummary

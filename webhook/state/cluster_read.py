@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
-from policies.cluster import ClusterSnapshot
-from policies.settings import Names
-from policies.workloads import WorkloadKind
+from policies.model.cluster import ClusterSnapshot
+from policies.model.settings import Names
+from policies.model.workloads import WorkloadKind
 from webhook.state.paging import list_pages
 from webhook.state.snapshot import snapshot_from_objects
 

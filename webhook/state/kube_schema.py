@@ -180,6 +180,6 @@ class Decoders:
 NODE_DECODERS = Decoders(Node)
 POD_DECODERS = Decoders(Pod)
 NAMESPACE_DECODERS = Decoders(Namespace)
-# Quota objects are few and read whole (policies/quota_objects.py reads what it needs of them).
+# Quota objects are few and read whole (policies/quota/quota_objects.py reads what it needs of them).
 RAW_DECODERS = Decoders(dict)
 DecodeError = msgspec.DecodeError

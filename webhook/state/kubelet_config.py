@@ -32,8 +32,8 @@ from typing import Any
 
 import msgspec
 
-from policies.cluster import NodeInfo, is_gpu_node
-from policies.settings import KubeletConfigzSettings, Names
+from policies.model.cluster import NodeInfo, is_gpu_node
+from policies.model.settings import KubeletConfigzSettings, Names
 from webhook.state.status import ConfigzStatus
 
 log = logging.getLogger("gpushare.state")

@@ -33,7 +33,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from policies.cluster import (
+from policies.model.cluster import (
     USABLE,
     Availability,
     ClusterSnapshot,
@@ -42,10 +42,10 @@ from policies.cluster import (
     node_from_manifest,
     pod_from_manifest,
 )
-from policies.isolation import ENV_GROUPS, judged_names
-from policies.quota_objects import RESOURCE_QUOTA
-from policies.resources import watched_resources
-from policies.settings import Names, StateSettings
+from policies.model.isolation import ENV_GROUPS, judged_names
+from policies.model.resources import watched_resources
+from policies.model.settings import Names, StateSettings
+from policies.quota.quota_objects import RESOURCE_QUOTA
 from webhook.state.kube_client import KubeConfigError, api_client, connection_problem
 from webhook.state.kube_schema import (
     NAMESPACE_DECODERS,
@@ -321,7 +321,7 @@ class LiveClusterState:
             "pods", api.list_pod_for_all_namespaces, POD_DECODERS, self._apply_pod, self.snapshot.pod_keys,
             _pod_key, lambda key: self.snapshot.remove_pod(*key.split("/", 1)),
         ), settings, self._stop, clock, self._changed)
-        # Namespace labels say where annotation exemptions are allowed (policies/grants.py).
+        # Namespace labels say where annotation exemptions are allowed (policies/model/grants.py).
         self.namespaces_reflector = Reflector(Resource(
             "namespaces", api.list_namespace, NAMESPACE_DECODERS, self._apply_namespace,
             self.snapshot.namespace_names, lambda obj: (obj.get("metadata") or {}).get("name", ""),

@@ -7,10 +7,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from policies.cluster import ClusterSnapshot, node_from_manifest, node_resource_names, pod_from_manifest
-from policies.quantity import QuantityError, parse_quantity
-from policies.quota_objects import STATE_KINDS, group_matches
-from policies.settings import Names
+from policies.model.cluster import ClusterSnapshot, node_from_manifest, node_resource_names, pod_from_manifest
+from policies.model.quantity import QuantityError, parse_quantity
+from policies.model.settings import Names
+from policies.quota.quota_objects import STATE_KINDS, group_matches
 from webhook.documents.reader import DocumentError, looks_like_json, read_json, read_yaml
 
 DEMO_SNAPSHOT = "demo-snapshot.yaml"

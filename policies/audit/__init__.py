@@ -1,0 +1,4 @@
+"""The audit: judging every object of a cluster at once.
+
+May import every other package of ``policies``.
+"""
