@@ -2,15 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from bench.processes import compile_bytecode
 from policies.engine import Engine
-from webhook.settings import Settings, load_settings
-from webhook.state.snapshot import load_demo_snapshot
-
-from . import (
+from tests.support import (
     hermetic,
     profiles,  # noqa: F401  (registers and loads the hypothesis profile)
 )
+from tests.support.processes import compile_bytecode
+from webhook.settings import Settings, load_settings
+from webhook.state.snapshot import load_demo_snapshot
 
 hermetic.install()
 
@@ -62,7 +61,7 @@ def worker_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, worker_kind):
     """The real `gpushare serve` on the demo snapshot, one per test module and worker kind."""
-    from .helpers import gpushare_server
+    from tests.support.helpers import gpushare_server
 
     with gpushare_server(tmp_path_factory.mktemp("serve"), worker=worker_kind) as running:
         yield running
