@@ -5,6 +5,7 @@ import pytest
 from policies.engine import Engine
 from tests.support import (
     hermetic,
+    process_guard,
     profiles,  # noqa: F401  (registers and loads the hypothesis profile)
 )
 from tests.support.processes import compile_bytecode
@@ -12,6 +13,7 @@ from webhook.settings import Settings, load_settings
 from webhook.state.snapshot import load_demo_snapshot
 
 hermetic.install()
+process_guard.install()
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +46,47 @@ def pytest_configure(config: pytest.Config) -> None:
         # with PYTHONDONTWRITEBYTECODE set each would compile the project's modules again. (A
         # module that does not compile is printed here and fails its tests as before.)
         compile_bytecode()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses a fixture starting the server is marked `processes` without saying so
+    (before `-m` selects); every other test that starts one is marked in its module or itself."""
+    for item in items:
+        if process_guard.FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(process_guard.MARKER)
+
+
+def _started_unmarked(item: pytest.Item) -> None:
+    found = process_guard.take()
+    if found:
+        pytest.fail(f"{item.nodeid} starts a process but is not marked `{process_guard.MARKER}` "
+                    f"(mark the test or its module; docs/testing.md): {found[:3]}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item):
+    # Before any fixture of the test (a module's server starts in the setup of its first test).
+    process_guard.allowed = item.get_closest_marker(process_guard.MARKER) is not None
+    process_guard.take()
+    result = yield
+    _started_unmarked(item)
+    return result
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item):
+    result = yield
+    _started_unmarked(item)
+    return result
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    result = yield
+    _started_unmarked(item)
+    process_guard.allowed = True
+    return result
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

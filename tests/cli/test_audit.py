@@ -19,6 +19,8 @@ from tests.support.crds import load_crd
 from tests.support.fake_apiserver_writes import WritableApiServer
 from tests.support.helpers import DATA, gpushare_server, wait_until
 
+pytestmark = pytest.mark.processes
+
 # Report CRDs as published upstream (unmodified third-party data; origin in tests/data/crds/ORIGIN.md).
 CRDS = DATA / "crds"
 CRD_FILES = {("openreports", True): "openreports.io_reports.yaml",

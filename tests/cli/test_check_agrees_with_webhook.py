@@ -15,6 +15,8 @@ from tests.support.check_helpers import check_json, run_gpushare, write_yaml
 from tests.support.helpers import admission_review, gpushare_server
 from tests.support.manifests import CORE, MEM, container, pod_spec, workload
 
+pytestmark = pytest.mark.processes
+
 VGPU = "example.com/vgpu-mem"
 CONFIG = f"""
 rules:

@@ -23,6 +23,8 @@ from tests.support.helpers import DATA, gpushare_executable
 from tests.support.manifests import CORE, MEM, container, pod_spec, workload
 from webhook.settings import load_settings
 
+pytestmark = pytest.mark.processes
+
 NOT_RUN = ("not run: cluster-aware rules GB001-GB005, GC001, GN006, GQ005 need --snapshot FILE "
            "(`kubectl get nodes,pods,resourcequotas -A -o yaml`)")
 GS001_33 = ('GS001: Job default/cuda-sample-33 container "cuda-sample": aliyun.com/gpu-core.percentage=33 '

@@ -9,9 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.check_helpers import SEED_OK
 from tests.support.helpers import DATA, gpushare_executable
 from webhook.cli.common import SERVER_MODULES
+
+pytestmark = pytest.mark.processes
 
 # Beside the [server] extra (webhook.cli.common.SERVER_MODULES): the other commands' rooms and what
 # only a config mistake, JSON output, a large input or a GPUSHARE_* variable needs.

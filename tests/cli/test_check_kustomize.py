@@ -8,9 +8,12 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.support.check_helpers import SEED_OK, run_gpushare
+
+pytestmark = pytest.mark.processes
 
 # An overlay whose patch (RFC 6902, inline: no file of it is an object) asks for 1.5 GiB, which only
 # the rendered Job shows.

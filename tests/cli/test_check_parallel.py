@@ -22,6 +22,7 @@ def _tree(root) -> list[tuple[str, str]]:
     return paths
 
 
+@pytest.mark.processes
 def test_the_process_pool_yields_what_one_process_does(tmp_path, engine, monkeypatch):
     paths = _tree(tmp_path)
     checker = Checker(engine)

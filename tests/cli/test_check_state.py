@@ -22,6 +22,8 @@ from tests.support.manifests import MEM, container, pod_spec, workload
 from webhook.cli.commands import main
 from webhook.state.snapshot import DEMO_SNAPSHOT
 
+pytestmark = pytest.mark.processes
+
 SNAPSHOT = str(Path(__file__).resolve().parents[2] / "webhook" / "data" / DEMO_SNAPSHOT)
 KNOWN_NODE = "cn-beijing.192.168.1.10"
 

@@ -8,6 +8,8 @@ import pytest
 
 from tests.support.check_helpers import run_gpushare
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.mark.parametrize(("args", "message"), [
     (["chek", "."], "No such command 'chek'. Did you mean 'check'? (see gpushare --help)"),

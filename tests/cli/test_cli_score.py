@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from tests.support.cluster_builders import allocation, gpu_node, gpu_pod, snapshot_yaml
 from tests.support.helpers import DATA, gpushare_executable
+
+pytestmark = pytest.mark.processes
 
 
 def run(*args: str, cwd, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

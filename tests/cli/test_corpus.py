@@ -16,6 +16,8 @@ import yaml
 from tests.support.check_helpers import run_gpushare
 from tests.support.helpers import DATA
 
+pytestmark = pytest.mark.processes
+
 CORPUS = DATA / "corpus"
 MANIFESTS = CORPUS / "manifests"
 EXPECTED = CORPUS / "expected"

@@ -14,6 +14,8 @@ from tests.support.check_helpers import SEED_33, SEED_OK, run_gpushare
 from tests.support.helpers import gpushare_executable
 from webhook.settings import Settings, load_settings
 
+pytestmark = pytest.mark.processes
+
 NOT_RUN = ("not run: cluster-aware rules GB001-GB005, GC001, GN006, GQ005 need --snapshot FILE "
            "(`kubectl get nodes,pods,resourcequotas -A -o yaml`)")
 RENDER = "render the template first (helm template CHART | gpushare check -)"

@@ -6,11 +6,14 @@ from __future__ import annotations
 import socket
 import subprocess
 
+import pytest
 import yaml
 
 from tests.support.check_helpers import run_gpushare, write_yaml
 from tests.support.helpers import DATA, free_port, gpushare_executable, wait_until
 from tests.support.manifests import MEM, container
+
+pytestmark = pytest.mark.processes
 
 BAD_SELECTOR = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad-selector"}, "spec": {
     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [

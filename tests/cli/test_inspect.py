@@ -19,6 +19,8 @@ from webhook.settings import Settings
 from webhook.state.cluster_read import read_cluster
 from webhook.state.kube_client import api_client
 
+pytestmark = pytest.mark.processes
+
 BIN = Path(sys.executable).parent
 
 

@@ -16,6 +16,8 @@ import yaml
 from tests.support.fake_apiserver import running
 from tests.support.helpers import DATA, SEEDS
 
+pytestmark = pytest.mark.processes
+
 BIN = Path(sys.executable).parent
 CGPU = str(BIN / "kubectl-inspect-cgpu")
 

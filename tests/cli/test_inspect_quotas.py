@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 import yaml
 
 from tests.support.fake_apiserver import running
 from tests.support.helpers import DATA, gpushare_executable
 from tests.support.quota_crds import QUOTA_CRDS
+
+pytestmark = pytest.mark.processes
 
 CLUSTER = DATA / "quota" / "cluster.yaml"
 TABLE = """\

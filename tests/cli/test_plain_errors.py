@@ -17,6 +17,8 @@ from tests.support.check_helpers import SEED_OK, run_gpushare
 from tests.support.fake_apiserver import FakeApiServer
 from tests.support.helpers import DATA, free_port
 
+pytestmark = pytest.mark.processes
+
 POD = str(SEED_OK[0])
 SNAPSHOT = str(DATA / "inspect-seed001.yaml")
 INTERNALS = re.compile(r"Traceback|ConnectionPool|Max retries|NewConnectionError|\[Errno|<unicode string>|"

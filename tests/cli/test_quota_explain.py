@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.support.check_helpers import run_gpushare
 from tests.support.fake_apiserver import running
 from tests.support.helpers import DATA, gpushare_server
 from tests.support.quota_crds import QUOTA_CRDS
+
+pytestmark = pytest.mark.processes
 
 CLUSTER = DATA / "quota" / "cluster.yaml"
 HELD = ('ElasticQuotaTree kube-system/elasticquotatree quota node team-b has max["aliyun.com/gpu-mem"] 40 GiB, '

@@ -46,6 +46,7 @@ def test_missing_file_is_refused(tmp_path):
         load_settings(tmp_path / "absent.yaml")
 
 
+@pytest.mark.processes
 def test_rule_overrides_from_the_environment_in_any_case(tmp_path):
     pod = write_yaml(tmp_path / "x.yaml", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                                            "spec": {"containers": [container("c", {MEM: "2Gi"})]}})
@@ -70,6 +71,7 @@ def test_a_mistake_in_the_file_is_the_files_though_the_environment_sets_another_
         load_settings(config)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("env", "text", "expected"), [
     ({"GPUSHARE_RULES__GS999__SEVERITY": "warn"}, None,
      "environment variable GPUSHARE_RULES__GS999: names unknown rules: GS999"),

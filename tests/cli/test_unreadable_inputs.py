@@ -16,6 +16,8 @@ import pytest
 from tests.support.check_helpers import SEED_OK, run_gpushare
 from tests.support.helpers import DATA, gpushare_executable
 
+pytestmark = pytest.mark.processes
+
 KINDS = ("missing", "directory", "not YAML", "wrong shape", "no permission")
 DIR_KINDS = ("a file", "not PEM", "no permission")  # for certificate directories
 GOOD_SNAPSHOT = DATA / "inspect-seed001.yaml"

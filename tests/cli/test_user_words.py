@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from policies.sources import ACK_PAGES
 from tests.support.check_helpers import SEED_33, run_gpushare
 from tests.support.hermetic import ROOT
+
+pytestmark = pytest.mark.processes
 
 JARGON = re.compile(r"seeds? 0\d\d|(?<!-)\bseeds?\b|\bissue [0-9]+|branch `?state|DESIGN\.md|\.\./shared|"
                     r"\(0\d\d(, 0\d\d)*\)")

@@ -18,6 +18,8 @@ from tests.support.fake_apiserver_writes import WritableApiServer
 from tests.support.helpers import DATA
 from tests.support.workload_cases import CASES, MEM
 
+pytestmark = pytest.mark.processes
+
 CASE = {c.file: c for c in CASES}
 WORKLOAD_CRDS = DATA / "workload-crds"
 

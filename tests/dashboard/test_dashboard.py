@@ -24,6 +24,8 @@ from tests.support.audit_cluster import CGPU_NODE, PENDING, write_snapshot
 from tests.support.check_helpers import run_gpushare
 from tests.support.helpers import DATA, gpushare_executable, wait_until
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "webhook" / "data" / "demo-snapshot.yaml"
 CHROMEDRIVER = "/usr/bin/chromedriver"

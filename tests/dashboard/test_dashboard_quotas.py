@@ -15,6 +15,8 @@ from tests.dashboard.test_dashboard import DEMO, Dashboard, _text, browser  # no
 from tests.support.check_helpers import run_gpushare
 from tests.support.helpers import DATA
 
+pytestmark = pytest.mark.processes
+
 CLUSTER = DATA / "quota" / "cluster.yaml"
 
 

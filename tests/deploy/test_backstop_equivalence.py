@@ -39,6 +39,8 @@ from tests.support.profiles import examples
 from tests.support.resource_keys import COUNT, RESOURCE_KEYS, edited
 from webhook.settings import Settings
 
+pytestmark = pytest.mark.processes
+
 EXAMPLES = int(os.environ.get("GPUSHARE_EQUIVALENCE_EXAMPLES", "0")) or examples(50)
 MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
 WHOLE, TOPOLOGY = "nvidia.com/gpu", "aliyun.com/gpu"

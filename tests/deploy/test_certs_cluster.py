@@ -14,6 +14,8 @@ from tests.support.fake_apiserver import FakeApiServer
 from tests.support.fake_apiserver_writes import writable_apiserver
 from tests.support.helpers import gpushare_executable
 
+pytestmark = pytest.mark.processes
+
 NS = "gpushare-system"
 
 

@@ -29,6 +29,8 @@ import yaml
 from tests.support.check_helpers import SEED_33, SEED_OK
 from tests.support.hermetic import ROOT
 
+pytestmark = pytest.mark.processes
+
 SERVER_ONLY = ("flask", "gunicorn", "kubernetes", "cryptography", "prometheus_client", "pythonjsonlogger")
 BASH = ["bash", "--noprofile", "--norc", "-eo", "pipefail"]  # GitHub's `shell: bash`
 

@@ -28,6 +28,8 @@ from tests.support.fake_apiserver import FakeApiServer
 from tests.support.helpers import gpushare_executable, load_json
 from tests.support.near_miss_cases import NEAR_MISSES, NOT_NEAR_MISSES, cronjob_with, deployment_with, pod_with
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
 CHART = ROOT / "deploy" / "helm" / "gpushare-webhook"

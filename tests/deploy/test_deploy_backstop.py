@@ -7,10 +7,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.deploy.test_deploy import CHART, KUSTOMIZE, render_helm, render_kustomize
 from tests.support.check_helpers import run_gpushare
+
+pytestmark = pytest.mark.processes
 
 COMPONENT = KUSTOMIZE / "components" / "backstop"
 KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")

@@ -32,6 +32,8 @@ from tests.support.helpers import admission_review, gpushare_executable, gpushar
 from tests.support.processes import free_port
 from webhook.serving import prepare_certificates
 
+pytestmark = pytest.mark.processes
+
 TOKEN = "deploy-test-token-4f1c"
 
 

@@ -47,6 +47,7 @@ def test_the_audit_hook_catches_an_open_beside_the_repository():
     assert caught == [f"listed {probe.parent}"]
 
 
+@pytest.mark.processes
 def test_the_audit_hook_catches_a_path_handed_to_a_command():
     probe = ROOT / ".." / "shared" / "seeds"
     before = len(hermetic.violations)
@@ -56,6 +57,7 @@ def test_the_audit_hook_catches_a_path_handed_to_a_command():
     assert caught == [f"passed {os.path.abspath(probe)} to {sys.executable}"]
 
 
+@pytest.mark.processes
 def test_paths_in_the_repository_and_elsewhere_pass(tmp_path):
     assert hermetic.outside(ROOT / "tests" / "data" / "seeds") is None
     assert hermetic.outside(tmp_path / "x") is None

@@ -15,6 +15,8 @@ import yaml
 
 from tests.support.helpers import admission_review, gpushare_server
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "install.md").read_text()
 

@@ -14,9 +14,13 @@ import socket
 import ssl
 import subprocess
 
+import pytest
+
 from tests.deploy.test_deploy import one, render_kustomize
 from tests.support.fake_apiserver import running
 from tests.support.helpers import admission_review, free_port, gpushare_executable, load_json, wait_until
+
+pytestmark = pytest.mark.processes
 
 SERVICE_DNS = "gpushare-webhook.gpushare-system.svc"
 

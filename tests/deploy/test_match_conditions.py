@@ -399,11 +399,13 @@ def stale(cwd: Path, config: dict[str, Any] | None = None) -> list[str]:
             if exported(target, cwd, config) != path.read_text()]
 
 
+@pytest.mark.processes
 def test_the_checked_in_conditions_are_what_the_generator_gives(tmp_path):
     assert stale(tmp_path) == [], ("regenerate: gpushare policy export --webhooks kustomize|helm|custom-workloads "
                                    "> the file")
 
 
+@pytest.mark.processes
 def test_a_new_resource_name_changes_the_conditions_and_the_check_fails_until_they_are_regenerated(tmp_path):
     renamed = {"names": {"resources": {"gpu_mem": "example.com/gpu-memory"}}}
     assert stale(tmp_path, renamed) == [str(p.relative_to(ROOT)) for p in (KUSTOMIZE_FILE, HELM_FILE, COMPONENT_FILE)]
@@ -439,6 +441,7 @@ def test_a_rule_that_judges_objects_must_say_what_makes_them_relevant():
         Relevance(resources=("gpu_memory",))
 
 
+@pytest.mark.processes
 def test_the_chart_refuses_a_config_that_renames_what_the_conditions_test(tmp_path):
     renamed = {"names": {"resources": {"gpu_mem": "example.com/gpu-memory"}}}
     values = {"scheduler": "none", "config": renamed}

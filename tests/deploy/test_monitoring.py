@@ -22,6 +22,8 @@ from tests.deploy.test_deploy import CHART, KUSTOMIZE, ROOT, key, render_helm, r
 from tests.support.helpers import DATA, admission_review, gpushare_server, wait_until
 from tests.support.manifests import CORE, MEM, container, pod_spec, workload
 
+pytestmark = pytest.mark.processes
+
 COMPONENTS = KUSTOMIZE / "components"
 DASHBOARDS = (COMPONENTS / "grafana-dashboard" / "gpushare-webhook.json",
               CHART / "dashboards" / "gpushare-webhook.json")

@@ -122,6 +122,7 @@ def test_no_import_circles() -> None:
     assert circles == []
 
 
+@pytest.mark.processes
 def test_every_module_imports_on_its_own() -> None:
     """Imported first, in a fresh interpreter, each module loads: no import order hides a cycle
     (a package whose __init__ imports a module that imports back, as policies.rules does)."""

@@ -274,6 +274,7 @@ def test_gn008_mps_without_the_daemon_warns(engine):
     assert by_rule(judge(engine, shown), "GN008") == []
 
 
+@pytest.mark.processes
 def test_a_broken_catalog_override_is_refused_at_start(tmp_path):
     import subprocess
 

@@ -188,6 +188,7 @@ def test_every_vendored_crd_is_named_in_its_origin_file():
     assert {k.group for k in BUILT_IN} == {c["spec"]["group"] for c in crds()}
 
 
+@pytest.mark.processes
 def test_the_trimming_tool_keeps_what_the_tests_read(tmp_path: Path):
     # The tool is data's documentation: it runs, and trimming a trimmed CRD changes nothing.
     import subprocess

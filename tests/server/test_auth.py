@@ -18,7 +18,7 @@ from webhook.server.auth import AuthConfigError, BearerToken, bearer_guard, conf
 from webhook.settings import AuthSettings
 
 # Client certificates and the token, served by either gunicorn worker (server.worker).
-pytestmark = pytest.mark.both_workers
+pytestmark = [pytest.mark.both_workers, pytest.mark.processes]
 
 
 def issue_client(ca: Issued, name: str) -> Issued:

@@ -14,9 +14,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 
 from tests.support.helpers import admission_review, gpushare_executable, gpushare_server, load_json, wait_until
+
+pytestmark = pytest.mark.processes
 
 NAMES = ("--san", "localhost", "--san", "127.0.0.1")
 

@@ -187,6 +187,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           timeout=60)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("args", "message"), [
     ((), "--cert-dir DIR or --secrets"),
     (("--cert-dir", "d", "--secrets"), "--cert-dir DIR or --secrets"),
@@ -197,6 +198,7 @@ def test_cli_usage_errors_exit_2(tmp_path, args, message):
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.processes
 def test_cli_refuses_broken_material_with_the_file_name(tmp_path):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "tls.crt").write_text("not a certificate")
@@ -206,6 +208,7 @@ def test_cli_refuses_broken_material_with_the_file_name(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.processes
 def test_cli_issue_refuses_to_replace_a_ca_unless_asked(tmp_path):
     assert run_cli("issue", "--cert-dir", "d", cwd=tmp_path).returncode == 0
     ca = (tmp_path / "d" / "ca.crt").read_bytes()
@@ -216,6 +219,7 @@ def test_cli_issue_refuses_to_replace_a_ca_unless_asked(tmp_path):
     assert (tmp_path / "d" / "ca.crt").read_bytes() != ca
 
 
+@pytest.mark.processes
 def test_rotate_keeps_the_extra_names_of_the_certificate_it_replaces(tmp_path):
     """The daily CronJob runs `certs rotate` without the `--san` given at issue: those names stay."""
     from tests.support.check_helpers import run_gpushare

@@ -21,6 +21,8 @@ from tests.support.cluster_objects import binding, gpu_pod, node
 from tests.support.helpers import admission_review, gpushare_server
 from tests.support.scheduler_oracle import finds_room, oracle_node
 
+pytestmark = pytest.mark.processes
+
 MEM = "aliyun.com/gpu-mem"
 BIND = {"kind": "Binding", "resource": "pods", "sub_resource": "binding"}
 INIT_NODE = "cn-beijing.10.1.0.1"  # cgpu, one 12 GiB card

@@ -12,7 +12,7 @@ import yaml
 from tests.support.helpers import DATA, admission_review, gpushare_server, load_json
 
 # /dry-run with either gunicorn worker (server.worker).
-pytestmark = pytest.mark.both_workers
+pytestmark = [pytest.mark.both_workers, pytest.mark.processes]
 
 CORE_MEM_NODE = "cn-beijing.192.168.1.10"  # demo: core_mem, 4 x 15 GiB, runs a 2 GiB + 30 % job
 CGPU_NODE = "cn-hangzhou.192.168.2.20"  # demo: cgpu, 2 x 31 GiB Tesla-V100-SXM2-32GB

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.check_helpers import check_json, run_gpushare, write_yaml
@@ -16,6 +17,8 @@ from tests.support.cluster_objects import node
 from tests.support.fake_apiserver import FakeApiServer
 from tests.support.helpers import admission_review, gpushare_server, wait_until
 from tests.support.manifests import MEM, container, pod_spec, workload
+
+pytestmark = pytest.mark.processes
 
 LABEL = "gpushare.io/exemptions"
 ANNOTATED = {"gpushare.io/exempt": "GS003", "gpushare.io/exempt-reason": "vendor image reads bytes"}

@@ -16,6 +16,8 @@ import yaml
 from tests.support.cluster_builders import allocation, gpu_node, gpu_pod, snapshot_yaml
 from tests.support.helpers import gpushare_server, load_json
 
+pytestmark = pytest.mark.processes
+
 NODES = [
     gpu_node("bin", "cgpu", 4, 15, placement="binpack"),
     gpu_node("empty", "cgpu", 4, 15, placement="binpack"),

@@ -25,7 +25,7 @@ from tests.support.raw_client import COSTLY_TERMS, metric, one_slot_server, read
 from webhook.server.scheduling import Route, Scheduler, Work
 from webhook.settings import OverloadSettings
 
-pytestmark = pytest.mark.both_workers
+pytestmark = [pytest.mark.both_workers, pytest.mark.processes]
 MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
 ACCEPTED = ("accepted: at most 256 pod templates, 1024 containers and 4096 affinity terms in one object (real "
             "workloads have a few of each), or a larger {setting} in the webhook's configuration")

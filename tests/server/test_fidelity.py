@@ -19,6 +19,8 @@ from tests.support.cluster_objects import node, relabel, with_mode
 from tests.support.helpers import DATA, admission_review, gpushare_executable, gpushare_server, wait_until
 from tests.support.near_miss_cases import NEAR_MISSES, NOT_NEAR_MISSES, deployment_with, pod_with
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "webhook" / "data" / "demo-snapshot.yaml"
 

@@ -21,6 +21,8 @@ from webhook.documents.manifests import ManifestError, parse_manifests
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
 
+pytestmark = pytest.mark.processes
+
 FAST = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 
 

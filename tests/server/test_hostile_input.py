@@ -19,6 +19,8 @@ from tests.support.hostile import ERROR_VALIDATOR, chunked_post, good_reviews, j
 from tests.support.manifests import CORE, MEM, container, pod_spec, workload
 from tests.support.profiles import examples
 
+pytestmark = pytest.mark.processes
+
 MAX_BODY = 256 * 1024
 DEMO_NODES = ["cn-beijing.192.168.1.10", "cn-hangzhou.192.168.2.20", "cn-zhangjiakou.192.168.66.139"]
 

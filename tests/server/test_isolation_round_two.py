@@ -19,6 +19,8 @@ from tests.support.check_helpers import check_json, write_yaml
 from tests.support.helpers import admission_review, gpushare_server
 from tests.support.manifests import MEM, container, pod_spec, workload
 
+pytestmark = pytest.mark.processes
+
 DATA = Path(__file__).parents[1] / "data" / "kubectl-debug"
 OVERRIDES = "overrides what the GPU-sharing device plugin sets; remove it"
 EXPOSES = "GPUs the device plugin did not assign to this container; remove it or set none or void"

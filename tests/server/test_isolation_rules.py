@@ -21,6 +21,8 @@ from tests.support.helpers import admission_review, gpushare_server
 from tests.support.manifests import MEM, container, pod_spec, received, workload
 from webhook.settings import Settings
 
+pytestmark = pytest.mark.processes
+
 WHOLE = "nvidia.com/gpu"
 OVERRIDES = "overrides what the GPU-sharing device plugin sets; remove it"
 EXPOSES = "GPUs the device plugin did not assign to this container; remove it or set none or void"

@@ -52,6 +52,7 @@ BOMBS = {
 }
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_check_cli_refuses_bombs_with_exit_2_and_one_line(tmp_path, name):
     import subprocess
@@ -76,6 +77,7 @@ def dry_run_server(tmp_path_factory):
         yield running
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_dry_run_refuses_bombs_with_a_400(dry_run_server, name):
     text, message = BOMBS[name]

@@ -13,7 +13,7 @@ from tests.support.helpers import admission_review, gpushare_server, load_json, 
 from tests.support.manifests import CORE, MEM, container, pod_spec, workload
 
 # Metrics and logs with either gunicorn worker (server.worker).
-pytestmark = pytest.mark.both_workers
+pytestmark = [pytest.mark.both_workers, pytest.mark.processes]
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 

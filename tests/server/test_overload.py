@@ -24,6 +24,8 @@ from tests.support.raw_client import (
     tls,
 )
 
+pytestmark = pytest.mark.processes
+
 CLIENT_TIMEOUT = 1.0
 
 

@@ -26,6 +26,8 @@ from tests.support.cluster_objects import binding, gpu_pod, node
 from tests.support.helpers import admission_review, gpushare_server
 from tests.support.workload_cases import CASES, MEM
 
+pytestmark = pytest.mark.processes
+
 CASE = {c.file: c for c in CASES}
 COUNT = "aliyun.com/gpu-count"
 

@@ -18,7 +18,7 @@ import requests
 from tests.support.helpers import gpushare_executable, gpushare_server, wait_until
 from tests.support.processes import free_port
 
-pytestmark = pytest.mark.both_workers
+pytestmark = [pytest.mark.both_workers, pytest.mark.processes]
 
 
 def _get(port: int, path: str, method: str = "GET", timeout: float = 2.0) -> tuple[int, dict]:

@@ -11,6 +11,8 @@ import yaml
 from tests.support.check_helpers import check_json, line_of
 from tests.support.helpers import DATA, admission_review, gpushare_server
 
+pytestmark = pytest.mark.processes
+
 QUOTAS = DATA / "quota"
 CLUSTER = QUOTAS / "cluster.yaml"
 WORKLOADS = QUOTAS / "workloads.yaml"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import re
 
+import pytest
 import yaml
 
 from policies.settings import Names
@@ -74,6 +75,7 @@ def test_a_cluster_without_quota_exports_no_quota_series():
     assert b"gpushare_namespace_gpu_quota" not in demo.exposition()
 
 
+@pytest.mark.processes
 def test_the_server_serves_them(tmp_path):
     with gpushare_server(tmp_path, "--snapshot", str(CLUSTER)) as server, server.session() as session:
         def scraped() -> dict:

@@ -12,6 +12,8 @@ from tests.deploy.test_match_conditions import sent
 from tests.support.check_helpers import check_json, line_of
 from tests.support.helpers import DATA, admission_review
 
+pytestmark = pytest.mark.processes
+
 QUOTAS = DATA / "quota"
 UNENFORCED = QUOTAS / "unenforced.yaml"
 ENFORCED = QUOTAS / "enforced.yaml"

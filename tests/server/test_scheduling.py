@@ -27,6 +27,8 @@ from tests.support.raw_client import (
 )
 from webhook.settings import OverloadSettings
 
+pytestmark = pytest.mark.processes
+
 
 def test_probes_and_scrapes_are_answered_while_the_only_slot_evaluates_a_costly_review(tmp_path):
     """Health checks and scrapes never wait for an evaluation slot: with the only one busy for

@@ -17,7 +17,7 @@ from tests.support.helpers import admission_review, gpushare_server, load_json
 from tests.support.manifests import CORE, MEM, container, pod_spec, workload
 
 # The shared server's answers, TLS and errors: with either gunicorn worker (server.worker).
-pytestmark = pytest.mark.both_workers
+pytestmark = [pytest.mark.both_workers, pytest.mark.processes]
 
 
 def decode_patch(response: dict) -> list[dict]:

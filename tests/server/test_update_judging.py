@@ -18,6 +18,8 @@ import pytest
 from tests.support.helpers import admission_review, gpushare_server
 from tests.support.manifests import CORE, MEM, container, pod_spec, workload
 
+pytestmark = pytest.mark.processes
+
 DEPLOYMENTS = {"group": "apps", "resource": "deployments"}
 REPLICASETS = {"group": "apps", "resource": "replicasets"}
 JOBS = {"group": "batch", "resource": "jobs"}

@@ -18,6 +18,8 @@ from tests.support.check_helpers import check_json, run_gpushare
 from tests.support.helpers import admission_review
 from tests.support.workload_cases import CASES, MEM, Case
 
+pytestmark = pytest.mark.processes
+
 IDS = [c.file.removesuffix(".yaml") for c in CASES]
 # The tables' own scheduler: the samples that keep it get GW001's warning, never a denial.
 VOLCANO = {"volcanojob.yaml", "volcanocronjob.yaml"}

@@ -26,6 +26,8 @@ from tests.support.fake_apiserver import FakeApiServer, Request
 from tests.support.fake_apiserver_writes import WritableApiServer
 from tests.support.helpers import gpushare_server, wait_until
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_GROUPS = ("/apis/openreports.io/", "/apis/wgpolicyk8s.io/")
 WRITES = ("POST", "PUT", "PATCH", "DELETE")

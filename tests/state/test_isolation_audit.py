@@ -50,12 +50,14 @@ def _check(document: dict[str, Any]) -> None:
     assert reported[("GS011", "Pod monitoring/gpu-monitor")] == MONITOR_MESSAGE
 
 
+@pytest.mark.processes
 def test_a_snapshot_audit_reports_each_such_running_pod_once(tmp_path):
     code, document = _audit("--snapshot", write_snapshot(tmp_path))
     assert code == 1
     _check(document)
 
 
+@pytest.mark.processes
 def test_the_live_audit_decodes_env_and_reports_the_same(tmp_path):
     api = FakeApiServer().start()
     try:

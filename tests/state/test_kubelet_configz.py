@@ -18,6 +18,8 @@ from tests.support.cluster_objects import binding, gpu_pod, node, with_mode
 from tests.support.fake_apiserver import FakeApiServer
 from tests.support.helpers import DATA, admission_review, gpushare_server, wait_until
 
+pytestmark = pytest.mark.processes
+
 STATIC, NONE, UNREACHABLE, LABELLED = "gpu-static", "gpu-none", "gpu-unreachable", "gpu-labelled"
 CONFIGZ = {"static": (DATA / "kubelet" / "configz-static.json").read_bytes(),
            "none": (DATA / "kubelet" / "configz-none.json").read_bytes()}

@@ -25,6 +25,8 @@ from webhook.settings import ConfigFileError, LeaderSettings, load_settings
 from webhook.state.kube_client import api_client
 from webhook.state.leader import elector
 
+pytestmark = pytest.mark.processes
+
 NS = "gpushare-system"
 NODE = "cn-beijing.192.168.1.10"
 LABEL = "gpushare.io/binding-leader"

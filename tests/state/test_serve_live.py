@@ -15,6 +15,8 @@ from tests.support.cluster_objects import binding, gpu_pod, node, with_mode
 from tests.support.fake_apiserver import FakeApiServer
 from tests.support.helpers import admission_review, gpushare_executable, gpushare_server, wait_until
 
+pytestmark = pytest.mark.processes
+
 NODE = "cn-beijing.192.168.1.10"
 BIND = {"kind": "Binding", "resource": "pods", "sub_resource": "binding"}
 

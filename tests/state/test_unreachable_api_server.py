@@ -17,8 +17,12 @@ from collections import defaultdict
 from datetime import datetime
 from itertools import pairwise
 
+import pytest
+
 from tests.support.helpers import gpushare_server
 from webhook.state.live import WATCHED_CUSTOM_QUOTAS
+
+pytestmark = pytest.mark.processes
 
 WINDOW_SECONDS = 6.0
 # Every list/watch `serve` keeps: the cluster's own and the GPU quota kinds (docs/quotas.md).
