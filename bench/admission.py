@@ -1,5 +1,5 @@
 """Benchmark: /validate and /mutate over TLS with keep-alive, on the reviews a GPU-sharing cluster
-really sends (bench/review_bodies.py, each encoded as kube-apiserver encodes it), against the real
+really sends (tests/support/review_bodies.py, each encoded as kube-apiserver encodes it), against the real
 `gpushare serve` (logging, metrics and auth at their defaults) and against the plain stack's
 floor: Flask under stock gunicorn `gthread`, same TLS, same core, no project code, parsing the
 review with the standard `json` module (bench/plain_floor.py).
@@ -33,11 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.go_json import api_server_json  # noqa: E402
 from bench.loadgen import drive  # noqa: E402
-from bench.processes import cpu_seconds, free_port, host_speed, https_server  # noqa: E402
-from bench.review_bodies import body_set, realistic_pod, review_for  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
+from tests.support.go_json import api_server_json  # noqa: E402
+from tests.support.processes import cpu_seconds, free_port, host_speed, https_server  # noqa: E402
+from tests.support.review_bodies import body_set, realistic_pod, review_for  # noqa: E402
 
 __all__ = ["api_server_json", "realistic_review_body", "review_for"]
 FLOOR = "floor"

@@ -35,9 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.processes import children, free_port, https_server  # noqa: E402
-from bench.review_bodies import body_set  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
+from tests.support.processes import children, free_port, https_server  # noqa: E402
+from tests.support.review_bodies import body_set  # noqa: E402
 
 # Valgrind runs a review ~100x slower: without these the overload protections would refuse.
 SLOW_SERVER_ENV = {"GPUSHARE_OVERLOAD__DEFAULT_TIMEOUT_SECONDS": "30",

@@ -57,8 +57,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.admission import api_server_json, realistic_review_body, review_for  # noqa: E402
 from bench.overload import PeakRss  # noqa: E402
-from bench.processes import answer_status, children, free_port, host_speed, https_server, rss_mib  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
+from tests.support.processes import answer_status, children, free_port, host_speed, https_server, rss_mib  # noqa: E402
 
 HOST = "127.0.0.1"
 ATTACKS = ("none", "slow-headers", "slow-body", "slow-handshake", "idle-tls", "nested-yaml", "inline-stall",

@@ -32,7 +32,7 @@ from bench.state import own_memory_mib  # noqa: E402
 
 def build_state(nodes: int, pods: int):  # type: ignore[no-untyped-def]
     from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
-    from tests.cluster_objects import gpu_pod, node
+    from tests.support.cluster_objects import gpu_pod, node
     from webhook.settings import Settings
 
     names = Settings().names
@@ -64,7 +64,7 @@ def admission_with_audit(settings, state, reviews: int = 20_000) -> None:  # typ
 
     from policies.admission.engine import Engine
     from policies.audit.audit import Auditor
-    from tests.cluster_objects import gpu_pod
+    from tests.support.cluster_objects import gpu_pod
 
     engine = Engine(settings)
     pod = gpu_pod("bench", mem=2, core=35, node_name="cn-beijing.10.0.1")

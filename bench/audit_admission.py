@@ -3,7 +3,7 @@
     python bench/audit_admission.py [--nodes 5000] [--pods 150000] [--seconds 20] [--rounds 4]
                                     [--interval 0.5] [--no-pin] [--core]
 
-A fake API server (tests/fake_apiserver.py, in a child process) holds the cluster of
+A fake API server (tests/support/fake_apiserver.py, in a child process) holds the cluster of
 bench/state.py (realistic ~4 KB Pods, a third asking for aliyun.com/gpu-mem, cgpu nodes) and
 serves the OpenReports CRDs, so the audit's leader also writes its report objects. The real
 ``gpushare serve --kubeconfig`` lists and watches it, then /validate is driven at 16 keep-alive
@@ -47,15 +47,15 @@ sys.path.insert(0, str(ROOT))
 
 from bench.admission import review_for  # noqa: E402
 from bench.loadgen import drive  # noqa: E402
-from bench.processes import children, free_port, https_server  # noqa: E402
 from bench.state import cluster  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
+from tests.support.processes import children, free_port, https_server  # noqa: E402
 
 
 def serve_api(args: argparse.Namespace) -> None:
     """Child process: the fake API server holding the cluster, until stdin closes."""
-    from tests.crds import load_crd
-    from tests.fake_apiserver import FakeApiServer
+    from tests.support.crds import load_crd
+    from tests.support.fake_apiserver import FakeApiServer
 
     node_items, pod_items = cluster(args.nodes, args.pods, args.gpu_share)
     api = FakeApiServer().start()

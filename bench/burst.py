@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import openloop  # noqa: E402
 from bench.admission import realistic_review_body  # noqa: E402
-from bench.processes import https_server, serve_on_loopback  # noqa: E402
+from tests.support.processes import https_server, serve_on_loopback  # noqa: E402
 
 
 def main() -> None:

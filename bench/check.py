@@ -37,7 +37,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.processes import compile_bytecode  # noqa: E402
+from tests.support.processes import compile_bytecode  # noqa: E402
 
 MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
 WORKLOADS = ("Deployment", "StatefulSet", "Job", "CronJob", "DaemonSet", "Pod")

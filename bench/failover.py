@@ -19,9 +19,9 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.processes import children
-from tests.fake_apiserver import FakeApiServer
-from tests.helpers import gpushare_server
+from tests.support.fake_apiserver import FakeApiServer
+from tests.support.helpers import gpushare_server
+from tests.support.processes import children
 
 NS = "gpushare-system"
 LABEL = "gpushare.io/binding-leader"

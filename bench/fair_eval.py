@@ -11,7 +11,7 @@ the API server can send costs, kind by kind, on the real `gpushare serve`, loopb
    realistic 4 KB Pod review to /validate?timeout=5s every 0.2 s, one on a kept-alive connection,
    one on a new connection per review. Prints the legitimate reviews answered (200) of those sent,
    p50/p99/max, and what the flood's reviews got. Target: >= 99 % answered, p99 < 1 s.
-2. Cost: for every kind the webhook judges and every shape of bench/large_reviews.py, a CREATE at
+2. Cost: for every kind the webhook judges and every shape of tests/support/large_reviews.py, a CREATE at
    the body limit and an UPDATE whose object and old object are each at etcd's 1.5 MiB (the
    largest review the API server can send, about 3 MiB), and a CREATE grown to exactly the
    evaluation budget (the costliest review still judged in full), each sent ``--reps`` times to /validate
@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.admission import realistic_review_body  # noqa: E402
 from bench.attack import HOST, Legit, _pct, _tls, post  # noqa: E402
-from bench.large_reviews import SHAPES, budget_body, create_body, has_shape, kinds, update_body  # noqa: E402
-from bench.processes import answer_status, cpu_seconds, free_port, host_speed, https_server  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
+from tests.support.large_reviews import SHAPES, budget_body, create_body, has_shape, kinds, update_body  # noqa: E402
+from tests.support.processes import answer_status, cpu_seconds, free_port, host_speed, https_server  # noqa: E402
 
 FLOOD = (("Pod", "containers"), ("Job.batch.volcano.sh", "templates"), ("Deployment", "containers"),
          ("Workflow.argoproj.io", "templates"))

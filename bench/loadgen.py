@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.go_json import api_server_json
+from tests.support.go_json import api_server_json
 
 
 @dataclass

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "bench" / "equivalent_mutants.txt"
 
 # Each module and the example-based tests (no server, no subprocess, no property search) that pin it
-# down, most telling first: tests/test_<name>.py for each name.
+# down, most telling first: tests/domain/test_<name>.py for each name (all of them domain tests).
 _RULES = "rule_base pod_rules gs_rules exemptions node_messages node_rules placement_messages placement_rules"
 _FAST = {
     "policies/rules/base.py": _RULES + " exemption_grants",
@@ -66,8 +66,8 @@ _FAST = {
     "policies/model/selectors.py": "selectors scoring_numbers scoring",
 }
 # Tests that start a process: they check the command line, not the module, and cost a second each.
-_DESELECT = ["tests/test_node_rules.py::test_a_broken_catalog_override_is_refused_at_start"]
-FAST_TESTS: dict[str, list[str]] = {module: [f"tests/test_{name}.py" for name in names.split()]
+_DESELECT = ["tests/domain/test_node_rules.py::test_a_broken_catalog_override_is_refused_at_start"]
+FAST_TESTS: dict[str, list[str]] = {module: [f"tests/domain/test_{name}.py" for name in names.split()]
                                     for module, names in _FAST.items()}
 # Third-party libraries the parent imports once, so a child only imports the project.
 _WARM = ["pytest", "_pytest.python", "_pytest.assertion.rewrite", "hypothesis", "hypothesis.strategies",

@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import openloop  # noqa: E402
 from bench.admission import realistic_review_body  # noqa: E402
-from bench.processes import cpu_seconds, https_server, rss_mib, serve_on_loopback  # noqa: E402
+from tests.support.processes import cpu_seconds, https_server, rss_mib, serve_on_loopback  # noqa: E402
 from webhook.settings import load_settings  # noqa: E402
 
 

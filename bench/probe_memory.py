@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.processes import children, free_port, https_server, serve_on_loopback
+from tests.support.processes import children, free_port, https_server, serve_on_loopback
 
 FLOOD_CONNECTIONS = 256  # the responder's MAX_CONNECTIONS
 PROBES = 2000

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import openloop  # noqa: E402
 from bench.admission import realistic_review_body  # noqa: E402
-from bench.processes import cpu_seconds, free_port, https_server, serve_on_loopback  # noqa: E402
+from tests.support.processes import cpu_seconds, free_port, https_server, serve_on_loopback  # noqa: E402
 
 ANSWER_BODY = (b'{"kind":"Status","apiVersion":"v1","status":"Failure","code":503,"reason":"ServiceUnavailable",'
                b'"message":"overloaded: this review was refused without evaluation"}')

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.soak import build_cluster  # noqa: E402
-from tests.fake_apiserver import FakeApiServer  # noqa: E402
+from tests.support.fake_apiserver import FakeApiServer  # noqa: E402
 
 
 def rss_mib() -> float:

@@ -3,7 +3,7 @@
     python bench/soak.py [--minutes 20] [--nodes 1000] [--pods 10000] [--writes 20] [--reviews 20]
                          [--fault-every 8] [--checkpoint-every 120] [--relabels 6]
 
-The test API server (tests/fake_apiserver.py, which compacts, expires and fails as kube-apiserver
+The test API server (tests/support/fake_apiserver.py, which compacts, expires and fails as kube-apiserver
 does) runs in this process holding a cluster of GPU nodes (share, cgpu and core_mem; 1 to 8
 cards of 16, 24 or 32 GiB) and pods in every phase: bound and recorded on cards (one container,
 several, several cards with ``aliyun.com/gpu-count``, compute on core_mem nodes, the extender's
@@ -22,7 +22,7 @@ unbound, terminating, Succeeded and Failed, and pods without GPUs. The real serv
   ``pods/binding`` of a pending pod — each answer checked for status 200 and its request uid.
 
 At each checkpoint churn and faults pause; the truth is computed from the double's objects by the
-test oracle (tests/scheduler_oracle.py: what the GPU-sharing scheduler counts, as docs/design.md
+test oracle (tests/support/scheduler_oracle.py: what the GPU-sharing scheduler counts, as docs/design.md
 "Counting as the scheduler counts" says) and compared with the webhook's view: the allocation
 metrics of every node (memory assigned and total, mode), polled until they agree (the catch-up
 time, against ``metrics.refresh_seconds``); `gpushare inspect -o json` (per node and card); and
@@ -55,11 +55,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.processes import children  # noqa: E402
-from tests.cluster_objects import binding, gpu_pod, node  # noqa: E402
-from tests.fake_apiserver import FakeApiServer  # noqa: E402
-from tests.helpers import admission_review, gpushare_executable, gpushare_server  # noqa: E402
-from tests.scheduler_oracle import ALLOCATION, CORE_ALLOCATION, LEGACY, SPREAD, finds_room, oracle_node  # noqa: E402
+from tests.support.cluster_objects import binding, gpu_pod, node  # noqa: E402
+from tests.support.fake_apiserver import FakeApiServer  # noqa: E402
+from tests.support.helpers import admission_review, gpushare_executable, gpushare_server  # noqa: E402
+from tests.support.processes import children  # noqa: E402
+from tests.support.scheduler_oracle import ALLOCATION, CORE_ALLOCATION, LEGACY, SPREAD, finds_room, oracle_node  # noqa: E402
 
 MODES = ("share", "cgpu", "core_mem")
 FAULTS = ("410-event", "410-http", "410-page", "cut", "410-event", "410-http", "410-page", "500")

@@ -2,7 +2,7 @@
 
     python bench/state.py [--nodes 5000] [--pods 150000] [--gpu-share 0.33] [--via list|watch|both] [--env 0]
 
-A fake API server (tests/fake_apiserver.py) runs in a child process holding the cluster:
+A fake API server (tests/support/fake_apiserver.py) runs in a child process holding the cluster:
 realistic Nodes and ~4 KB Pods shaped like tests/data/pod-realistic.json, a share of them
 asking for aliyun.com/gpu-mem. This process runs the real ``LiveClusterState`` (the
 official kubernetes client, raw JSON, msgspec decoding) against it and prints the time
@@ -61,7 +61,7 @@ def _pod_template(gpu: bool, env: int = 0) -> str:
 
 
 def _node_template() -> str:
-    from tests.cluster_objects import node
+    from tests.support.cluster_objects import node
 
     obj = node("__NAME__", mode="cgpu", resource_version="__RV__")
     obj["metadata"]["uid"] = "__UID__"
@@ -90,7 +90,7 @@ def cluster(nodes: int, pods: int, gpu_share: float, env: int = 0):
 
 def serve(args: argparse.Namespace) -> None:
     """Child process: the fake API server with the cluster, in list or watch mode."""
-    from tests.fake_apiserver import FakeApiServer
+    from tests.support.fake_apiserver import FakeApiServer
 
     node_items, pod_items = cluster(args.nodes, args.pods, args.gpu_share, args.env)
     api = FakeApiServer().start()

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.processes import free_port, https_server
+from tests.support.processes import free_port, https_server
 from webhook.server.tls_reload import ReloadingContext
 
 GPUSHARE = str(Path(sys.executable).parent / "gpushare")

@@ -2,17 +2,18 @@ from __future__ import annotations
 
 import pytest
 
-from bench.processes import compile_bytecode
 from policies.admission.engine import Engine
+from tests.support import (
+    hermetic,
+    process_guard,
+    profiles,  # noqa: F401  (registers and loads the hypothesis profile)
+)
+from tests.support.processes import compile_bytecode
 from webhook.settings import Settings, load_settings
 from webhook.state.snapshot import load_demo_snapshot
 
-from . import (
-    hermetic,
-    profiles,  # noqa: F401  (registers and loads the hypothesis profile)
-)
-
 hermetic.install()
+process_guard.install()
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +48,47 @@ def pytest_configure(config: pytest.Config) -> None:
         compile_bytecode()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses a fixture starting the server is marked `processes` without saying so
+    (before `-m` selects); every other test that starts one is marked in its module or itself."""
+    for item in items:
+        if process_guard.FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(process_guard.MARKER)
+
+
+def _started_unmarked(item: pytest.Item) -> None:
+    found = process_guard.take()
+    if found:
+        pytest.fail(f"{item.nodeid} starts a process but is not marked `{process_guard.MARKER}` "
+                    f"(mark the test or its module; docs/testing.md): {found[:3]}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item):
+    # Before any fixture of the test (a module's server starts in the setup of its first test).
+    process_guard.allowed = item.get_closest_marker(process_guard.MARKER) is not None
+    process_guard.take()
+    result = yield
+    _started_unmarked(item)
+    return result
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item):
+    result = yield
+    _started_unmarked(item)
+    return result
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    result = yield
+    _started_unmarked(item)
+    process_guard.allowed = True
+    return result
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "worker_kind" in metafunc.fixturenames:
         kinds = WORKER_KINDS if metafunc.definition.get_closest_marker("both_workers") else WORKER_KINDS[:1]
@@ -62,7 +104,7 @@ def worker_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, worker_kind):
     """The real `gpushare serve` on the demo snapshot, one per test module and worker kind."""
-    from .helpers import gpushare_server
+    from tests.support.helpers import gpushare_server
 
     with gpushare_server(tmp_path_factory.mktemp("serve"), worker=worker_kind) as running:
         yield running

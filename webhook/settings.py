@@ -12,7 +12,7 @@ pydantic-settings reads the environment, and is imported only when a ``GPUSHARE_
 variable is set: it costs a third of ``gpushare check``'s start-up otherwise. For the same
 reason every section builds its validator on first use (``defer_build``) and defaults are
 ``model_construct``-ed: without a config file or variables nothing is validated (the defaults
-are valid by construction; tests/test_first_hour.py holds them equal to validated ones).
+are valid by construction; tests/cli/test_first_hour.py holds them equal to validated ones).
 """
 
 # Annotations stay objects (no ``from __future__ import annotations``): pydantic reads each field's

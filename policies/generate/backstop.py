@@ -6,7 +6,7 @@ by hand: ``gpushare policy export`` prints it. Covered: the stateless rules the 
 not enforce on its own (GS001, GS002, GS003, GS005, GS006, GS007; GS004 is the API server's own
 "requests must equal limits" check for extended resources). A rule added later is covered by
 adding an entry to ``BACKSTOP_RULES`` and its equivalence test runs on it automatically
-(tests/test_backstop_equivalence.py).
+(tests/deploy/test_backstop_equivalence.py).
 
 The CEL uses only the standard library plus ``matches`` (RE2 in both cel-go and cel-python >= 0.5,
 which calls google-re2), ``has``, macros and string concatenation: no Kubernetes extension

@@ -9,7 +9,7 @@ added with its declaration is carried to the API server by regenerating, never b
     gpushare policy export --webhooks -o kustomize > deploy/kustomize/match-conditions.yaml
     gpushare policy export --webhooks -o helm > deploy/helm/gpushare-webhook/match-conditions.yaml
 
-(tests/test_match_conditions.py fails while the checked-in files differ from what this gives).
+(tests/deploy/test_match_conditions.py fails while the checked-in files differ from what this gives).
 
 The CEL uses only what cel-go and cel-python share (``has``, ``in``, macros, ``matches`` with
 RE2), so the tests evaluate it exactly as written. Kubernetes: "Matching requests: matchConditions"

@@ -16,7 +16,7 @@ give. Outside ASCII they may differ (Python's ``str.lower`` and RE2's case foldi
 few letters, e.g. U+0130); the API server admits only ASCII resource names -- qualified names,
 by validateContainerResourceName in Kubernetes' pkg/apis/core/validation/validation.go (via
 validateResourceName and IsQualifiedName) -- and validating admission runs after that
-validation, so no such key reaches the policy. tests/test_backstop_equivalence.py compares the
+validation, so no such key reaches the policy. tests/deploy/test_backstop_equivalence.py compares the
 expressions with the engine.
 """
 

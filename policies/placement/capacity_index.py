@@ -15,7 +15,7 @@ memory of its cards, the best free card of the nodes that take a mem-only pod, t
 compute) of the cards of nodes that take a core+mem pod. The selector is matched once per group,
 "does any node hold it now" is a lookup for a one-container pod (and a short search for several
 containers, each candidate confirmed by ``placement.judge``), and the verdicts and their words
-are ``judge_capacity``'s (tests/test_capacity_index.py compares the two on generated clusters).
+are ``judge_capacity``'s (tests/domain/test_capacity_index.py compares the two on generated clusters).
 
 Every review's work is counted (``WorkBudget``) as it is done: a group or node looked at, a
 requirement matched, a label read, a card compared, a container placed on a card. Past the

@@ -14,7 +14,7 @@ rule ``reads`` on the object's own metadata (compared key by key, so a controlle
 annotations change nothing judged), and for a node the labels and annotations a node rule reads
 (compared key by key). Everything else (replicas, status, finalizers, other labels) is never
 judged. ``unchanged`` here and ``cel_changed`` (the CEL the matchConditions carry) read the same
-parts the same way, and tests/test_match_conditions.py holds them together.
+parts the same way, and tests/deploy/test_match_conditions.py holds them together.
 """
 
 from __future__ import annotations

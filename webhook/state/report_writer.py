@@ -15,7 +15,7 @@ not installed answers 404 on its collection), builds the objects for it, then:
   leaves no stale PolicyReports behind.
 
 RBAC: get, list, create, update and delete on the report kinds, nothing else (deploy/ grants
-exactly that; tests/test_deploy.py and tests/test_audit_reports_served.py hold both to it).
+exactly that; tests/deploy/test_deploy.py and tests/state/test_audit_reports_served.py hold both to it).
 """
 
 from __future__ import annotations

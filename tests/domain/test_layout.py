@@ -1,0 +1,347 @@
+"""The rooms of the code, as its imports draw them: no import circles, and every room imports
+only the rooms below it. docs/internals.md, "Layout: where things go", is the map this test holds."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from policies.admission.engine import Engine
+from webhook.routes.app import create_app
+from webhook.routes.services import Services
+from webhook.server.scheduling import declared_paths
+from webhook.settings import Settings
+from webhook.state.snapshot import load_demo_snapshot
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("policies", "certs", "webhook")
+
+# room -> rooms it must never import (directly or lazily inside a function).
+FORBIDDEN = {
+    "policies": ("webhook", "certs", "flask", "gunicorn", "kubernetes", "werkzeug"),
+    "certs": ("webhook", "policies"),
+    "webhook.settings": ("webhook.documents", "webhook.state", "webhook.report", "webhook.routes", "webhook.server",
+                         "webhook.cli", "webhook.serving", "webhook.dashboard", "flask"),
+    "webhook.documents": ("webhook.state", "webhook.report", "webhook.routes", "webhook.server", "webhook.cli",
+                          "webhook.serving", "flask"),
+    "webhook.state": ("webhook.report", "webhook.routes", "webhook.server", "webhook.cli", "webhook.serving",
+                      "flask"),
+    "webhook.report": ("webhook.state", "webhook.routes", "webhook.server", "webhook.cli", "webhook.serving",
+                       "flask"),
+    "webhook.server": ("webhook.routes", "webhook.cli", "webhook.serving", "webhook.report"),
+    "webhook.routes": ("webhook.cli", "webhook.serving", "webhook.dashboard"),
+    # The dashboard is its own small app over routes' dry-run words; only the CLI starts it.
+    "webhook.dashboard": ("webhook.cli", "webhook.serving", "webhook.server"),
+    "webhook.serving": ("webhook.cli",),
+    # The probe port's process: the standard library only, so it starts in tens of milliseconds.
+    "webhook.probes": ("policies", "certs", "webhook.settings", "webhook.documents", "webhook.state",
+                       "webhook.report", "webhook.routes", "webhook.server", "webhook.cli", "webhook.serving",
+                       "webhook.dashboard", "flask", "gunicorn", "kubernetes", "pydantic", "msgspec"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth of its code, relative imports resolved."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)  # `from pkg import module`
+    return found
+
+
+def project_modules() -> dict[str, set[str]]:
+    files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
+    names = {module_name(p): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        graph[name] = {m for m in imports_of(path) if m in names and m != name}
+    return graph
+
+
+def test_the_edge_is_in_rooms() -> None:
+    # serving.py composes the rooms; settings.py is the one settings object every room reads.
+    top = ("__init__.py", "serving.py", "settings.py")
+    flat = sorted(p.name for p in (ROOT / "webhook").glob("*.py") if p.name not in top)
+    assert flat == [], f"modules in the flat webhook/ room: {flat}"
+
+
+@pytest.mark.parametrize("room", sorted(FORBIDDEN))
+def test_rooms_import_only_downwards(room: str) -> None:
+    files = [p for p in ROOT.rglob("*.py") if module_name(p) == room or module_name(p).startswith(room + ".")]
+    assert files, f"no module in {room}"
+    wrong = sorted(f"{module_name(p)} imports {m}" for p in files for m in imports_of(p)
+                   if any(m == f or m.startswith(f + ".") for f in FORBIDDEN[room]))
+    assert wrong == []
+
+
+def test_no_import_circles() -> None:
+    graph = project_modules()
+    # Package __init__ modules that only re-export are edges of their children: drop the
+    # parent -> child and child -> parent links that `from pkg import x` draws.
+    def real(src: str, dst: str) -> bool:
+        return not (src.startswith(dst + ".") or dst.startswith(src + "."))
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if not real(node, nxt):
+                continue
+            if state.get(nxt) == 1:
+                circles.append([*stack[stack.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert circles == []
+
+
+@pytest.mark.processes
+def test_every_module_imports_on_its_own() -> None:
+    """Imported first, in a fresh interpreter, each module loads: no import order hides a cycle
+    (a package whose __init__ imports a module that imports back, as policies.rules does)."""
+    import subprocess
+    import sys
+
+    names = sorted(project_modules())
+    script = (
+        "import importlib, sys\n"
+        "failed = []\n"
+        f"for name in {names!r}:\n"
+        "    for loaded in [m for m in sys.modules if m.split('.')[0] in ('policies', 'webhook', 'certs')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as exc:\n"
+        "        failed.append(f'{name}: {exc!r}')\n"
+        "print('\\n'.join(failed))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "", done.stdout + done.stderr
+
+
+
+# --- imports inside functions ------------------------------------------------------------------
+# Python runs a module's top-level imports in order; a package runs its __init__ before any of its
+# modules; a module already being loaded is handed back half-made, and `from it import name`
+# fails if the name is not a submodule. The simulation below follows those rules over the
+# project's own modules, so a loop shows as the import that would fail.
+
+Statement = tuple[str, tuple[str, ...]]  # (module, names it takes from it; () for `import module`)
+
+
+def _resolve(path: Path, root: Path, node: ast.ImportFrom) -> str:
+    package = _name_under(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    base = package[: len(package) - node.level + 1] if node.level else []
+    return ".".join([*base, *(node.module.split(".") if node.module else [])])
+
+
+def _name_under(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _statement(path: Path, root: Path, node: ast.Import | ast.ImportFrom) -> list[Statement]:
+    if isinstance(node, ast.Import):
+        return [(alias.name, ()) for alias in node.names]
+    return [(_resolve(path, root, node), tuple(alias.name for alias in node.names))]
+
+
+def top_level_imports(path: Path, root: Path = ROOT) -> list[Statement]:
+    """What loading ``path`` imports, in order: module-level statements (inside top-level ``if`` and
+    ``try`` too), not in functions, not under ``if TYPE_CHECKING``."""
+    found: list[Statement] = []
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.extend(_statement(path, root, node))
+            elif isinstance(node, ast.If):
+                if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
+                    visit(block)
+
+    visit(ast.parse(path.read_text(), str(path)).body)
+    return found
+
+
+def function_level_imports(path: Path, root: Path = ROOT) -> list[tuple[int, Statement]]:
+    """(line, statement) of every import written inside a function."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[int, Statement]] = []
+    for func in ast.walk(tree):
+        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(func):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    found.extend((node.lineno, s) for s in _statement(path, root, node))
+    return found
+
+
+def first_failing_import(entry: str, imports: dict[str, list[Statement]]) -> str | None:
+    """Load ``entry`` first in a fresh interpreter, as Python would: the first import that meets a
+    half-made module it needs a name from, or None."""
+    return _load_first(entry, imports)[0]
+
+
+def _load_first(entry: str, imports: dict[str, list[Statement]]) -> tuple[str | None, set[str]]:
+    """first_failing_import's answer, and the modules the load reached."""
+    state: dict[str, str] = {}
+
+    def load(module: str) -> str | None:
+        parts = module.split(".")
+        for depth in range(1, len(parts) + 1):
+            name = ".".join(parts[:depth])
+            if name not in imports or name in state:
+                continue
+            state[name] = "loading"
+            for target, names in imports[name]:
+                failed = load(target)
+                if failed:
+                    return failed
+                for taken in names:
+                    if f"{target}.{taken}" in imports:
+                        failed = load(f"{target}.{taken}")
+                        if failed:
+                            return failed
+                    elif state.get(target) == "loading":
+                        return f"{name} takes {taken} from {target}, which is still loading"
+            state[name] = "done"
+        return None
+
+    return load(entry), set(state)
+
+
+def imports_that_hide_a_loop(root: Path, packages: tuple[str, ...]) -> list[str]:
+    """Every import inside a function that, written at the top of its module, would make some
+    module fail to load first."""
+    files = {_name_under(p, root): p for pkg in packages for p in (root / pkg).rglob("*.py")}
+    imports = {name: top_level_imports(path, root) for name, path in files.items()}
+    # A load that never reaches the module an import is moved into reads nothing the move changed:
+    # it ends as it did before (loaded, or failing as it did), so only the others are loaded again.
+    before = {entry: _load_first(entry, imports) for entry in files}
+    hidden = []
+    for name, path in sorted(files.items()):
+        for line, statement in function_level_imports(path, root):
+            if statement[0] not in files:
+                continue
+            moved = {**imports, name: [*imports[name], statement]}
+            failures = [f for entry in sorted(files)
+                        if (f := first_failing_import(entry, moved) if name in before[entry][1] else before[entry][0])]
+            if failures:
+                hidden.append(f"{name}:{line} imports {statement[0]} inside a function; at the top: {failures[0]}")
+    return hidden
+
+
+def test_every_module_loads_first_in_the_simulation() -> None:
+    files = {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    imports = {name: top_level_imports(path) for name, path in files.items()}
+    assert [f for entry in sorted(files) if (f := first_failing_import(entry, imports))] == []
+
+
+def test_no_import_inside_a_function_hides_a_loop() -> None:
+    """An import inside a function is for start-up speed (the CLI loads a command's modules when
+    it runs), never to cut a loop: at the top of its module it would load just the same."""
+    assert imports_that_hide_a_loop(ROOT, PACKAGES) == []
+
+
+def test_an_import_that_hides_a_loop_is_named(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from pkg.b import g\n    return g\n")
+    (package / "b.py").write_text("from pkg.a import f\n\ndef g():\n    return f\n")
+    (package / "c.py").write_text("def h():\n    from pkg.b import g\n    return g\n")
+    assert imports_that_hide_a_loop(tmp_path, ("pkg",)) == [
+        "pkg.a:2 imports pkg.b inside a function; at the top: pkg.b takes f from pkg.a, which is still loading"]
+
+
+# --- the server room ---------------------------------------------------------------------------
+# webhook/server/ carries the transport, the workers and the scheduling: each module one job, none
+# over MAX_SERVER_LINES; what a request is comes from the routes' declarations
+# (webhook.server.scheduling.declare), never from a path written in the server room.
+
+SERVER_ROOM = ROOT / "webhook" / "server"
+MAX_SERVER_LINES = 400
+
+
+def test_no_module_in_the_server_room_is_over_400_lines() -> None:
+    lines = {p.name: len(p.read_text().splitlines()) for p in sorted(SERVER_ROOM.glob("*.py"))}
+    long = {name: count for name, count in lines.items() if count > MAX_SERVER_LINES}
+    assert long == {}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def route_paths_named(source: str, paths: frozenset[str]) -> list[str]:
+    """String literals in ``source`` (docstrings aside: prose may cite a route) that name one of
+    ``paths``, alone or inside a longer text ("/validate?timeout=5s", "GET /healthz")."""
+    tree = ast.parse(source)
+    prose = _docstrings(tree)
+    pattern = re.compile("|".join(rf"(?<![\w/-]){re.escape(p)}(?![\w/-])" for p in sorted(paths)))
+    return sorted({node.value for node in ast.walk(tree)
+                   if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+                   and pattern.search(node.value)})
+
+
+def _declared_paths() -> frozenset[str]:
+    settings = Settings()
+    create_app(Services(settings, Engine(settings), load_demo_snapshot(settings.names)))  # the routes declare
+    return declared_paths()
+
+
+def test_no_route_path_is_named_in_the_server_room() -> None:
+    paths = _declared_paths()
+    assert {"/validate", "/mutate", "/healthz", "/metrics", "/dry-run"} <= paths
+    named = {p.name: found for p in sorted(SERVER_ROOM.glob("*.py"))
+             if (found := route_paths_named(p.read_text(), paths))}
+    assert named == {}
+
+
+def test_a_route_path_in_code_is_found_and_one_in_prose_is_not() -> None:
+    source = ('"""Serves /healthz."""\n'
+              'def f(path):\n    """Not /metrics either."""\n'
+              '    return path == "/healthz" or path.startswith("POST /validate?timeout=")\n'
+              'OTHER = "/validated"\n')
+    assert route_paths_named(source, frozenset({"/healthz", "/validate", "/metrics"})) == [
+        "/healthz", "POST /validate?timeout="]
