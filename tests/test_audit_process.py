@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
+from policies.model.cluster_snapshot import ClusterSnapshot
 from webhook.settings import Settings
 from webhook.state import forked
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from policies.model.cluster import pod_from_manifest
+from policies.model.cluster_manifests import pod_from_manifest
 from policies.model.isolation import judged_names
 from webhook.settings import Settings
 from webhook.state.kube_schema import POD_DECODERS

@@ -7,7 +7,8 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from policies.model.cluster import NodeInfo, PodGPU, PodInfo
-from policies.placement.cards import Card, CardOrder
+from policies.placement.card_choice import CardOrder
+from policies.placement.cards import Card
 from policies.placement.placement import PodDemand, _may_object, _mode_problems, judge, node_profile
 from webhook.settings import load_settings
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from policies.model.cluster import pod_from_manifest
+from policies.model.cluster_manifests import pod_from_manifest
 from policies.model.settings import Names
 from policies.quota.quota_usage import quota_limits, usage_of
 from webhook.state.snapshot import snapshot_from_objects

@@ -28,7 +28,8 @@ from policies.model.gpu_memory import memory_problem
 from policies.model.resources import ContainerRequest, container_requests, is_zero, pod_labels, pod_spec
 from policies.model.selectors import NodeSelector, node_selector_from_spec
 from policies.model.settings import Names
-from policies.placement.cards import CORE_PER_CARD, STRIDE
+from policies.placement.card_choice import STRIDE
+from policies.placement.cards import CORE_PER_CARD
 from policies.placement.placement import (
     UNRESOLVABLE_RULES,
     NodeProfile,

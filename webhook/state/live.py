@@ -33,15 +33,9 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from policies.model.cluster import (
-    USABLE,
-    Availability,
-    ClusterSnapshot,
-    NodeInfo,
-    PodInfo,
-    node_from_manifest,
-    pod_from_manifest,
-)
+from policies.model.cluster import USABLE, Availability, NodeInfo, PodInfo
+from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.model.isolation import ENV_GROUPS, judged_names
 from policies.model.resources import watched_resources
 from policies.model.settings import Names, StateSettings
