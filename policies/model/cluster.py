@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from policies.model.isolation import PodEnv
+from policies.model.isolation_findings import PodEnv
 from policies.model.selectors import NodeSelector
 
 

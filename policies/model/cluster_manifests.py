@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.model.cluster import NodeInfo, PodGPU, PodInfo
-from policies.model.isolation import pod_env
+from policies.model.isolation_findings import pod_env
 from policies.model.quantity import QuantityError, parse_quantity
 from policies.model.resources import (
     ContainerRequest,
