@@ -84,7 +84,7 @@ class PodInfo:
     env: PodEnv | None = None
     # metadata.deletionTimestamp is set: the pod is being deleted (it may run out its grace period).
     deleting: bool = False
-    # What GPU quotas charge it (policies/quota/quota_usage.py): PodRequests of gpu-mem and gpu-core, and
+    # What GPU quotas charge it (policies/model/pod_usage.py): PodRequests of gpu-mem and gpu-core, and
     # when its deletion's grace period ends (QuotaV1Pod stops charging it then).
     quota_mem: int = 0
     quota_core: int = 0
@@ -199,7 +199,7 @@ class StateView:
         found = getattr(self.base, "quota_usage", None)
         if found is not None:
             return found()
-        from policies.quota.quota_usage import usage_index
+        from policies.model.pod_usage import usage_index
 
         return usage_index(self.pods())
 

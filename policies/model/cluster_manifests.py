@@ -186,7 +186,7 @@ def _quota_fields(requests: list[ContainerRequest], spec: Any, meta: dict[str, A
     overhead = overhead if isinstance(overhead, dict) else None
     if not requests and not overhead:
         return {}
-    from policies.quota.quota_usage import deletion_deadline, pod_requests
+    from policies.model.pod_usage import deletion_deadline, pod_requests
 
     r = names.resources
     return {"quota_mem": pod_requests(requests, overhead, r.gpu_mem),

@@ -45,7 +45,7 @@ class ClusterSnapshot:
         # Increases with every pod stored or dropped, bound or not (``generation`` follows nodes' changes
         # only; quotas charge pending pods too): what GQ005's usage is kept for.
         self.pod_generation = 0
-        # What quotas charge, summed per namespace and kept current pod by pod (policies/quota/quota_usage.py),
+        # What quotas charge, summed per namespace and kept current pod by pod (policies/model/pod_usage.py),
         # so that a review adds up namespaces rather than every pod; built on first use.
         self._quota_usage: Any = None
 
@@ -115,7 +115,7 @@ class ClusterSnapshot:
             self._drop_pod(pod.key)
             self._pods[pod.key] = pod
             if self._quota_usage is not None and (pod.quota_mem or pod.quota_core):
-                from policies.quota.quota_usage import pod_usage
+                from policies.model.pod_usage import pod_usage
 
                 self._quota_usage.add(pod_usage(pod), 1)
             if pod.node_name:
@@ -141,7 +141,7 @@ class ClusterSnapshot:
         if old is not None:
             self.pod_generation += 1
             if self._quota_usage is not None and (old.quota_mem or old.quota_core):
-                from policies.quota.quota_usage import pod_usage
+                from policies.model.pod_usage import pod_usage
 
                 self._quota_usage.add(pod_usage(old), -1)
         if old is not None and old.node_name:
@@ -181,10 +181,10 @@ class ClusterSnapshot:
             return [(key[0], obj) for key, obj in sorted(self._quotas.items())]
 
     def quota_usage(self) -> Any:
-        """A copy of what quotas charge per namespace (``policies.quota.quota_usage.UsageIndex``)."""
+        """A copy of what quotas charge per namespace (``policies.model.pod_usage.UsageIndex``)."""
         with self._lock:
             if self._quota_usage is None:
-                from policies.quota.quota_usage import usage_index
+                from policies.model.pod_usage import usage_index
 
                 self._quota_usage = usage_index(self._pods.values())
             return self._quota_usage.copy()
