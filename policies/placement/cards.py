@@ -1,4 +1,4 @@
-"""Per-card GPU occupancy of a node, and where new containers would go.
+"""Per-card GPU occupancy of a node.
 
 Occupancy comes from the pods on the node. A pod's cards are the ones the GPU-sharing
 scheduler recorded in its annotations:
