@@ -31,7 +31,8 @@ from bench.state import own_memory_mib  # noqa: E402
 
 
 def build_state(nodes: int, pods: int):  # type: ignore[no-untyped-def]
-    from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+    from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
+    from policies.model.cluster_snapshot import ClusterSnapshot
     from tests.support.cluster_objects import gpu_pod, node
     from webhook.settings import Settings
 

@@ -42,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from policies.admission.engine import Engine
-    from policies.model.cluster import pod_from_manifest
+    from policies.model.cluster_manifests import pod_from_manifest
     from webhook.settings import Settings
 
     pod = realistic_pod(args.env)

@@ -61,6 +61,8 @@ _FAST = {
     "policies/model/grants.py": "exemption_grants exemptions",
     "policies/placement/cards.py":
         "cards placement scoring_numbers scoring placement_rules gs_rules scheduler_counting",
+    "policies/placement/card_choice.py":
+        "cards placement scoring_numbers scoring placement_rules gs_rules scheduler_counting",
     "policies/placement/placement.py": "placement placement_rules scoring_numbers scoring node_messages",
     "policies/scoring/scoring.py": "scoring_numbers scoring selectors",
     "policies/model/selectors.py": "selectors scoring_numbers scoring",

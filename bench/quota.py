@@ -19,7 +19,7 @@ import statistics
 import time
 
 from policies.admission.engine import Engine
-from policies.model.cluster import pod_from_manifest
+from policies.model.cluster_manifests import pod_from_manifest
 from policies.model.settings import PolicySettings
 from webhook.state.snapshot import snapshot_from_objects
 

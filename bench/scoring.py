@@ -33,7 +33,8 @@ import time
 import tracemalloc
 from collections.abc import Callable
 
-from policies.model.cluster import ClusterSnapshot, NodeInfo, PodGPU, PodInfo
+from policies.model.cluster import NodeInfo, PodGPU, PodInfo
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.model.settings import Names
 from policies.scoring.scoring import PodRequest, Scorer, pod_request
 from webhook.routes.extender import Extender, ExtenderArgs

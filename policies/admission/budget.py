@@ -18,7 +18,8 @@ from typing import Any
 
 from policies.model.resources import CONTAINER_GROUPS, POD_SPEC_PATHS, ShapeError, pod_spec
 from policies.model.settings import BudgetSettings
-from policies.model.workloads import WorkloadKind, pod_locations
+from policies.model.workload_sites import pod_locations
+from policies.model.workloads import WorkloadKind
 
 BUDGET_ID = "budget"  # the finding's id in answers and audit annotations (no rule: the engine's own limit)
 _GROUPS = ("initContainers", "containers", "ephemeralContainers")

@@ -39,7 +39,7 @@ EXISTING = "; it was so before this update, which does not change it: admitted"
 def _pod_from_manifest() -> Callable[..., Any]:
     """policies.model.cluster's reader, imported when a server first records an admitted pod (an import
     statement in ``admit`` would look it up again on every review)."""
-    from policies.model.cluster import pod_from_manifest
+    from policies.model.cluster_manifests import pod_from_manifest
 
     return pod_from_manifest
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from policies.admission.engine import Engine
 from policies.model.cluster import ClusterState, NodeInfo, PodGPU, PodInfo
-from policies.model.isolation import env_manifest
+from policies.model.isolation_findings import env_manifest
 from policies.model.resources import ShapeError
 from policies.model.settings import Names, PolicySettings, Severity
 from policies.model.workloads import WorkloadConfigError

@@ -22,7 +22,8 @@ from policies.model.resources import (
     render_path,
 )
 from policies.model.settings import ExemptionSettings, Names
-from policies.model.workloads import PodSite, WorkloadKind, pod_sites, site_requests
+from policies.model.workload_sites import PodSite, pod_sites, site_requests
+from policies.model.workloads import WorkloadKind
 
 if TYPE_CHECKING:
     from policies.model.catalog import Catalog

@@ -2,8 +2,11 @@
 
 ``base`` (the registry and ``@rule``), ``relevance`` (what makes an object relevant to a rule),
 ``judged`` (what an UPDATE is judged on), ``cel`` (the CEL those declarations become),
-``mutations`` and ``rule_index``. Importing this package registers every rule.
-May import ``policies.model`` and ``policies.quota``.
+``mutations`` (the mutating webhook's patch) and ``rule_index`` (every rule as configured).
+Importing this package registers every rule.
+
+May import ``policies.model``, ``policies.quota`` and ``policies.placement`` (GB001-GB005 and GC001
+judge a placement; placement is loaded on their first run).
 """
 
 from policies.rules import (  # noqa: F401  (each import registers a family)

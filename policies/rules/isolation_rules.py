@@ -30,11 +30,10 @@ from policies.model.isolation import (
     EnvProblem,
     added_ephemeral_envs,
     container_envs,
-    env_problems,
     envs_of,
-    may_run_on_mps,
     service_links,
 )
+from policies.model.isolation_findings import env_problems, may_run_on_mps
 from policies.model.subject import Subject
 from policies.rules.base import Found, rule
 from policies.rules.pod_resources import POD_KINDS

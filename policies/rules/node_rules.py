@@ -46,7 +46,7 @@ DRA_PAGE = 'ACK documentation: "Schedule GPUs with DRA"'
 
 def _node(subject: Subject) -> NodeInfo:
     if "node" not in subject.memo:
-        from policies.model.cluster import node_from_manifest
+        from policies.model.cluster_manifests import node_from_manifest
 
         subject.memo["node"] = node_from_manifest(subject.obj, subject.names)
     return cast("NodeInfo", subject.memo["node"])
@@ -56,7 +56,7 @@ def _old_node(subject: Subject) -> NodeInfo | None:
     if subject.operation != "UPDATE" or not isinstance(subject.old, dict):
         return None
     if "old_node" not in subject.memo:
-        from policies.model.cluster import node_from_manifest
+        from policies.model.cluster_manifests import node_from_manifest
 
         subject.memo["old_node"] = node_from_manifest(subject.old, subject.names)
     return cast("NodeInfo | None", subject.memo["old_node"])

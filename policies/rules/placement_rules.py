@@ -34,7 +34,7 @@ SWITCH = "placement"
 def _machinery() -> SimpleNamespace:
     """Placement and the cluster's records, imported when a placement is first judged (an import
     statement in the functions below would look them up again on every review)."""
-    from policies.model.cluster import pod_from_manifest
+    from policies.model.cluster_manifests import pod_from_manifest
     from policies.placement.placement import PodDemand, demand_from_containers, placement_problems
 
     return SimpleNamespace(pod_from_manifest=pod_from_manifest, PodDemand=PodDemand,

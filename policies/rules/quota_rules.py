@@ -236,7 +236,7 @@ def pods_made(subject: Subject, pod: SubjectPod) -> int | None:
 
 def _groups(subject: Subject) -> list[tuple[SubjectPod, int, int, int]]:
     """(template, pods made, gpu-mem and gpu-core PodRequests of each) of every template asking for either."""
-    from policies.quota.quota_usage import pod_requests
+    from policies.model.pod_usage import pod_requests
 
     r = subject.names.resources
     groups = []
@@ -261,7 +261,7 @@ def _usage(state: Any) -> Any:
     found = getattr(state, "quota_usage", None)
     if found is not None:
         return found()
-    from policies.quota.quota_usage import usage_index
+    from policies.model.pod_usage import usage_index
 
     pods = getattr(state, "pods", None)
     return usage_index(pods() if pods is not None else [])

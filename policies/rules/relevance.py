@@ -16,7 +16,8 @@ from typing import Any
 from policies.model.near_miss import near_misses, near_misses_in
 from policies.model.resources import CONTAINER_GROUPS, CUSTOM_WORKLOADS, POD_SPEC_PATHS
 from policies.model.settings import EnvNames, LabelNames, Names, PolicySettings, ResourceNames
-from policies.model.workloads import WorkloadKind, group_of, patch_strings, pod_sites, workload_table
+from policies.model.workload_sites import patch_strings, pod_sites
+from policies.model.workloads import WorkloadKind, group_of, workload_table
 from policies.quota.quota_objects import QUOTA_KINDS, quota_sent
 from policies.rules.judged import deleting, parts_for
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from policies.model.resources import CUSTOM_WORKLOADS, render_path
 from policies.model.subject import Subject
-from policies.model.workloads import patch_strings, workload_scheduler
+from policies.model.workload_sites import patch_strings, workload_scheduler
 from policies.rules.base import Found, rule
 from policies.rules.pod_resources import asks_gpu_memory
 from policies.rules.relevance import Relevance

@@ -1,4 +1,6 @@
-"""Scoring: ranking the nodes a pod fits (binpack or spread per card) and explaining the ranking.
+"""Scoring: ranking the nodes a pod fits (binpack or spread per card), and explaining a Pending pod
+or workload: the node ranking, and the quota that refuses or holds it back.
 
-May import ``policies.model`` and ``policies.placement.placement``.
+May import ``policies.model``, ``policies.placement`` and ``policies.quota`` (the quota limits an
+explanation names).
 """

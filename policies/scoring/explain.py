@@ -47,8 +47,9 @@ def quota_holds(pod: PodInfo, state: ClusterState, names: Names) -> list[str]:
         return []
     import time
 
+    from policies.model.pod_usage import usage_of
     from policies.quota.quota_objects import ELASTIC_QUOTA_TREE
-    from policies.quota.quota_usage import quota_limits, usage_of
+    from policies.quota.quota_usage import quota_limits
 
     pods = getattr(state, "pods", None)
     held = []

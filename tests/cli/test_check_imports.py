@@ -25,8 +25,10 @@ NOT_FOR_PODS = (
     "webhook.dashboard", "webhook.cli.serve", "webhook.cli.score", "webhook.cli.inspect", "webhook.cli.audit",
 )
 # The domain's machinery for nodes, placements and GC001: loaded when a node or a snapshot is judged.
-CLUSTER_ONLY = ("policies.model.cluster", "policies.placement.cards", "policies.placement.placement",
-                "policies.placement.capacity", "policies.placement.capacity_index", "policies.placement.topology",
+CLUSTER_ONLY = ("policies.model.cluster", "policies.model.cluster_manifests", "policies.model.cluster_snapshot",
+                "policies.placement.cards", "policies.placement.placement.card_choice", "policies.placement.placement",
+                "policies.placement.capacity", "policies.placement.capacity_index", "policies.placement.placement.node_groups",
+                "policies.placement.placement.work_budget", "policies.placement.topology",
                 "policies.placement.assume", "policies.model.catalog", "policies.model.compatibility",
                 "policies.model.ecs", "policies.scoring.scoring")
 NODE = """\
@@ -75,7 +77,8 @@ def test_a_node_or_a_snapshot_loads_what_judging_them_needs(tmp_path: Path) -> N
     node = tmp_path / "node.yaml"
     node.write_text(NODE)
     assert within(loaded_by("check", node, cwd=tmp_path), CLUSTER_ONLY) == [
-        "policies.model.catalog", "policies.model.cluster", "policies.model.compatibility", "policies.model.ecs"]
+        "policies.model.catalog", "policies.model.cluster", "policies.model.cluster_manifests",
+        "policies.model.compatibility", "policies.model.ecs"]
     snapshot = loaded_by("check", "--snapshot", DATA / "inspect-seed001.yaml", *SEED_OK, cwd=tmp_path)
     assert {"policies.model.cluster", "policies.placement.placement", "policies.placement.capacity_index"} <= snapshot
     assert within(snapshot, tuple(SERVER_MODULES)) == []

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from policies.admission.engine import EXISTING, Engine
 from policies.generate.match_conditions import SCOPES, match_conditions, scope_sends, triggers
-from policies.model.workloads import pod_sites
+from policies.model.workload_sites import pod_sites
 from policies.rules.base import REGISTRY, rule
 from policies.rules.relevance import Relevance
 from tests.support.check_helpers import run_gpushare

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from policies.admission.engine import Engine
-from policies.model.cluster import Availability, ClusterSnapshot
+from policies.model.cluster import Availability
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.rules.rule_index import rule_entries
 from tests.support.cluster_builders import allocation, gpu_node, gpu_pod, snapshot
 from tests.support.manifests import received

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.model.subject import UserInfo
 from policies.rules.node_rules import region_of, shows_mps_daemon
 from tests.support.cluster_objects import gpu_pod, node, relabel, with_mode

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from policies.admission.engine import Engine
-from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.model.subject import UserInfo
 from tests.support.cluster_objects import gpu_pod, node, relabel, with_mode
 from webhook.settings import Settings

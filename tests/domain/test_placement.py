@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from policies.model.cluster import NodeInfo, PodGPU, PodInfo, node_from_manifest
+from policies.model.cluster import NodeInfo, PodGPU, PodInfo
+from policies.model.cluster_manifests import node_from_manifest
 from policies.model.resources import container_requests
 from policies.model.settings import Names
 from policies.placement.placement import (

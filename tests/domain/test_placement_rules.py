@@ -7,7 +7,9 @@ import threading
 import pytest
 
 from policies.admission.engine import Engine
-from policies.model.cluster import Availability, ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster import Availability
+from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.placement.assume import PlacementLedger
 from tests.support.cluster_objects import binding, gpu_pod, node, plain_pod, relabel, state_of
 from webhook.settings import Settings

@@ -9,9 +9,10 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from policies.model.cluster import pod_from_manifest
+from policies.model.cluster_manifests import pod_from_manifest
+from policies.model.pod_usage import usage_of
 from policies.model.settings import Names
-from policies.quota.quota_usage import quota_limits, usage_of
+from policies.quota.quota_usage import quota_limits
 from tests.support.profiles import examples
 from tests.support.quota_oracle import MEM, resource_quota_used, tree_used
 from webhook.state.snapshot import snapshot_from_objects

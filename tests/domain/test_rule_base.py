@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from policies.model.cluster import Availability, ClusterSnapshot
+from policies.model.cluster import Availability
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.model.settings import Names
 from policies.model.subject import StateUnavailable, Subject, computed_once
 from policies.rules.base import REGISTRY, Finding, rule

@@ -4,7 +4,7 @@ scheduler counts"): init containers, nodes without the mode label, pods spread o
 
 from __future__ import annotations
 
-from policies.model.cluster import pod_from_manifest
+from policies.model.cluster_manifests import pod_from_manifest
 from policies.model.resources import container_requests
 from policies.placement.placement import demand_from_containers, judge, node_profile
 from tests.support.cluster_builders import allocation, gpu_node, gpu_pod, snapshot

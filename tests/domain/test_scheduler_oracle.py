@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from policies.admission.engine import Engine
 from policies.audit.audit import audit_state
-from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.placement.allocation import cluster_usage
 from tests.support.profiles import examples
 from tests.support.scheduler_oracle import (

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from policies.model.cluster import pod_from_manifest
+from policies.model.cluster_manifests import pod_from_manifest
 from policies.placement.cards import node_cards
 from policies.placement.placement import placement_problems
 from policies.scoring.scoring import Scorer, explain, pod_request, ranking_entry

@@ -100,7 +100,7 @@ def test_nodes_the_state_does_not_know(settings):
 
 
 def test_nodes_given_by_the_caller_are_judged_as_given(settings):
-    from policies.model.cluster import node_from_manifest
+    from policies.model.cluster_manifests import node_from_manifest
 
     names = settings.names
     state = snapshot(gpu_node("n1", "cgpu", 1, 10), names=names)
@@ -291,7 +291,7 @@ def test_a_pod_whose_gpu_mem_gs003_refuses_is_not_ranked_on_gpus(settings):
 
 
 def test_a_state_without_a_change_log_gets_fresh_profiles_every_call(settings):
-    from policies.model.cluster import pod_from_manifest
+    from policies.model.cluster_manifests import pod_from_manifest
 
     names = settings.names
     inner = snapshot(gpu_node("n1", "cgpu", 1, 10), gpu_node("n2", "cgpu", 1, 10), names=names)

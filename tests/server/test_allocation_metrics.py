@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from policies.model.cluster import node_from_manifest, pod_from_manifest
+from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
 from policies.placement.allocation import cluster_usage
 from webhook.routes.app import create_app
 from webhook.server.allocation_metrics import AllocationExporter
@@ -79,7 +79,7 @@ def pod(name: str, on: str, gib: int, card: int) -> dict:
 
 
 def test_a_scrape_copies_the_cache_and_a_refresh_recomputes_only_what_changed():
-    from policies.model.cluster import ClusterSnapshot
+    from policies.model.cluster_snapshot import ClusterSnapshot
 
     names = Settings().names
     state = ClusterSnapshot()

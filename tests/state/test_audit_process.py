@@ -12,12 +12,11 @@ import time
 
 import pytest
 
-from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
+from policies.model.cluster_snapshot import ClusterSnapshot
 from tests.support.cluster_objects import gpu_pod, node
 from webhook.settings import Settings
 from webhook.state import forked
-
-pytestmark = pytest.mark.processes
 
 
 def deadline(seconds: float = 30) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from policies.model.cluster import pod_from_manifest
+from policies.model.cluster_manifests import pod_from_manifest
 from policies.model.isolation import judged_names
 from tests.support.check_helpers import run_gpushare
 from tests.support.fake_apiserver import FakeApiServer

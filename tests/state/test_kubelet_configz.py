@@ -207,7 +207,7 @@ def test_the_policy_is_read_from_the_documented_shape():
 
 
 def test_a_missing_nodes_proxy_grant_is_said_once_for_all_nodes(caplog):
-    from policies.model.cluster import node_from_manifest
+    from policies.model.cluster_manifests import node_from_manifest
     from policies.model.settings import KubeletConfigzSettings, Names
     from webhook.state.kubelet_config import ConfigzError, KubeletConfigReader, kubelet_signature
     from webhook.state.status import ConfigzStatus

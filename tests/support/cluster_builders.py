@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.model.settings import Names
 
 MEM = "aliyun.com/gpu-mem"

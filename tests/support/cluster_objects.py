@@ -6,7 +6,8 @@ import copy
 import itertools
 from typing import Any
 
-from policies.model.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
+from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
+from policies.model.cluster_snapshot import ClusterSnapshot
 from tests.support.manifests import CORE, MEM
 
 SCHEDULE = "ack.node.gpu.schedule"

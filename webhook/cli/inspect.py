@@ -48,7 +48,8 @@ def inspect(nodes: tuple[str, ...], snapshot: Path | None, demo: bool, kubeconfi
 def _quotas(state: Any, names: Any, described: str, output: str, output_file: Path | None) -> None:
     import time
 
-    from policies.quota.quota_usage import quota_shares, usage_of
+    from policies.model.pod_usage import usage_of
+    from policies.quota.quota_usage import quota_shares
     from webhook.report.quota_view import quota_json, quota_table
 
     click.echo(f"gpushare: cluster state: {described}", err=True)

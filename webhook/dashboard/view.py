@@ -93,7 +93,8 @@ def quota_views(state: ClusterState, names: Names) -> list[QuotaView]:
         return []
     import time
 
-    from policies.quota.quota_usage import quota_shares, usage_of
+    from policies.model.pod_usage import usage_of
+    from policies.quota.quota_usage import quota_shares
 
     pods = getattr(state, "pods", None)
     views = []

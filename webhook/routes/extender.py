@@ -17,7 +17,8 @@ from typing import Any
 
 from flask import Blueprint, request
 
-from policies.model.cluster import ClusterState, node_from_manifest
+from policies.model.cluster import ClusterState
+from policies.model.cluster_manifests import node_from_manifest
 from policies.model.resources import ShapeError, cards_per_container, container_requests, pod_spec
 from policies.scoring.scoring import NodeScore, Scorer, pod_request, unusable_values
 from webhook.routes.observe import Observer, Refusal, observed

@@ -168,7 +168,8 @@ class AllocationExporter:
         if not quotas:
             self._quota_text, self._quota_series = "", 0
             return
-        from policies.quota.quota_usage import quota_shares, usage_of
+        from policies.model.pod_usage import usage_of
+        from policies.quota.quota_usage import quota_shares
 
         pods = getattr(self._state, "pods", None)
         shares = quota_shares(quotas, usage_of(pods() if pods is not None else []), self._names, self._clock())

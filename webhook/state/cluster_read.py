@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
 
-from policies.model.cluster import ClusterSnapshot
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.model.settings import Names
 from policies.model.workloads import WorkloadKind
 from webhook.state.paging import list_pages

@@ -32,7 +32,8 @@ from typing import Any
 
 import msgspec
 
-from policies.model.cluster import NodeInfo, is_gpu_node
+from policies.model.cluster import NodeInfo
+from policies.model.cluster_manifests import is_gpu_node
 from policies.model.settings import KubeletConfigzSettings, Names
 from webhook.state.status import ConfigzStatus
 

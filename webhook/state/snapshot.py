@@ -7,7 +7,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from policies.model.cluster import ClusterSnapshot, node_from_manifest, node_resource_names, pod_from_manifest
+from policies.model.cluster_manifests import node_from_manifest, node_resource_names, pod_from_manifest
+from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.model.quantity import QuantityError, parse_quantity
 from policies.model.settings import Names
 from policies.quota.quota_objects import STATE_KINDS, group_matches
