@@ -29,8 +29,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from policies.placement.placement.work_budget import WorkBudget  # noqa: E402
-
 from bench.admission import api_server_json, review_for  # noqa: E402
 from bench.attack import INLINE_MAX, _largest, failing_terms_review, many_containers_review, snapshot  # noqa: E402
 from policies.admission.engine import Engine  # noqa: E402
@@ -39,6 +37,7 @@ from policies.model.resources import container_requests  # noqa: E402
 from policies.model.selectors import node_selector_from_spec  # noqa: E402
 from policies.placement.capacity_index import capacity_index  # noqa: E402
 from policies.placement.placement import demand_from_containers  # noqa: E402
+from policies.placement.work_budget import WorkBudget  # noqa: E402
 from tests.support.processes import host_speed  # noqa: E402
 from webhook.routes.admission import answer_review  # noqa: E402
 from webhook.routes.review import parse_review  # noqa: E402

@@ -49,9 +49,9 @@ from policies.placement.capacity import (
     spread_over_more_cards_than_any_node,
 )
 from policies.placement.cards import Card
+from policies.placement.node_groups import GroupMaps, NodeSummary, Projection, Shape, selector_keys, summarise
 from policies.placement.placement import NodeProfile, PodDemand, judge, node_profile
-from policies.placement.placement.node_groups import GroupMaps, NodeSummary, Projection, Shape, selector_keys, summarise
-from policies.placement.placement.work_budget import GROUP, NODE, PLACING, WorkBudget
+from policies.placement.work_budget import GROUP, NODE, PLACING, WorkBudget
 
 
 class CapacityIndex:

@@ -12,7 +12,7 @@ from typing import Any
 from policies.model.selectors import NodeSelector, Requirement
 from policies.model.settings import Names
 from policies.placement.placement import NodeProfile
-from policies.placement.placement.work_budget import NODE, WorkBudget
+from policies.placement.work_budget import NODE, WorkBudget
 
 NAME = "\0metadata.name"  # the pseudo-label ``matchFields`` reads: a node's name
 

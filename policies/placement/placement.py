@@ -17,8 +17,8 @@ from policies.model.cluster_manifests import shared_gpus
 from policies.model.modes import SHARED_MODES
 from policies.model.resources import ContainerRequest, cards_per_container
 from policies.model.settings import Names
+from policies.placement.card_choice import CardOrder, no_fit_reasons, place_pod
 from policies.placement.cards import NodeCards, NoFit, node_cards
-from policies.placement.placement.card_choice import CardOrder, no_fit_reasons, place_pod
 from policies.placement.topology import TopologyCards, choose_card_set, topology_cards
 
 # The node-level refusals no eviction can cure (kube-scheduler's FailedAndUnresolvable): the node's

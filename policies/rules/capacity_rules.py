@@ -31,7 +31,7 @@ def _machinery() -> SimpleNamespace:
     rule would look them up again on every review)."""
     from policies.placement.capacity_index import capacity_index
     from policies.placement.placement import demand_from_containers
-    from policies.placement.placement.work_budget import TooCostly, WorkBudget, too_costly
+    from policies.placement.work_budget import TooCostly, WorkBudget, too_costly
 
     return SimpleNamespace(TooCostly=TooCostly, WorkBudget=WorkBudget, capacity_index=capacity_index,
                            too_costly=too_costly, demand_from_containers=demand_from_containers)

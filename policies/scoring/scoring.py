@@ -28,6 +28,7 @@ from policies.model.gpu_memory import memory_problem
 from policies.model.resources import ContainerRequest, container_requests, is_zero, pod_labels, pod_spec
 from policies.model.selectors import NodeSelector, node_selector_from_spec
 from policies.model.settings import Names
+from policies.placement.card_choice import STRIDE
 from policies.placement.cards import CORE_PER_CARD
 from policies.placement.placement import (
     UNRESOLVABLE_RULES,
@@ -38,7 +39,6 @@ from policies.placement.placement import (
     node_profile,
     quick_card,
 )
-from policies.placement.placement.card_choice import STRIDE
 from policies.placement.topology import set_min_link
 
 # The reason given for a node the state does not know (yet): it may appear soon.

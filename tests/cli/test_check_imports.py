@@ -26,9 +26,9 @@ NOT_FOR_PODS = (
 )
 # The domain's machinery for nodes, placements and GC001: loaded when a node or a snapshot is judged.
 CLUSTER_ONLY = ("policies.model.cluster", "policies.model.cluster_manifests", "policies.model.cluster_snapshot",
-                "policies.placement.cards", "policies.placement.placement.card_choice", "policies.placement.placement",
-                "policies.placement.capacity", "policies.placement.capacity_index", "policies.placement.placement.node_groups",
-                "policies.placement.placement.work_budget", "policies.placement.topology",
+                "policies.placement.cards", "policies.placement.card_choice", "policies.placement.placement",
+                "policies.placement.capacity", "policies.placement.capacity_index", "policies.placement.node_groups",
+                "policies.placement.work_budget", "policies.placement.topology",
                 "policies.placement.assume", "policies.model.catalog", "policies.model.compatibility",
                 "policies.model.ecs", "policies.scoring.scoring")
 NODE = """\

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from policies.placement.placement.card_choice import CardOrder, Placed, choose_cards, no_fit_reasons, place_pod
 
 from policies.model.cluster import NodeInfo, PodGPU, PodInfo
 from policies.model.settings import Names
+from policies.placement.card_choice import CardOrder, Placed, choose_cards, no_fit_reasons, place_pod
 from policies.placement.cards import (
     PENDING,
     Card,

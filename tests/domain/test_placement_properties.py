@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
-from policies.placement.placement.card_choice import CardOrder
 
 from policies.model.cluster import NodeInfo, PodGPU, PodInfo
+from policies.placement.card_choice import CardOrder
 from policies.placement.cards import Card
 from policies.placement.placement import PodDemand, _may_object, _mode_problems, judge, node_profile
 from tests.support.profiles import examples
