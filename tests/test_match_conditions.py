@@ -34,7 +34,7 @@ from .check_helpers import run_gpushare
 from .cluster_builders import gpu_node, gpu_pod, snapshot
 from .near_miss_cases import NEAR_MISSES
 from .profiles import examples
-from .resource_keys import CORE, COUNT, MEM, RESOURCE_KEYS, TOPOLOGY, WHOLE
+from .resource_keys import CORE, COUNT, GPU_NAMES, MEM, RESOURCE_KEYS, TOPOLOGY, WHOLE
 from .workload_cases import CASES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,8 @@ VALUES = {MEM: ["1", "2", "8", "40", "0", "1k", "2Gi"], CORE: ["5", "30", "33", 
           TOPOLOGY: ["1", "2"], COUNT: ["2"]}
 # Each kind of key about as often: the shared-GPU names, other real resources, known near misses,
 # and keys built like near misses (most of them are not).
-KEYS = st.one_of(st.sampled_from([MEM, CORE]), st.sampled_from([WHOLE, TOPOLOGY, COUNT, "cpu", "memory",
+KEYS = st.one_of(st.sampled_from([MEM, CORE]), st.sampled_from([*(n for n in GPU_NAMES if n not in (MEM, CORE)),
+                                                                 "cpu", "memory",
                                                                  "aliyun.com/fpga", "alibabacloud.com/gpu-mem"]),
                  st.sampled_from([key for key, _, _ in NEAR_MISSES]), RESOURCE_KEYS.filter(lambda k: k.strip() != ""))
 ENV_NAMES = ["ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_SCHD_WEIGHT", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE",
@@ -401,8 +402,7 @@ def stale(cwd: Path, config: dict[str, Any] | None = None) -> list[str]:
 
 
 def test_the_checked_in_conditions_are_what_the_generator_gives(tmp_path):
-    assert stale(tmp_path) == [], ("regenerate: gpushare policy export --webhooks kustomize|helm|custom-workloads "
-                                   "> the file")
+    assert stale(tmp_path) == [], "stale: run `gpushare generate`"
 
 
 def test_a_new_resource_name_changes_the_conditions_and_the_check_fails_until_they_are_regenerated(tmp_path):
