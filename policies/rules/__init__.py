@@ -2,22 +2,20 @@
 
 ``base`` (the registry and ``@rule``), ``relevance`` (what makes an object relevant to a rule),
 ``judged`` (what an UPDATE is judged on), ``cel`` (the CEL those declarations become),
-``mutations`` and ``rule_index``. Importing this package registers every rule.
-May import ``policies.model`` and ``policies.quota``.
+``mutations`` and ``rule_index``. Every other module here is a family, and importing this package
+imports each (in name order) and so registers every rule: a new family is a new module, listed
+nowhere else. May import ``policies.model`` and ``policies.quota``.
 """
 
-from policies.rules import (  # noqa: F401  (each import registers a family)
-    capacity_rules,
-    cluster_invariants,
-    exemptions,
-    isolation_rules,
-    node_rules,
-    placement_rules,
-    pod_resources,
-    quota_rules,
-    sharing_rules,
-    workload_rules,
-)
+import importlib
+import pkgutil
+
 from policies.rules.base import REGISTRY, Finding, Rule
 
-__all__ = ["REGISTRY", "Finding", "Rule"]
+# The modules that are not families: what rules are, and what is made of their declarations.
+NOT_FAMILIES = frozenset({"base", "relevance", "judged", "cel", "mutations", "rule_index"})
+FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in NOT_FAMILIES))
+for _family in FAMILIES:
+    importlib.import_module(f"{__name__}.{_family}")
+
+__all__ = ["FAMILIES", "REGISTRY", "Finding", "Rule"]

@@ -43,6 +43,11 @@ RULES_MARKER = re.compile(r"by `gpushare (?P<command>rules [^`]+)`")
 KINDS_MARKER = "from policies/model/workloads.py"
 OUTAGE_MARKER = "from the rendered webhook registrations"
 COMMAND = "gpushare generate"
+# The generated files of deploy/: the webhooks' matchConditions (kustomize, Helm, the custom-workloads
+# component) and the backstop (Helm, the backstop component), in that order.
+DEPLOY_FILES = (KUSTOMIZE / "match-conditions.yaml", CHART_FILES / "match-conditions.yaml",
+                COMPONENTS / "custom-workloads" / "webhook.yaml", CHART_FILES / "backstop.yaml",
+                COMPONENTS / "backstop" / "backstop.yaml")
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,6 @@ def regenerate(root: Path) -> list[Generated]:
 
     settings = Settings()  # the defaults: the shipped files are the default configuration's
     files = deploy_files(settings)
-    documents = sorted({p for pattern in DOCUMENT_GLOBS for p in root.glob(pattern)})
     installs: dict[str, Any] | None = None
 
     def outage() -> str:
@@ -109,10 +113,21 @@ def regenerate(root: Path) -> list[Generated]:
 
         return outage_table(installs, settings)
 
-    for path in documents:
+    for path in documents(root):
         files.append(Generated(path.relative_to(root),
                                _rewrite_blocks(path.relative_to(root), path.read_text(), settings, outage)))
     return files
+
+
+def documents(root: Path) -> list[Path]:
+    """The documents of the checkout that carry generated tables."""
+    found = {p for pattern in DOCUMENT_GLOBS for p in root.glob(pattern)}
+    return sorted(p for p in found if BLOCK.search(p.read_text()))
+
+
+def generated_paths(root: Path) -> list[Path]:
+    """Every file ``gpushare generate`` may rewrite, relative to the checkout."""
+    return [*DEPLOY_FILES, *(p.relative_to(root) for p in documents(root))]
 
 
 def deploy_files(settings: Any) -> list[Generated]:
@@ -120,12 +135,9 @@ def deploy_files(settings: Any) -> list[Generated]:
     from webhook.cli.policy import backstop_text, webhook_conditions_text
 
     backstop = backstop_text(settings)
-    return [Generated(KUSTOMIZE / "match-conditions.yaml", webhook_conditions_text(settings, "kustomize", "yaml")),
-            Generated(CHART_FILES / "match-conditions.yaml", webhook_conditions_text(settings, "helm", "yaml")),
-            Generated(COMPONENTS / "custom-workloads" / "webhook.yaml",
-                      webhook_conditions_text(settings, "custom-workloads", "yaml")),
-            Generated(CHART_FILES / "backstop.yaml", backstop),
-            Generated(COMPONENTS / "backstop" / "backstop.yaml", backstop)]
+    texts = (webhook_conditions_text(settings, "kustomize", "yaml"), webhook_conditions_text(settings, "helm", "yaml"),
+             webhook_conditions_text(settings, "custom-workloads", "yaml"), backstop, backstop)
+    return [Generated(path, text) for path, text in zip(DEPLOY_FILES, texts, strict=True)]
 
 
 def _rewrite_blocks(where: Path, text: str, settings: Any, outage: Callable[[], str]) -> str:
