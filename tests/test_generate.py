@@ -166,3 +166,43 @@ def test_the_toy_rule_touches_its_module_its_test_and_generated_files_only(check
                 "tests/test_rule_relevance.py", "-k", "not caught", cwd=checkout, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "4 passed" in done.stdout
+
+
+# CONTRIBUTING.md, "A resource name": one field of ResourceNames (here a resource containers ask for).
+NEW_RESOURCE = '''    gpu_exclusive: str = "nvidia.com/gpu"
+    # A toy: another GPU resource containers ask for.
+    gpu_toy: str = "example.com/toy-gpu"
+'''
+PROBE = '''\
+from policies.model.cluster import node_resource_names
+from policies.model.near_miss import skipped_keys
+from policies.model.resources import watched_resources
+from policies.quota.quota_objects import gpu_resources
+from policies.rules.base import REGISTRY
+from policies.rules.relevance import resolve
+from webhook.settings import Settings
+
+s = Settings()
+name = "example.com/toy-gpu"
+assert name in watched_resources(s.names) and name in node_resource_names(s.names)
+assert name in gpu_resources(s.names) and name in skipped_keys(s)
+for rule_id in ("GS004", "GS010", "GB001"):
+    triggers = resolve([REGISTRY[rule_id].relevance], s)
+    assert name in triggers.custom_requests | triggers.env_from | triggers.placed_resources, rule_id
+print("reached")
+'''
+
+
+def test_a_new_resource_name_reaches_every_list_and_the_generated_files_only(checkout):
+    names = checkout / "policies" / "model" / "names.py"
+    text = names.read_text()
+    assert text.count(NEW_RESOURCE.splitlines()[0] + "\n") == 1
+    names.write_text(text.replace(NEW_RESOURCE.splitlines()[0] + "\n", NEW_RESOURCE))
+    done = gpushare("generate", cwd=checkout)
+    assert done.returncode == 0, done.stderr
+    touched = changed(checkout)
+    assert touched - {str(p) for p in generated_paths(checkout)} == {"policies/model/names.py"}
+    # The webhooks send what GS004, GS010 and the placement rules judge of it; the backstop's GS010 reads it.
+    assert {*(str(p) for p in DEPLOY_FILES), "docs/operations.md"} <= touched
+    done = _run(sys.executable, "-c", PROBE, cwd=checkout)
+    assert (done.returncode, done.stdout) == (0, "reached\n"), done.stderr
