@@ -48,8 +48,7 @@ FORGED, LIFTED = "variables.forgedEnv", "variables.liftedEnv"
 def _uses_gpu(s: PolicySettings) -> str:
     """Container ``c`` requests a GPU resource, shared or whole (policies/model/resources.py watched_resources),
     judged by value: a zero is no request (ContainerRequest.has)."""
-    r = s.names.resources
-    return " || ".join(Res(name).asks() for name in (r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive))
+    return " || ".join(Res(name).asks() for name in s.names.resources.asked())
 
 
 def cards(s: PolicySettings) -> str:

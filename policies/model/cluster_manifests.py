@@ -44,8 +44,7 @@ def _str_map(value: Any) -> dict[str, str]:
 
 
 def node_resource_names(names: Names) -> tuple[str, ...]:
-    r = names.resources
-    return (r.gpu_mem, r.gpu_core, r.gpu_count, r.gpu_topology, r.gpu_exclusive)
+    return names.resources.names()
 
 
 def is_gpu_node(node: NodeInfo, names: Names) -> bool:

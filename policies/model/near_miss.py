@@ -104,7 +104,7 @@ def _meant_by_key(names: Names, settings: NearMissSettings) -> dict[Any, str | N
     global _meant
     r = names.resources
     if _meant[0] is not r or _meant[1] is not settings:
-        _meant = (r, settings, dict.fromkeys((r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive, r.gpu_count)))
+        _meant = (r, settings, dict.fromkeys(r.names()))
     return _meant[2]
 
 
@@ -180,7 +180,7 @@ def skipped_keys(s: PolicySettings) -> list[str]:
     matchConditions'): the names the engine knows, the allow-list, and the standard resources that
     are no near miss under these settings."""
     r = s.names.resources
-    known = {r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive, r.gpu_count, *s.near_miss.allowed}
+    known = {*r.names(), *s.near_miss.allowed}
     standard = {name for name in STANDARD_RESOURCES
                 if meant_resource(name, r.gpu_mem, r.gpu_core, s.near_miss.lookalike_domains, s.near_miss.allowed)
                 is None}

@@ -208,7 +208,7 @@ def watched_resources(names: Names) -> frozenset[str]:
     global _watched
     r = names.resources
     if _watched[0] is not r:
-        _watched = (r, frozenset((r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive)))
+        _watched = (r, frozenset(r.asked()))
     return _watched[1]
 
 

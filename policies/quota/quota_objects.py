@@ -53,8 +53,7 @@ PEBIBYTE = 2**50
 
 def gpu_resources(names: Names) -> tuple[str, ...]:
     """The GPU resource names a quota may limit: shared memory and compute, whole GPUs."""
-    r = names.resources
-    return (r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive)
+    return names.resources.asked()
 
 
 def quota_unit_bytes(names: Names) -> int:

@@ -34,13 +34,14 @@ from policies.model.isolation import (
     service_links,
 )
 from policies.model.isolation_findings import env_problems, may_run_on_mps
+from policies.model.settings import ResourceNames
 from policies.model.subject import Subject
 from policies.rules.base import Found, rule
 from policies.rules.pod_resources import POD_KINDS
 from policies.rules.relevance import Relevance
 
 _MEMO = "isolation"
-GPU_RESOURCES = ("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive")
+GPU_RESOURCES = ResourceNames.asked_fields()
 # A container that sets a judged name, or takes envFrom beside a GPU resource (policies/rules/relevance.py).
 SETS_ISOLATION_ENV = Relevance(env_names=("device_plugin", "mps", "visible_devices", "disable_isolation"),
                                env_from=GPU_RESOURCES)

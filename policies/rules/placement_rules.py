@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 from policies.model.resources import Path
+from policies.model.settings import ResourceNames
 from policies.model.subject import StateUnavailable, Subject
 from policies.rules.base import Check, Found, rule
 from policies.rules.relevance import Relevance
@@ -26,7 +27,7 @@ PLACEMENT = "placement"
 
 PLACED_KINDS = ("Binding", "Pod")
 # A pod asking for any GPU resource, created with spec.nodeName (every binding is sent).
-PLACED_GPU_PODS = Relevance(placed_resources=("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive"))
+PLACED_GPU_PODS = Relevance(placed_resources=ResourceNames.asked_fields())
 SWITCH = "placement"
 
 

@@ -154,7 +154,7 @@ def accepted_form(value: ResourceValue, resource: str, names: Names, cards: int 
 
 
 @rule("GS004", severity="deny", seed=K8S_RESOURCES, kinds=POD_KINDS, applies=requests_gpu_resources,
-      relevance=Relevance(custom_requests=("gpu_mem", "gpu_core", "gpu_topology", "gpu_exclusive")),
+      relevance=Relevance(custom_requests=ResourceNames.asked_fields()),
       title="GPU requests equal limits",
       doc="Kubernetes' own rule for extended resources (Kubernetes documentation, \"Managing Resources "
           "for Containers\", extended resources): they cannot be overcommitted, so a request must equal "
@@ -172,7 +172,7 @@ def requests_equal_limits(subject: Subject) -> Iterator[Found]:
 
 def _request_against_limit(subject: Subject, container: ContainerRequest, cards: int,
                            r: ResourceNames) -> Iterator[Found]:
-    for resource in (r.gpu_mem, r.gpu_core, r.gpu_topology, r.gpu_exclusive):
+    for resource in r.asked():
         request = container.requests.get(resource)
         if request is None:
             continue

@@ -36,4 +36,5 @@ def test_the_readme_and_the_design_carry_generated_tables():
 def test_each_generated_table_is_what_its_command_prints(path, match, tmp_path):
     done = run_gpushare(*shlex.split(match["command"]), cwd=tmp_path)  # no config file: default severities
     assert done.returncode == 0, done.stderr
-    assert match["table"] == done.stdout, f"{path.name}: regenerate the table with `gpushare {match['command']}`"
+    assert match["table"] == done.stdout, (f"{path.name}: the table `gpushare {match['command']}` prints is stale: "
+                                          "run `gpushare generate`")

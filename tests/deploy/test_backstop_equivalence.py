@@ -36,14 +36,10 @@ from tests.support.canonical_quantity import canonical
 from tests.support.check_helpers import run_gpushare
 from tests.support.near_miss_cases import pod_with
 from tests.support.profiles import examples
-from tests.support.resource_keys import COUNT, RESOURCE_KEYS, edited
+from tests.support.resource_keys import ASKED, CORE, COUNT, MEM, RESOURCE_KEYS, TOPOLOGY, WHOLE, edited
 from webhook.settings import Settings
 
-pytestmark = pytest.mark.processes
-
 EXAMPLES = int(os.environ.get("GPUSHARE_EQUIVALENCE_EXAMPLES", "0")) or examples(50)
-MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
-WHOLE, TOPOLOGY = "nvidia.com/gpu", "aliyun.com/gpu"
 # Canonical quantity strings (Quantity.String() after the API server parsed what was written).
 CANONICAL = {
     CORE: ["5", "10", "30", "35", "95", "100", "33", "0", "105", "-5", "30500m", "1k", "2500m", "1Ki"],
@@ -51,6 +47,9 @@ CANONICAL = {
           "1024", "1025", "16k", "5500m"],
     WHOLE: ["1", "2", "0"], TOPOLOGY: ["1", "4", "0"],
 }
+# A resource name added to the settings is generated with plain counts until it gets values of its own.
+for _name in ASKED:
+    CANONICAL.setdefault(_name, ["1", "2", "0"])
 GRANTS = [
     {"name": "by-name", "namespace": "team-a", "names": "legacy-*", "rules": ["GS003", "GM001", "GS010", "GS011"],
      "reason": "vendor image", "expires": "2999-01-01"},
@@ -145,7 +144,7 @@ def _block(resources: list[str]) -> st.SearchStrategy[dict[str, str]]:
 def containers(draw: st.DrawFn, prefix: str) -> list[dict[str, Any]]:
     out = []
     for index in range(draw(st.integers(0 if prefix == "init" else 1, 3))):
-        limits = draw(_block([MEM, CORE, WHOLE, TOPOLOGY]))
+        limits = draw(_block(list(ASKED)))
         container: dict[str, Any] = {"name": f"{prefix}-{index}", "image": "cuda"}
         requests: dict[str, str] = {}
         for resource, value in limits.items():

@@ -32,11 +32,11 @@ from tests.support.check_helpers import run_gpushare
 from tests.support.cluster_builders import gpu_node, gpu_pod, snapshot
 from tests.support.near_miss_cases import NEAR_MISSES
 from tests.support.profiles import examples
-from tests.support.resource_keys import CORE, COUNT, MEM, RESOURCE_KEYS, TOPOLOGY, WHOLE
+from tests.support.resource_keys import CORE, COUNT, GPU_NAMES, MEM, RESOURCE_KEYS, TOPOLOGY, WHOLE
 from tests.support.workload_cases import CASES
 from webhook.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 KUSTOMIZE_FILE = ROOT / "deploy" / "kustomize" / "match-conditions.yaml"
 CHART = ROOT / "deploy" / "helm" / "gpushare-webhook"
 HELM_FILE = CHART / "files" / "match-conditions.yaml"
@@ -116,7 +116,8 @@ VALUES = {MEM: ["1", "2", "8", "40", "0", "1k", "2Gi"], CORE: ["5", "30", "33", 
           TOPOLOGY: ["1", "2"], COUNT: ["2"]}
 # Each kind of key about as often: the shared-GPU names, other real resources, known near misses,
 # and keys built like near misses (most of them are not).
-KEYS = st.one_of(st.sampled_from([MEM, CORE]), st.sampled_from([WHOLE, TOPOLOGY, COUNT, "cpu", "memory",
+KEYS = st.one_of(st.sampled_from([MEM, CORE]), st.sampled_from([*(n for n in GPU_NAMES if n not in (MEM, CORE)),
+                                                                 "cpu", "memory",
                                                                  "aliyun.com/fpga", "alibabacloud.com/gpu-mem"]),
                  st.sampled_from([key for key, _, _ in NEAR_MISSES]), RESOURCE_KEYS.filter(lambda k: k.strip() != ""))
 ENV_NAMES = ["ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_SCHD_WEIGHT", "NVIDIA_VISIBLE_DEVICES", "CGPU_DISABLE",
@@ -401,8 +402,7 @@ def stale(cwd: Path, config: dict[str, Any] | None = None) -> list[str]:
 
 @pytest.mark.processes
 def test_the_checked_in_conditions_are_what_the_generator_gives(tmp_path):
-    assert stale(tmp_path) == [], ("regenerate: gpushare policy export --webhooks kustomize|helm|custom-workloads "
-                                   "> the file")
+    assert stale(tmp_path) == [], "stale: run `gpushare generate`"
 
 
 @pytest.mark.processes

@@ -17,9 +17,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies.generate.doc_tables import kinds_table
 from policies.model.field_paths import EVERY_ITEM, EVERY_VALUE, Pattern, render_pattern
 from policies.model.resources import ShapeError
-from policies.model.workloads import BUILT_IN, TEMPLATE, Holder, Location, WorkloadKind
+from policies.model.workloads import BUILT_IN, Holder, Location, WorkloadKind
 from tests.support.crd_walk import served
 from tests.support.crds import invalid, prune
 from tests.support.helpers import DATA
@@ -200,22 +201,11 @@ def test_the_trimming_tool_keeps_what_the_tests_read(tmp_path: Path):
     assert yaml.safe_load(done.stdout) == yaml.safe_load(sample.read_text())
 
 
-def kinds_table() -> str:
-    """docs/workloads.md's table of kinds, from the table itself."""
-    rows = ["| kind | versions | pods at | checked against |", "|---|---|---|---|"]
-    for kind in BUILT_IN:
-        places = ", ".join(f"`{loc.text}`" + ("" if loc.shape is TEMPLATE else f" ({loc.shape.name})")
-                           for loc in kind.locations)
-        rows.append(f"| {kind.name} | {', '.join(kind.versions)} | {places} | {kind.source} |")
-    return "\n".join(rows) + "\n"
-
-
 def test_the_documented_table_of_kinds_is_the_table():
     text = (DATA.parent.parent / "docs" / "workloads.md").read_text()
     start = text.index("<!-- generated from policies/model/workloads.py")
     block = text[text.index("\n", start) + 1:text.index("<!-- end of generated table -->", start)]
-    assert block == kinds_table(), ("regenerate docs/workloads.md's table of kinds"
-                                    " (tests/domain/test_workload_schemas.py)")
+    assert block == kinds_table(), "docs/workloads.md's table of kinds is stale: run `gpushare generate`"
 
 
 JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=3)),

@@ -18,6 +18,8 @@ from tests.support.cluster_objects import gpu_pod, node
 from webhook.settings import Settings
 from webhook.state import forked
 
+pytestmark = pytest.mark.processes
+
 
 def deadline(seconds: float = 30) -> float:
     return time.monotonic() + seconds

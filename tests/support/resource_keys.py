@@ -6,12 +6,17 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from policies.model.settings import ResourceNames
 from tests.support.near_miss_cases import NEAR_MISSES, NOT_NEAR_MISSES
 
-MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
-WHOLE, TOPOLOGY = "nvidia.com/gpu", "aliyun.com/gpu"
-
-COUNT = "aliyun.com/gpu-count"
+# The resource names come from the settings' one list (ResourceNames): a name declared there is
+# generated here too, so the property tests exercise the rules on it.
+DEFAULT_RESOURCES = ResourceNames()
+MEM, CORE = DEFAULT_RESOURCES.gpu_mem, DEFAULT_RESOURCES.gpu_core
+WHOLE, TOPOLOGY = DEFAULT_RESOURCES.gpu_exclusive, DEFAULT_RESOURCES.gpu_topology
+COUNT = DEFAULT_RESOURCES.gpu_count
+# Every resource name, and those a container asks for (all but a node's count).
+GPU_NAMES, ASKED = DEFAULT_RESOURCES.names(), DEFAULT_RESOURCES.asked()
 ALLOWED = ["aliyun.com/fpga", "aliyun.com/npu", "aliyun.com/rdma"]
 STANDARD = ["cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "pods"]
 DOMAINS = ["aliyun.com", "alibaba.com", "alicloud.com", "aliyun.cn", "aliyuncs.com", "alibabacloud.com",
@@ -52,7 +57,7 @@ def near_keys(draw: st.DrawFn) -> str:
 
 RESOURCE_KEYS = st.one_of(
     near_keys(),
-    st.sampled_from([MEM, CORE, WHOLE, TOPOLOGY, COUNT, *ALLOWED, *STANDARD, *NOT_NEAR_MISSES,
+    st.sampled_from([*GPU_NAMES, *ALLOWED, *STANDARD, *NOT_NEAR_MISSES,
                      *(key for key, _, _ in NEAR_MISSES)]),
     st.text(st.sampled_from("abcgmopuyGMPU0123-_./ \t"), max_size=24),  # junk, in the characters that matter
     st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=24),  # any printable ASCII

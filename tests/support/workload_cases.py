@@ -14,10 +14,10 @@ import yaml
 from policies.model.resources import Path as FieldPath
 from policies.model.workloads import BUILT_IN, WorkloadKind, group_of
 from tests.support.helpers import DATA
+from tests.support.resource_keys import ASKED, MEM
 
 WORKLOADS = DATA / "workloads"
-MEM, CORE = "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"
-GPU_RESOURCES = (MEM, CORE, "nvidia.com/gpu", "aliyun.com/gpu")
+GPU_RESOURCES = ASKED  # every resource a container asks for (ResourceNames)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from webhook.cli.common import OneLineGroup
 # name -> module in webhook.cli holding a click command of that name, in the order help lists them.
 COMMANDS = {"serve": "serve", "check": "check", "rules": "rules", "score": "score", "certs": "certs",
             "inspect": "inspect", "audit": "audit", "explain": "explain", "dashboard": "dashboard",
-            "policy": "policy"}
+            "policy": "policy", "generate": "generate"}
 
 
 class LazyGroup(OneLineGroup):

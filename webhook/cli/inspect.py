@@ -40,7 +40,7 @@ def inspect(nodes: tuple[str, ...], snapshot: Path | None, demo: bool, kubeconfi
         if output == "json":
             click.echo(json.dumps(as_json(usage), indent=2))
         elif not usage.nodes:
-            click.echo("No node shares GPU memory (no node reports aliyun.com/gpu-mem).")
+            click.echo(f"No node shares GPU memory (no node reports {names.resources.gpu_mem}).")
         else:
             click.echo(detail_table(usage) if details else summary_table(usage), nl=False)
 

@@ -35,27 +35,44 @@ def rules(output: str, output_file: Path | None, config: Path | None, only: str,
 
 def _print_judged(settings: Any, output: str) -> None:
     from policies.admission.engine import Engine
-    from policies.rules.judged import UPDATED_KINDS, markdown
+    from policies.rules.judged import UPDATED_KINDS
 
-    engine = Engine(settings)
     if output == "json":
+        engine = Engine(settings)
         click.echo(json.dumps({kind: engine.judged(kind).describe() for kind in UPDATED_KINDS}, indent=2))
         return
-    click.echo(markdown(engine.judged))
+    click.echo(judged_markdown(settings), nl=False)
+
+
+def judged_markdown(settings: Any) -> str:
+    """Per kind, what an UPDATE must change to be judged: docs/design.md's table."""
+    from policies.admission.engine import Engine
+    from policies.rules.judged import markdown
+
+    return markdown(Engine(settings).judged) + "\n"
+
+
+def rules_markdown(settings: Any, prefixes: tuple[str, ...] = ()) -> str:
+    """The rules whose ids start with one of ``prefixes`` (all without any): the README's and docs' tables."""
+    from policies.rules.rule_index import rule_entries
+
+    rows = ["| id | severity | checks | source |", "|---|---|---|---|"]
+    for e in rule_entries(settings):
+        if not prefixes or e.id.startswith(prefixes):
+            checks = e.title + (" (with cluster state)" if e.stateful else "")
+            rows.append(f"| {e.id} | {_severity(e)} | {checks} | {'; '.join(e.sources)} |")
+    return "\n".join(rows) + "\n"
 
 
 def _print(settings: Any, output: str, prefixes: tuple[str, ...]) -> None:
     from policies.rules.rule_index import rule_entries
 
+    if output == "markdown":
+        click.echo(rules_markdown(settings, prefixes), nl=False)
+        return
     entries = [e for e in rule_entries(settings) if not prefixes or e.id.startswith(prefixes)]
     if output == "json":
         click.echo(json.dumps([e.as_dict() for e in entries], indent=2))
-        return
-    if output == "markdown":
-        click.echo("| id | severity | checks | source |\n|---|---|---|---|")
-        for e in entries:
-            checks = e.title + (" (with cluster state)" if e.stateful else "")
-            click.echo(f"| {e.id} | {_severity(e)} | {checks} | {'; '.join(e.sources)} |")
         return
     # Sources are long titles: the table numbers them and lists them once below it.
     notes: dict[str, int] = {}
