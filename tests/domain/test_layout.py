@@ -450,15 +450,9 @@ def test_every_policies_package_says_what_lives_there_and_what_it_may_import() -
     assert docstring_mismatches(ROOT, POLICIES_MAY_IMPORT) == {}
 
 
-# Split on a branch of its own (with ResourceNames); the entry goes when that lands: the test then
-# fails until it is removed, so no module stays long under an old excuse.
-SPLIT_ELSEWHERE = frozenset({"policies/model/settings.py"})
-
-
 def test_no_module_in_policies_or_webhook_is_over_400_lines() -> None:
     long = long_modules(ROOT, ("policies", "webhook"))
-    assert {name: count for name, count in long.items() if name not in SPLIT_ELSEWHERE} == {}
-    assert sorted(SPLIT_ELSEWHERE - set(long)) == [], "split: remove it from SPLIT_ELSEWHERE"
+    assert long == {}
 
 
 def _planted_tree(root: Path) -> None:
