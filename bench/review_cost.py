@@ -38,9 +38,9 @@ from policies.engine import Engine  # noqa: E402
 from policies.placement import demand_from_containers  # noqa: E402
 from policies.resources import container_requests  # noqa: E402
 from policies.selectors import node_selector_from_spec  # noqa: E402
+from webhook.http.jsonbody import decode_kubernetes_json  # noqa: E402
 from webhook.routes.admission import answer_review  # noqa: E402
 from webhook.routes.review import parse_review  # noqa: E402
-from webhook.server.jsonbody import decode_kubernetes_json  # noqa: E402
 from webhook.server.process_tuning import keep_full_collections_short  # noqa: E402
 from webhook.settings import Settings  # noqa: E402
 from webhook.state.snapshot import snapshot_from_objects  # noqa: E402

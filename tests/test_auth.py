@@ -13,7 +13,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from flask import Flask
 
 from certs.issue import Issued, issue_ca, new_key, write_pair
-from webhook.server.auth import AuthConfigError, BearerToken, bearer_guard, configured_guards, guarded
+from webhook.http.auth import AuthConfigError, BearerToken, bearer_guard, configured_guards, guarded
 from webhook.settings import AuthSettings
 
 from .helpers import admission_review, gpushare_server, load_json

@@ -9,7 +9,7 @@ import re
 import yaml
 
 from policies.settings import Names
-from webhook.server.allocation_metrics import AllocationExporter
+from webhook.http.allocation_metrics import AllocationExporter
 from webhook.settings import MetricsSettings
 from webhook.state.snapshot import load_snapshot, snapshot_from_objects
 

@@ -23,7 +23,7 @@ from policies.allocation import cluster_usage
 from policies.audit import audit_state
 from policies.cluster import ClusterSnapshot, node_from_manifest, pod_from_manifest
 from policies.engine import Engine
-from webhook.server.allocation_metrics import AllocationExporter
+from webhook.http.allocation_metrics import AllocationExporter
 from webhook.settings import MetricsSettings, Settings
 
 from .profiles import examples

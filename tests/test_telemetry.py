@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from webhook.server.telemetry import Telemetry
+from webhook.http.telemetry import Telemetry
 
 from .helpers import wait_until
 

@@ -20,10 +20,10 @@ from policies.assume import PlacementLedger
 from policies.audit import AuditResult
 from policies.cluster import ClusterState
 from policies.engine import Engine
+from webhook.http.allocation_metrics import AllocationExporter
+from webhook.http.auth import configured_guards
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
-from webhook.server.allocation_metrics import AllocationExporter
-from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options, worker_app
 from webhook.settings import Settings

@@ -19,14 +19,14 @@ from policies.leadership import FollowerView
 from policies.resources import ShapeError
 from policies.subject import UserInfo
 from policies.workloads import WorkloadConfigError
-from webhook.routes.body import BadRequest
+from webhook.http.auth import Environ, Guards, denial
+from webhook.http.errors import error_body, error_response, http_error_reason
+from webhook.http.jsonbody import BadRequest
+from webhook.http.listeners import listener_denial
+from webhook.http.metrics import register_endpoint
 from webhook.routes.observe import Observer
 from webhook.routes.review import AdmissionReview, ReviewError, build_response, parse_review
 from webhook.routes.services import Services
-from webhook.server.auth import Environ, Guards, denial
-from webhook.server.http_errors import error_body, error_response, http_error_reason
-from webhook.server.listeners import listener_denial
-from webhook.server.metrics import register_endpoint
 from webhook.server.scheduling import Work, declare
 from webhook.state.leader import LeaderElector
 
@@ -34,7 +34,7 @@ Mode = Literal["mutate", "validate"]
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 log = logging.getLogger("gpushare.admission")
-_ENCODE = msgspec.json.Encoder().encode  # as webhook.server.http_errors.json_response encodes
+_ENCODE = msgspec.json.Encoder().encode  # as webhook.http.errors.json_response encodes
 _STATUS = {200: "200 OK", 400: "400 Bad Request"}
 
 

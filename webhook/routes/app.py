@@ -13,24 +13,23 @@ from werkzeug.exceptions import HTTPException
 from policies.capacity_index import capacity_index
 from policies.dryrun import DryRun
 from policies.scoring import Scorer
+from webhook.http.auth import configured_guards, install_auth
+from webhook.http.cert_metrics import CertificateCollector
+from webhook.http.deadline import budget_seconds
+from webhook.http.errors import error_response, http_error_reason
+from webhook.http.jsonbody import LargeBodyGate, read_json_body
+from webhook.http.listeners import install_listener_split
+from webhook.http.logs import RequestLog
+from webhook.http.metrics import Metrics, endpoint_label
+from webhook.http.state_health import StateHealthCollector
+from webhook.http.telemetry import Telemetry
 from webhook.routes.admission import ReviewEndpoints
-from webhook.routes.body import read_json_body
 from webhook.routes.dry_run import dry_run_routes
 from webhook.routes.explain import explain_routes
 from webhook.routes.extender import Extender, extender_routes
 from webhook.routes.observe import Observer, admission_kinds
 from webhook.routes.ops import ops_routes
 from webhook.routes.services import Services
-from webhook.server.auth import configured_guards, install_auth
-from webhook.server.cert_metrics import CertificateCollector
-from webhook.server.deadline import budget_seconds
-from webhook.server.http_errors import error_response, http_error_reason
-from webhook.server.jsonbody import LargeBodyGate
-from webhook.server.listeners import install_listener_split
-from webhook.server.logs import RequestLog
-from webhook.server.metrics import Metrics, endpoint_label
-from webhook.server.state_health import StateHealthCollector
-from webhook.server.telemetry import Telemetry
 
 log = logging.getLogger("gpushare.webhook")
 

@@ -25,10 +25,10 @@ from policies.scoring import ranking_entry
 from policies.workloads import WorkloadConfigError
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
 from webhook.documents.reader import TooManyDocuments
+from webhook.http.body import BodyError, read_body
+from webhook.http.metrics import register_endpoint
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
-from webhook.server.body import BodyError, read_body
-from webhook.server.metrics import register_endpoint
 from webhook.server.scheduling import Work, declare
 from webhook.settings import DryRunSettings, InputSettings
 

@@ -9,8 +9,8 @@ from flask import Blueprint, request
 
 from policies.explain import explain_pod
 from policies.scoring import Scorer
+from webhook.http.metrics import register_endpoint
 from webhook.routes.observe import Refusal, observed
-from webhook.server.metrics import register_endpoint
 from webhook.server.scheduling import Work, declare
 
 if TYPE_CHECKING:

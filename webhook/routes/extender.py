@@ -20,9 +20,9 @@ from flask import Blueprint, request
 from policies.cluster import ClusterState, node_from_manifest
 from policies.resources import ShapeError, cards_per_container, container_requests, pod_spec
 from policies.scoring import NodeScore, Scorer, pod_request, unusable_values
+from webhook.http.metrics import register_endpoint
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
-from webhook.server.metrics import register_endpoint
 from webhook.server.scheduling import Work, declare
 from webhook.settings import Settings
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from flask import Blueprint, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from webhook.http.errors import json_response
+from webhook.http.metrics import Metrics
 from webhook.routes.services import Services
-from webhook.server.http_errors import json_response
-from webhook.server.metrics import Metrics
 from webhook.server.scheduling import Work, declare
 
 

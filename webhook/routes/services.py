@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from policies.assume import PlacementLedger
 from policies.cluster import ClusterState
 from policies.engine import Engine
-from webhook.server.allocation_metrics import AllocationExporter
+from webhook.http.allocation_metrics import AllocationExporter
 from webhook.settings import Settings
 from webhook.state.audit_loop import AuditLoop
 from webhook.state.leader import LeaderElector

@@ -19,8 +19,8 @@ from gunicorn.http import errors as http_errors
 from gunicorn.http import wsgi
 from gunicorn.http.body import ChunkedReader, LengthReader
 
+from webhook.http.errors import error_body
 from webhook.server.connection import ClientTimeout, Conn, http_json, peer
-from webhook.server.http_errors import error_body
 from webhook.server.tallies import Counts
 
 log = logging.getLogger("gpushare.worker")

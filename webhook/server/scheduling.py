@@ -7,7 +7,7 @@ declares its class where it is registered (``declare``):
 
 - ``review``: the API server's admission calls. Evaluated by the poller itself or in one of
   ``overload.app_concurrency`` evaluation slots; refused with a fast 503 only when they could
-  not be answered before the API server's deadline (``webhook.server.deadline``) or when
+  not be answered before the API server's deadline (``webhook.http.deadline``) or when
   ``overload.max_waiting_requests`` are already waiting. Their evaluation times, and nothing
   else's, make the review-time estimate those refusals use.
 - ``large review``: a review whose body is over ``overload.large_body_bytes`` (or of unknown
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
 
-from webhook.server import deadline
+from webhook.http import deadline
 from webhook.settings import OverloadSettings
 
 T = TypeVar("T")

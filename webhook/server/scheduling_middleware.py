@@ -30,9 +30,9 @@ from typing import Any
 import msgspec
 from gunicorn.http.errors import NoMoreData, ParseException
 
-from webhook.server import deadline
-from webhook.server.deadline import timeout_parameter
-from webhook.server.http_errors import error_body
+from webhook.http import deadline
+from webhook.http.deadline import timeout_parameter
+from webhook.http.errors import error_body
 from webhook.server.scheduling import Route, Scheduler, Work, work_of
 from webhook.server.tallies import attach_tallies
 from webhook.settings import OverloadSettings

@@ -1,6 +1,6 @@
 """What the server counts and logs outside the app: refusals under overload, slow clients,
 evicted connections, queue waits. Every update runs in the telemetry thread
-(``webhook.server.telemetry``), never on the path of a request."""
+(``webhook.http.telemetry``), never on the path of a request."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from webhook.http.errors import error_body
+from webhook.http.metrics import Metrics, endpoint_label
+from webhook.http.telemetry import Telemetry
 from webhook.server.connection import http_json
-from webhook.server.http_errors import error_body
-from webhook.server.metrics import Metrics, endpoint_label
-from webhook.server.telemetry import Telemetry
 
 log = logging.getLogger("gpushare.worker")
 

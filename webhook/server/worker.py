@@ -39,12 +39,12 @@ from typing import Any
 
 from gunicorn.workers.base import Worker
 
+from webhook.http.deadline import timeout_parameter
+from webhook.http.errors import error_body
 from webhook.server import door
 from webhook.server.app_runner import AppRunner, Outcome
 from webhook.server.connection import Conn, http_json
-from webhook.server.deadline import timeout_parameter
 from webhook.server.heartbeat import Heartbeating
-from webhook.server.http_errors import error_body
 from webhook.server.process_tuning import tune_process
 from webhook.server.scheduling import Route, Scheduler, Work, work_of
 from webhook.server.tallies import Counts, Shedding, attach_tallies

@@ -13,7 +13,7 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from webhook.server.http_errors import error_response
+from webhook.http.errors import error_response
 from webhook.settings import ServerSettings
 
 

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from flask import Flask, Response, request
 
-from webhook.server.http_errors import error_response
+from webhook.http.errors import error_response
 from webhook.settings import AuthSettings
 
 log = logging.getLogger("gpushare.auth")
