@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from policies.engine import Engine
+from webhook.http.routing import route_table
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
-from webhook.server.scheduling import declared_paths
 from webhook.settings import Settings
 from webhook.state.snapshot import load_demo_snapshot
 
@@ -325,8 +325,8 @@ def route_paths_named(source: str, paths: frozenset[str]) -> list[str]:
 
 def _declared_paths() -> frozenset[str]:
     settings = Settings()
-    create_app(Services(settings, Engine(settings), load_demo_snapshot(settings.names)))  # the routes declare
-    return declared_paths()
+    app = create_app(Services(settings, Engine(settings), load_demo_snapshot(settings.names)))  # the routes declare
+    return route_table(app).paths()
 
 
 def test_no_route_path_is_named_in_the_server_room() -> None:

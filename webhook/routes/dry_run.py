@@ -26,10 +26,9 @@ from policies.workloads import WorkloadConfigError
 from webhook.documents.manifests import Manifest, ManifestError, parse_manifests
 from webhook.documents.reader import TooManyDocuments
 from webhook.http.body import BodyError, read_body
-from webhook.http.metrics import register_endpoint
+from webhook.http.routing import RouteTable, Work
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
-from webhook.server.scheduling import Work, declare
 from webhook.settings import DryRunSettings, InputSettings
 
 BODY_SOURCE = "body"
@@ -145,7 +144,7 @@ def dry_run_body(text: str, dry_run: DryRun, state: ClusterState | None, node: s
     return results
 
 
-def dry_run_routes(services: Services, observer: Observer, dry_run: DryRun) -> Blueprint:
+def dry_run_routes(table: RouteTable, services: Services, observer: Observer, dry_run: DryRun) -> Blueprint:
     """``POST /dry-run[?node=NAME]``: verdicts, patches and rankings, no side effects."""
     routes = Blueprint("dry_run", __name__)
 
@@ -165,6 +164,6 @@ def dry_run_routes(services: Services, observer: Observer, dry_run: DryRun) -> B
                                f"({bounds.max_answer_bytes}): send fewer objects per request")
         return msgspec.Raw(encoded)  # encoded once: the answer's JSON as it is
 
-    path = declare("/dry-run", Work.TOOL, ["POST"])
-    routes.add_url_rule(path, "dry_run", observed(observer, register_endpoint(path), answer), methods=["POST"])
+    path = table.declare("/dry-run", Work.TOOL, ["POST"])
+    routes.add_url_rule(path, "dry_run", observed(observer, table.count(path), answer), methods=["POST"])
     return routes
