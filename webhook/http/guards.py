@@ -23,8 +23,7 @@ chain's steps in this order.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response, request
@@ -133,7 +132,6 @@ class GuardChain:
     def __init__(self, guards: tuple[Guard, ...]) -> None:
         self.guards = guards
         self._befores = tuple(g for g in guards if g.active)
-        self._trace: Callable[[str], None] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -141,10 +139,7 @@ class GuardChain:
 
     def before(self, path: str, environ: Environ) -> Response | None:
         """The first refusal of the guards, in order (counted by every guard), or None."""
-        trace = self._trace
-        for guard in self._befores if trace is None else self.guards:
-            if trace is not None:
-                trace(f"before:{guard.name}")
+        for guard in self._befores:
             refusal = guard.before(path, environ)
             if refusal is not None:
                 self.refused(path, refusal.status_code, refusal.get_json()["error"]["reason"])
@@ -155,8 +150,6 @@ class GuardChain:
         """The first guard's answer to ``exc`` (the errors guard answers every one), counted; ``log``
         is where an error of ours is logged (the review endpoints log on gpushare.admission)."""
         for guard in self.guards:
-            if self._trace is not None:
-                self._trace(f"error:{guard.name}")
             answer = guard.error(path, environ, exc, log)
             if answer is not None:
                 self.refused(path, answer.status_code, answer.get_json()["error"]["reason"])
@@ -166,19 +159,7 @@ class GuardChain:
     def refused(self, path: str, status: int, reason: str) -> None:
         """Tell every guard of a refusal (an endpoint's own, such as a 405, included)."""
         for guard in self.guards:
-            if self._trace is not None:
-                self._trace(f"refused:{guard.name}")
             guard.refused(path, status, reason)
-
-    @contextmanager
-    def traced(self, record: Callable[[str], None]) -> Iterator[None]:
-        """Within it, every guard's every step (active or not) reports ``step:name`` to ``record``:
-        what tests/test_guards.py compares across the two pipelines."""
-        self._trace = record
-        try:
-            yield
-        finally:
-            self._trace = None
 
 
 def guard_chain(server: ServerSettings, guards: Guards, table: RouteTable,
