@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
-from gunicorn.http.errors import NoMoreData, ParseException
 
 from webhook.http import deadline
 from webhook.http.deadline import timeout_parameter
 from webhook.http.errors import error_body
+from webhook.http.gunicorn_adapter import MALFORMED_BODY
 from webhook.http.routing import RouteTable, Work, route_table
 from webhook.server.scheduling import Route, Scheduler
 from webhook.server.tallies import attach_tallies
@@ -149,7 +149,7 @@ def _read_body(environ: dict[str, Any], limit: int) -> bool:
         return True
     try:
         body = environ["wsgi.input"].read(int(length))
-    except (NoMoreData, ParseException):
+    except MALFORMED_BODY:
         return False
     environ["wsgi.input"] = io.BytesIO(body)
     return len(body) == int(length)

@@ -37,10 +37,9 @@ import time
 from collections import deque
 from typing import Any
 
-from gunicorn.workers.base import Worker
-
 from webhook.http.deadline import timeout_parameter
 from webhook.http.errors import error_body
+from webhook.http.gunicorn_adapter import Worker
 from webhook.http.routing import RouteTable, Work, route_table
 from webhook.server import door
 from webhook.server.app_runner import AppRunner, Outcome
