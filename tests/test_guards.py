@@ -12,7 +12,15 @@ import pytest
 from flask import Flask
 
 from policies.engine import Engine
-from webhook.http.guards import GUARD_ORDER, Authentication, BodyLimit, Errors, GuardChain, ListenerSplit, Metrics
+from webhook.http.guards import (
+    GUARD_ORDER,
+    Authentication,
+    BodyLimit,
+    GuardChain,
+    JsonErrors,
+    ListenerSplit,
+    RefusalMetrics,
+)
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
 from webhook.settings import Settings
@@ -20,7 +28,7 @@ from webhook.state.snapshot import load_demo_snapshot
 
 from .helpers import admission_review, load_json
 
-GUARD_CLASSES = (ListenerSplit, Authentication, BodyLimit, Metrics, Errors)
+GUARD_CLASSES = (ListenerSplit, Authentication, BodyLimit, RefusalMetrics, JsonErrors)
 TOKEN = "a-token-for-both-paths"
 
 

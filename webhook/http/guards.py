@@ -103,7 +103,7 @@ class BodyLimit(Guard):
         return None
 
 
-class Metrics(Guard):
+class RefusalMetrics(Guard):
     """Counts and logs each refusal under its endpoint's label (``count``: label, status, reason)."""
 
     name = "metrics"
@@ -116,7 +116,7 @@ class Metrics(Guard):
         self._count(self._table.endpoint_label(path), status, reason)
 
 
-class Errors(Guard):
+class JsonErrors(Guard):
     name = "errors"
 
     def error(self, path: str, environ: Environ, exc: Exception, log: logging.Logger) -> Response | None:
@@ -166,7 +166,7 @@ def guard_chain(server: ServerSettings, guards: Guards, table: RouteTable,
                 count: Callable[[str, int, str], None]) -> GuardChain:
     """The chain, in ``GUARD_ORDER``."""
     return GuardChain((ListenerSplit(server), Authentication(guards), BodyLimit(server.max_body_bytes),
-                       Metrics(table, count), Errors()))
+                       RefusalMetrics(table, count), JsonErrors()))
 
 
 def install(app: Flask, chain: GuardChain) -> None:
