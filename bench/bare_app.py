@@ -9,14 +9,15 @@ from pathlib import Path
 
 from flask import Flask, Response, request
 
+from webhook.http.routing import EXTENSION, RouteTable, Work
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options, worker_app
-from webhook.server.scheduling import Work, declare
 from webhook.settings import load_settings
 
 
 def create_bare_app() -> Flask:
     app = Flask("bare")
+    table = app.extensions[EXTENSION] = RouteTable()  # handed to the worker as create_app hands its own
 
     def allow() -> Response:
         review = json.loads(request.get_data())
@@ -24,10 +25,10 @@ def create_bare_app() -> Flask:
                 "response": {"uid": review["request"]["uid"], "allowed": True}}
         return Response(json.dumps(body), mimetype="application/json")
 
-    # Scheduled as the webhook's own routes are (webhook.server.scheduling).
-    app.add_url_rule(declare("/validate", Work.REVIEW, ["POST"]), "validate", allow, methods=["POST"])
-    app.add_url_rule(declare("/mutate", Work.REVIEW, ["POST"]), "mutate", allow, methods=["POST"])
-    app.add_url_rule(declare("/healthz", Work.PROBE, ["GET"]), "healthz",
+    # Scheduled as the webhook's own routes are (webhook.http.routing).
+    app.add_url_rule(table.declare("/validate", Work.REVIEW, ["POST"]), "validate", allow, methods=["POST"])
+    app.add_url_rule(table.declare("/mutate", Work.REVIEW, ["POST"]), "mutate", allow, methods=["POST"])
+    app.add_url_rule(table.declare("/healthz", Work.PROBE, ["GET"]), "healthz",
                      lambda: Response('{"status":"ok"}', mimetype="application/json"))
     return app
 

@@ -30,7 +30,7 @@ from bench.admission import review_for  # noqa: E402
 from bench.loadgen import drive  # noqa: E402
 from certs.issue import ensure_serving_certs  # noqa: E402
 from tests.support.processes import cpu_seconds, free_port, https_server  # noqa: E402
-from webhook.server.allocation_metrics import AllocationExporter  # noqa: E402
+from webhook.http.allocation_metrics import AllocationExporter  # noqa: E402
 from webhook.settings import MetricsSettings, Settings  # noqa: E402
 from webhook.state.snapshot import snapshot_from_objects  # noqa: E402
 

@@ -39,9 +39,9 @@ from policies.placement.capacity_index import capacity_index  # noqa: E402
 from policies.placement.placement import demand_from_containers  # noqa: E402
 from policies.placement.work_budget import WorkBudget  # noqa: E402
 from tests.support.processes import host_speed  # noqa: E402
+from webhook.http.jsonbody import decode_kubernetes_json  # noqa: E402
 from webhook.routes.admission import answer_review  # noqa: E402
 from webhook.routes.review import parse_review  # noqa: E402
-from webhook.server.jsonbody import decode_kubernetes_json  # noqa: E402
 from webhook.server.process_tuning import keep_full_collections_short  # noqa: E402
 from webhook.settings import Settings  # noqa: E402
 from webhook.state.snapshot import snapshot_from_objects  # noqa: E402

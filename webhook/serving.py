@@ -20,10 +20,10 @@ from policies.admission.engine import Engine
 from policies.audit.audit import AuditResult
 from policies.model.cluster import ClusterState
 from policies.placement.assume import PlacementLedger
+from webhook.http.allocation_metrics import AllocationExporter
+from webhook.http.auth import configured_guards
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
-from webhook.server.allocation_metrics import AllocationExporter
-from webhook.server.auth import configured_guards
 from webhook.server.gunicorn import run_gunicorn
 from webhook.server.gunicorn_conf import gunicorn_options, worker_app
 from webhook.settings import Settings

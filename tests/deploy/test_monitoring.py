@@ -232,7 +232,7 @@ def test_helm_values_for_monitoring():
 
 def test_certificate_days_are_what_the_alert_reads(tmp_path):
     from certs.issue import ensure_serving_certs
-    from webhook.server.cert_metrics import CertificateCollector
+    from webhook.http.cert_metrics import CertificateCollector
 
     ensure_serving_certs(tmp_path, ["localhost"], ca_days=20, cert_days=5)
     (family,) = CertificateCollector(tmp_path).collect()

@@ -10,37 +10,59 @@ from pathlib import Path
 import pytest
 
 from policies.admission.engine import Engine
+from webhook.http.routing import route_table
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
-from webhook.server.scheduling import declared_paths
 from webhook.settings import Settings
 from webhook.state.snapshot import load_demo_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("policies", "certs", "webhook")
 
-# room -> rooms it must never import (directly or lazily inside a function).
+# The edge's rooms, from the bottom; a room imports only rooms on a level below its own (never one
+# beside it or above). docs/internals.md's order line draws the same picture (test_the_doc_draws_it).
+ORDER: tuple[tuple[str, ...], ...] = (
+    ("documents",),
+    ("services", "state", "report"),
+    ("http",),
+    ("routes",),
+    ("server", "dashboard"),
+    ("serving",),
+    ("cli",),
+)
+
+
+def forbidden_by_order(order: tuple[tuple[str, ...], ...] = ORDER) -> dict[str, tuple[str, ...]]:
+    """webhook.<room> -> the webhook rooms it must not import: those beside it and above it."""
+    found: dict[str, tuple[str, ...]] = {}
+    for level, rooms in enumerate(order):
+        higher = [r for above in order[level:] for r in above]
+        for room in rooms:
+            found[f"webhook.{room}"] = tuple(f"webhook.{r}" for r in higher if r != room)
+    return found
+
+
+_BY_ORDER = forbidden_by_order()
+# room -> modules it must never import (directly or lazily inside a function).
 FORBIDDEN = {
     "policies": ("webhook", "certs", "flask", "gunicorn", "kubernetes", "werkzeug"),
     "certs": ("webhook", "policies"),
     "webhook.settings": ("webhook.documents", "webhook.state", "webhook.report", "webhook.routes", "webhook.server",
-                         "webhook.cli", "webhook.serving", "webhook.dashboard", "flask"),
-    "webhook.documents": ("webhook.state", "webhook.report", "webhook.routes", "webhook.server", "webhook.cli",
-                          "webhook.serving", "flask"),
-    "webhook.state": ("webhook.report", "webhook.routes", "webhook.server", "webhook.cli", "webhook.serving",
-                      "flask"),
-    "webhook.report": ("webhook.state", "webhook.routes", "webhook.server", "webhook.cli", "webhook.serving",
-                       "flask"),
-    "webhook.server": ("webhook.routes", "webhook.cli", "webhook.serving", "webhook.report"),
-    "webhook.routes": ("webhook.cli", "webhook.serving", "webhook.dashboard"),
-    # The dashboard is its own small app over routes' dry-run words; only the CLI starts it.
-    "webhook.dashboard": ("webhook.cli", "webhook.serving", "webhook.server"),
-    "webhook.serving": ("webhook.cli",),
+                         "webhook.cli", "webhook.serving", "webhook.dashboard", "webhook.http", "webhook.services",
+                         "flask"),
+    **_BY_ORDER,
+    "webhook.documents": (*_BY_ORDER["webhook.documents"], "flask"),
+    "webhook.services": (*_BY_ORDER["webhook.services"], "flask"),
+    "webhook.state": (*_BY_ORDER["webhook.state"], "flask"),
+    "webhook.report": (*_BY_ORDER["webhook.report"], "flask"),
     # The probe port's process: the standard library only, so it starts in tens of milliseconds.
     "webhook.probes": ("policies", "certs", "webhook.settings", "webhook.documents", "webhook.state",
                        "webhook.report", "webhook.routes", "webhook.server", "webhook.cli", "webhook.serving",
-                       "webhook.dashboard", "flask", "gunicorn", "kubernetes", "pydantic", "msgspec"),
+                       "webhook.dashboard", "webhook.http", "webhook.services", "flask", "gunicorn", "kubernetes",
+                       "pydantic", "msgspec"),
 }
+# Every use of gunicorn goes through one module, whose contract test is tests/server/test_gunicorn_adapter.py.
+GUNICORN_ADAPTER = "webhook.http.gunicorn_adapter"
 
 
 def module_name(path: Path) -> str:
@@ -52,8 +74,12 @@ def module_name(path: Path) -> str:
 
 def imports_of(path: Path) -> set[str]:
     """Every module ``path`` imports, at any depth of its code, relative imports resolved."""
+    return _imports_under(path, ROOT)
+
+
+def _imports_under(path: Path, root: Path) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))
-    package = module_name(path).split(".")
+    package = _name_under(path, root).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
     found: set[str] = set()
@@ -84,13 +110,53 @@ def test_the_edge_is_in_rooms() -> None:
     assert flat == [], f"modules in the flat webhook/ room: {flat}"
 
 
+def wrong_imports(root: Path, room: str, forbidden: tuple[str, ...]) -> list[str]:
+    """``module imports target`` for every import in ``room`` (under ``root``) of a forbidden module."""
+    files = [p for p in root.rglob("*.py") if ".venv" not in p.parts
+             and (_name_under(p, root) == room or _name_under(p, root).startswith(room + "."))]
+    assert files, f"no module in {room}"
+    return sorted(f"{_name_under(p, root)} imports {m}" for p in files for m in _imports_under(p, root)
+                  if any(m == f or m.startswith(f + ".") for f in forbidden))
+
+
 @pytest.mark.parametrize("room", sorted(FORBIDDEN))
 def test_rooms_import_only_downwards(room: str) -> None:
-    files = [p for p in ROOT.rglob("*.py") if module_name(p) == room or module_name(p).startswith(room + ".")]
-    assert files, f"no module in {room}"
-    wrong = sorted(f"{module_name(p)} imports {m}" for p in files for m in imports_of(p)
-                   if any(m == f or m.startswith(f + ".") for f in FORBIDDEN[room]))
-    assert wrong == []
+    assert wrong_imports(ROOT, room, FORBIDDEN[room]) == []
+
+
+def test_an_import_of_a_room_above_is_found(tmp_path: Path) -> None:
+    for room in ("http", "routes", "server"):
+        (tmp_path / "webhook" / room).mkdir(parents=True)
+        (tmp_path / "webhook" / room / "__init__.py").write_text("")
+    (tmp_path / "webhook" / "__init__.py").write_text("")
+    (tmp_path / "webhook" / "routes" / "app.py").write_text("from webhook.http.guards import install\n")
+    (tmp_path / "webhook" / "http" / "guards.py").write_text("def install():\n    from ..routes import app\n")
+    (tmp_path / "webhook" / "server" / "worker.py").write_text("import webhook.routes.app\n")
+    found = {room: wrong_imports(tmp_path, f"webhook.{room}", FORBIDDEN[f"webhook.{room}"])
+             for room in ("http", "routes", "server")}
+    assert found == {"http": ["webhook.http.guards imports webhook.routes",
+                              "webhook.http.guards imports webhook.routes.app"],
+                     "routes": [], "server": []}  # the server room is above routes: it may import them
+
+
+def test_the_order_forbids_rooms_beside_and_above() -> None:
+    assert FORBIDDEN["webhook.routes"] == ("webhook.server", "webhook.dashboard", "webhook.serving", "webhook.cli")
+    assert "webhook.routes" not in FORBIDDEN["webhook.server"] and "webhook.dashboard" in FORBIDDEN["webhook.server"]
+    assert "webhook.http" in FORBIDDEN["webhook.state"] and "webhook.state" in FORBIDDEN["webhook.services"]
+
+
+def test_the_doc_draws_it() -> None:
+    """docs/internals.md's order line is ORDER, with policies at the bottom."""
+    text = " ".join((ROOT / "docs" / "internals.md").read_text().split())
+    drawn = " ← ".join(", ".join(f"`{room}`" for room in level) for level in (("policies",), *ORDER))
+    assert f"The order, from the bottom: {drawn}." in text
+
+
+def test_only_the_adapter_imports_gunicorn() -> None:
+    users = sorted(f"{module_name(p)} imports {m}" for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+                   if module_name(p) != GUNICORN_ADAPTER
+                   for m in imports_of(p) if m == "gunicorn" or m.startswith("gunicorn."))
+    assert users == []
 
 
 def test_no_import_circles() -> None:
@@ -288,17 +354,20 @@ def test_an_import_that_hides_a_loop_is_named(tmp_path: Path) -> None:
         "pkg.a:2 imports pkg.b inside a function; at the top: pkg.b takes f from pkg.a, which is still loading"]
 
 
-# --- the server room ---------------------------------------------------------------------------
-# webhook/server/ carries the transport, the workers and the scheduling: each module one job, none
-# over MAX_SERVER_LINES; what a request is comes from the routes' declarations
-# (webhook.server.scheduling.declare), never from a path written in the server room.
+# --- the server and http rooms -----------------------------------------------------------------
+# webhook/server/ carries the transport, the workers and the scheduling, webhook/http/ the plumbing
+# below the routes: each module one job, none over MAX_SERVER_LINES; what a request is comes from
+# the route table the routes declare in (webhook.http.routing.RouteTable.declare), never from a
+# path written in either room.
 
 SERVER_ROOM = ROOT / "webhook" / "server"
+HTTP_ROOM = ROOT / "webhook" / "http"
 MAX_SERVER_LINES = 400
 
 
 def test_no_module_in_the_server_room_is_over_400_lines() -> None:
-    lines = {p.name: len(p.read_text().splitlines()) for p in sorted(SERVER_ROOM.glob("*.py"))}
+    lines = {p.name: len(p.read_text().splitlines()) for room in (SERVER_ROOM, HTTP_ROOM)
+             for p in sorted(room.glob("*.py"))}
     long = {name: count for name, count in lines.items() if count > MAX_SERVER_LINES}
     assert long == {}
 
@@ -326,14 +395,14 @@ def route_paths_named(source: str, paths: frozenset[str]) -> list[str]:
 
 def _declared_paths() -> frozenset[str]:
     settings = Settings()
-    create_app(Services(settings, Engine(settings), load_demo_snapshot(settings.names)))  # the routes declare
-    return declared_paths()
+    app = create_app(Services(settings, Engine(settings), load_demo_snapshot(settings.names)))  # the routes declare
+    return route_table(app).paths()
 
 
 def test_no_route_path_is_named_in_the_server_room() -> None:
     paths = _declared_paths()
     assert {"/validate", "/mutate", "/healthz", "/metrics", "/dry-run"} <= paths
-    named = {p.name: found for p in sorted(SERVER_ROOM.glob("*.py"))
+    named = {p.name: found for room in (SERVER_ROOM, HTTP_ROOM) for p in sorted(room.glob("*.py"))
              if (found := route_paths_named(p.read_text(), paths))}
     assert named == {}
 

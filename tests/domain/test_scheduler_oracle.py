@@ -37,7 +37,7 @@ from tests.support.scheduler_oracle import (
     finds_room,
     oracle_node,
 )
-from webhook.server.allocation_metrics import AllocationExporter
+from webhook.http.allocation_metrics import AllocationExporter
 from webhook.settings import MetricsSettings, Settings
 
 SETTINGS = Settings()

@@ -7,8 +7,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
 from policies.placement.allocation import cluster_usage
+from webhook.http.allocation_metrics import AllocationExporter
 from webhook.routes.app import create_app
-from webhook.server.allocation_metrics import AllocationExporter
 from webhook.serving import build_services
 from webhook.settings import MetricsSettings, Settings
 from webhook.state.snapshot import load_demo_snapshot

@@ -14,7 +14,7 @@ from flask import Flask
 
 from certs.issue import Issued, issue_ca, new_key, write_pair
 from tests.support.helpers import admission_review, gpushare_server, load_json
-from webhook.server.auth import AuthConfigError, BearerToken, bearer_guard, configured_guards, guarded
+from webhook.http.auth import AuthConfigError, BearerToken, bearer_guard, configured_guards, guarded
 from webhook.settings import AuthSettings
 
 # Client certificates and the token, served by either gunicorn worker (server.worker).

@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from webhook.server.logs import GpushareJsonFormatter, LineBatchingHandler, RequestLog
+from webhook.http.logs import GpushareJsonFormatter, LineBatchingHandler, RequestLog
 from webhook.settings import LogSettings
 
 

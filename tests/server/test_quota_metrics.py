@@ -11,7 +11,7 @@ import yaml
 
 from policies.model.settings import Names
 from tests.support.helpers import DATA, gpushare_server, wait_until
-from webhook.server.allocation_metrics import AllocationExporter
+from webhook.http.allocation_metrics import AllocationExporter
 from webhook.settings import MetricsSettings
 from webhook.state.snapshot import load_snapshot, snapshot_from_objects
 

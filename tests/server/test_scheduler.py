@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from policies.admission.engine import Engine
+from webhook.http.routing import route_table
 from webhook.routes.app import create_app
 from webhook.routes.services import Services
-from webhook.server.scheduling import ReviewTime, Route, Scheduler, Work, declare, work_of
+from webhook.server.scheduling import ReviewTime, Route, Scheduler, Work
 from webhook.settings import OverloadSettings, Settings
 from webhook.state.snapshot import load_demo_snapshot
 
@@ -21,8 +22,9 @@ def _scheduler(**limits: object) -> Scheduler[str]:
 
 def test_routes_declare_their_class_and_anything_else_is_a_probe():
     settings = Settings()
-    create_app(Services(settings, Engine(settings), load_demo_snapshot(settings.names)))  # the routes declare
-    declare("/test-review", Work.REVIEW, ["POST"])
+    routes = route_table(create_app(Services(settings, Engine(settings), load_demo_snapshot(settings.names))))
+    work_of = routes.work_of  # the table the routes declare in, handed to the worker with the app
+    routes.declare("/test-review", Work.REVIEW, ["POST"])
     assert work_of("POST", "/test-review") is Work.REVIEW
     assert work_of("GET", "/test-review") is Work.PROBE  # a 405: costs nothing
     assert work_of("GET", "/nowhere") is Work.PROBE  # a 404

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from tests.support.helpers import wait_until
-from webhook.server.scheduling import Work, declare
+from webhook.http.routing import RouteTable, Work
 from webhook.server.scheduling_middleware import SchedulingMiddleware
 from webhook.settings import OverloadSettings
 
-REVIEW = declare("/test-middleware/review", Work.REVIEW, ["POST"])
-TOOL = declare("/test-middleware/tool", Work.TOOL, ["POST"])
+ROUTES = RouteTable()  # the held app's route table (create_app builds the webhook's)
+REVIEW = ROUTES.declare("/test-middleware/review", Work.REVIEW, ["POST"])
+TOOL = ROUTES.declare("/test-middleware/tool", Work.TOOL, ["POST"])
 
 
 class HeldApp:
@@ -55,7 +56,7 @@ def one_slot():
     """One review slot, one tool slot; a review without ?timeout= may wait 1 - 0.5 - 0.25 = 0.25 s."""
     app = HeldApp()
     limits = OverloadSettings(app_concurrency=1, auxiliary_concurrency=1, default_timeout_seconds=1)
-    middleware = SchedulingMiddleware(app, limits, max_body_bytes=1024 * 1024)
+    middleware = SchedulingMiddleware(app, limits, max_body_bytes=1024 * 1024, routes=ROUTES)
     with ThreadPoolExecutor(8) as pool:
         yield app, middleware, pool
         app.release.set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from tests.support.helpers import wait_until
-from webhook.server.telemetry import Telemetry
+from webhook.http.telemetry import Telemetry
 
 
 def test_calls_run_in_order_in_the_background_and_after_flush_sees_them():

@@ -26,8 +26,8 @@ def serve(host: str | None, port: int | None, cert_dir: Path | None, snapshot: P
           kubeconfig: Path | None, config: Path | None) -> None:
     """Run the admission webhook over TLS under gunicorn."""
     from policies.model.catalog import CatalogError
-    from webhook.server.auth import AuthConfigError
-    from webhook.server.logs import configure_logging
+    from webhook.http.auth import AuthConfigError
+    from webhook.http.logs import configure_logging
     from webhook.serving import ServeError, run_server
     from webhook.state.live import StateSourceError
     from webhook.state.snapshot import SnapshotError

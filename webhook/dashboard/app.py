@@ -20,7 +20,7 @@ from policies.audit.audit import Auditor, AuditResult
 from policies.model.cluster import ClusterState
 from policies.scoring.scoring import Scorer
 from webhook.dashboard.view import PAGE_SIZE, Page, build_page
-from webhook.routes.dry_run import DryRunInputError, dry_run_body
+from webhook.services.dry_run import DryRunInputError, dry_run_body
 from webhook.settings import Settings
 
 MAX_FORM_BYTES = 1024 * 1024

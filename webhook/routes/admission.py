@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 import msgspec
 from flask import Response
-from werkzeug.exceptions import HTTPException
 
 from policies.admission.engine import Engine
 from policies.model.cluster import ClusterState
@@ -19,22 +18,20 @@ from policies.model.subject import UserInfo
 from policies.model.workloads import WorkloadConfigError
 from policies.placement.assume import PlacementLedger
 from policies.placement.leadership import FollowerView
-from webhook.routes.body import BadRequest
+from webhook.http.errors import error_body, error_response
+from webhook.http.guards import Environ, GuardChain
+from webhook.http.jsonbody import BadRequest
+from webhook.http.routing import RouteTable, Work
 from webhook.routes.observe import Observer
 from webhook.routes.review import AdmissionReview, ReviewError, build_response, parse_review
 from webhook.routes.services import Services
-from webhook.server.auth import Environ, Guards, denial
-from webhook.server.http_errors import error_body, error_response, http_error_reason
-from webhook.server.listeners import listener_denial
-from webhook.server.metrics import register_endpoint
-from webhook.server.scheduling import Work, declare
 from webhook.state.leader import LeaderElector
 
 Mode = Literal["mutate", "validate"]
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 log = logging.getLogger("gpushare.admission")
-_ENCODE = msgspec.json.Encoder().encode  # as webhook.server.http_errors.json_response encodes
+_ENCODE = msgspec.json.Encoder().encode  # as webhook.http.errors.json_response encodes
 _STATUS = {200: "200 OK", 400: "400 Bad Request"}
 
 
@@ -87,22 +84,21 @@ class ReviewEndpoints:
 
     Not Flask views because the API server calls these two for every pod, and Flask's request and
     response objects, routing and context cost about a third of a review (bench/admission_cost.py).
-    What Flask's hooks do for its own paths is done here, in the same order: the listener split,
-    authentication, the body limits, JSON errors, metrics and the request log.
+    They run the app's guard chain (webhook.http.guards: listener split, authentication, body
+    limit, metrics, JSON errors), the same object in the same order as Flask's hooks run it.
     """
 
-    def __init__(self, fallback: WsgiApp, services: Services, observer: Observer, guards: Guards,
-                 read_json: Callable[[Environ], Any]) -> None:
+    def __init__(self, fallback: WsgiApp, table: RouteTable, services: Services, observer: Observer,
+                 chain: GuardChain, read_json: Callable[[Environ], Any]) -> None:
         self._fallback = fallback
         self._services = services
         self._observer = observer
-        self._guards = guards
+        self.chain = chain
         self._read_json = read_json
-        self._server = services.settings.server
         self._modes: dict[str, Mode] = {}
         for mode in ("validate", "mutate"):
-            path = declare(f"/{mode}", Work.REVIEW, ["POST"])  # the API server's calls
-            register_endpoint(path)
+            path = table.declare(f"/{mode}", Work.REVIEW, ["POST"])  # the API server's calls
+            table.count(path)
             self._modes[path] = mode
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -112,16 +108,8 @@ class ReviewEndpoints:
             return self._fallback(environ, start_response)
         try:
             status, payload = self._answer(mode, path, environ)
-        except HTTPException as exc:  # a body over the limit (413), the large-body gate (503)
-            reason = http_error_reason(exc, self._server.max_body_bytes)
-            status = exc.code or 500
-            self._observer.refused(mode, status, reason)
-            return error_response(status, reason)(environ, start_response)
-        except Exception as exc:
-            log.exception("unhandled error on %s %s", environ.get("REQUEST_METHOD"), path)
-            reason = f"internal error: {type(exc).__name__}"
-            self._observer.refused(mode, 500, reason)
-            return error_response(500, reason)(environ, start_response)
+        except Exception as exc:  # a body over the limit (413), the large-body gate (503), a bug (500)
+            return self.chain.error(path, environ, exc, log)(environ, start_response)
         if isinstance(payload, Response):
             return payload(environ, start_response)
         start_response(_STATUS[status], [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))])
@@ -129,15 +117,12 @@ class ReviewEndpoints:
 
     def _answer(self, mode: Mode, path: str, environ: Environ) -> tuple[int, bytes | Response]:
         """The status and the answer's bytes, or a refusal as a Response."""
-        def refused(status: int, reason: str) -> None:
-            self._observer.refused(mode, status, reason)
-
-        refusal = listener_denial(self._server, path, environ, refused) or denial(self._guards, path, environ, refused)
+        refusal = self.chain.before(path, environ)
         if refusal is not None:
             return refusal.status_code, refusal
         if environ.get("REQUEST_METHOD") != "POST":
             reason = f"{path} answers POST only (an AdmissionReview from the API server)"
-            refused(405, reason)
+            self.chain.refused(path, 405, reason)
             response = error_response(405, reason)
             response.headers["Allow"] = "POST"
             return 405, response

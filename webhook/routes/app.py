@@ -1,38 +1,34 @@
 """Flask app factory: one Blueprint per surface (dry_run, explain, extender, ops) and the review
-endpoints in front of them (routes/admission), body limits and JSON errors. Policy lives in
-``policies``."""
+endpoints in front of them (routes/admission), both behind one guard chain (webhook.http.guards:
+listener split, auth, body limit, metrics, JSON errors), and the route table they fill, which the
+worker reads (webhook.http.routing). Policy lives in ``policies``."""
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 
-from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from flask import Flask
 
 from policies.admission.dryrun import DryRun
 from policies.placement.capacity_index import capacity_index
 from policies.scoring.scoring import Scorer
+from webhook.http.auth import configured_guards
+from webhook.http.cert_metrics import CertificateCollector
+from webhook.http.deadline import budget_seconds
+from webhook.http.guards import guard_chain, install
+from webhook.http.jsonbody import LargeBodyGate, read_json_body
+from webhook.http.logs import RequestLog
+from webhook.http.metrics import Metrics
+from webhook.http.routing import EXTENSION, RouteTable
+from webhook.http.state_health import StateHealthCollector
+from webhook.http.telemetry import Telemetry
 from webhook.routes.admission import ReviewEndpoints
-from webhook.routes.body import read_json_body
 from webhook.routes.dry_run import dry_run_routes
 from webhook.routes.explain import explain_routes
 from webhook.routes.extender import Extender, extender_routes
 from webhook.routes.observe import Observer, admission_kinds
 from webhook.routes.ops import ops_routes
 from webhook.routes.services import Services
-from webhook.server.auth import configured_guards, install_auth
-from webhook.server.cert_metrics import CertificateCollector
-from webhook.server.deadline import budget_seconds
-from webhook.server.http_errors import error_response, http_error_reason
-from webhook.server.jsonbody import LargeBodyGate
-from webhook.server.listeners import install_listener_split
-from webhook.server.logs import RequestLog
-from webhook.server.metrics import Metrics, endpoint_label
-from webhook.server.state_health import StateHealthCollector
-from webhook.server.telemetry import Telemetry
-
-log = logging.getLogger("gpushare.webhook")
 
 
 def create_app(services: Services) -> Flask:
@@ -56,13 +52,12 @@ def create_app(services: Services) -> Flask:
     gate = LargeBodyGate(settings.overload.large_body_bytes, settings.overload.large_body_concurrency,
                          budget_seconds(None, settings.overload))
 
-    def refused(status: int, reason: str) -> None:
-        observer.refused(endpoint_label(request.path), status, reason)
-
-    # The listener split runs first: a path its listener does not serve is a 404, not a 401.
-    install_listener_split(app, settings.server, refused)
-    guards = configured_guards(settings.auth)
-    install_auth(app, guards, refused)
+    table = RouteTable()  # filled by the routes below; the worker reads it (webhook.http.routing)
+    app.extensions[EXTENSION] = table
+    # One chain of guards for the Flask routes and the review endpoints in front of them.
+    chain = guard_chain(settings.server, configured_guards(settings.auth), table, observer.refused)
+    install(app, chain)
+    app.extensions["gpushare.guards"] = chain
     metrics.registry.register(CertificateCollector(settings.server.cert_dir))
     metrics.registry.register(StateHealthCollector(lambda: services.state))
     if services.allocation is not None:
@@ -72,25 +67,13 @@ def create_app(services: Services) -> Flask:
     if services.state is not None:
         scorer.profiles(services.state)  # build the per-node cache now, not on the scheduler's first call
         capacity_index(services.engine.names).warm(services.state)  # GC001's, not in the first review
-    app.register_blueprint(ops_routes(services, metrics))
-    app.register_blueprint(dry_run_routes(services, observer, DryRun(services.engine, scorer)))
-    app.register_blueprint(explain_routes(services, observer, scorer))
-    app.register_blueprint(extender_routes(services, observer, Extender(settings, scorer), read_json))
+    app.register_blueprint(ops_routes(table, services, metrics))
+    app.register_blueprint(dry_run_routes(table, services, observer, DryRun(services.engine, scorer)))
+    app.register_blueprint(explain_routes(table, services, observer, scorer))
+    app.register_blueprint(extender_routes(table, services, observer, Extender(settings, scorer), read_json))
 
     # The API server's two calls are answered in front of Flask (webhook.routes.admission).
-    app.wsgi_app = ReviewEndpoints(app.wsgi_app, services, observer, guards, read_json)  # type: ignore[method-assign]
-
-    @app.errorhandler(HTTPException)
-    def http_error(exc: HTTPException) -> Response:
-        reason = http_error_reason(exc, max_bytes)
-        observer.refused(endpoint_label(request.path), exc.code or 500, reason)
-        return error_response(exc.code or 500, reason)
-
-    @app.errorhandler(Exception)
-    def unexpected(exc: Exception) -> Response:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        reason = f"internal error: {type(exc).__name__}"
-        observer.refused(endpoint_label(request.path), 500, reason)
-        return error_response(500, reason)
+    app.wsgi_app = ReviewEndpoints(app.wsgi_app, table, services, observer, chain,  # type: ignore[method-assign]
+                                   read_json)
 
     return app

@@ -9,16 +9,15 @@ from flask import Blueprint, request
 
 from policies.scoring.explain import explain_pod
 from policies.scoring.scoring import Scorer
+from webhook.http.routing import RouteTable, Work
 from webhook.routes.observe import Refusal, observed
-from webhook.server.metrics import register_endpoint
-from webhook.server.scheduling import Work, declare
 
 if TYPE_CHECKING:
     from webhook.routes.observe import Observer
     from webhook.routes.services import Services
 
 
-def explain_routes(services: Services, observer: Observer, scorer: Scorer) -> Blueprint:
+def explain_routes(table: RouteTable, services: Services, observer: Observer, scorer: Scorer) -> Blueprint:
     routes = Blueprint("explain", __name__)
 
     def answer() -> dict[str, Any]:
@@ -35,6 +34,6 @@ def explain_routes(services: Services, observer: Observer, scorer: Scorer) -> Bl
             raise Refusal(404, f"pod {namespace}/{name}: {why}")
         return {"state": services.state_source, **explain_pod(pod, state, scorer).as_dict()}
 
-    path = declare("/explain", Work.TOOL, ["GET"])
-    routes.add_url_rule(path, "explain", observed(observer, register_endpoint(path), answer), methods=["GET"])
+    path = table.declare("/explain", Work.TOOL, ["GET"])
+    routes.add_url_rule(path, "explain", observed(observer, table.count(path), answer), methods=["GET"])
     return routes

@@ -21,10 +21,9 @@ from policies.model.cluster import ClusterState
 from policies.model.cluster_manifests import node_from_manifest
 from policies.model.resources import ShapeError, cards_per_container, container_requests, pod_spec
 from policies.scoring.scoring import NodeScore, Scorer, pod_request, unusable_values
+from webhook.http.routing import RouteTable, Work
 from webhook.routes.observe import Observer, Refusal, observed
 from webhook.routes.services import Services
-from webhook.server.metrics import register_endpoint
-from webhook.server.scheduling import Work, declare
 from webhook.settings import Settings
 
 
@@ -134,7 +133,7 @@ class Extender:
         return round(score.score * self.max_priority / 100)
 
 
-def extender_routes(services: Services, observer: Observer, extender: Extender,
+def extender_routes(table: RouteTable, services: Services, observer: Observer, extender: Extender,
                     read_json: Callable[[dict[str, Any]], Any]) -> Blueprint:
     """``POST /scheduler/filter`` and ``/scheduler/prioritize`` for kube-scheduler's extender."""
     routes = Blueprint("extender", __name__)
@@ -153,7 +152,7 @@ def extender_routes(services: Services, observer: Observer, extender: Extender,
             raise Refusal(400, str(exc)) from None
 
     for path, call in (("/scheduler/filter", extender.filter), ("/scheduler/prioritize", extender.prioritize)):
-        label = register_endpoint(declare(path, Work.TOOL, ["POST"]))
+        label = table.count(table.declare(path, Work.TOOL, ["POST"]))
         routes.add_url_rule(path, label.replace("-", "_"), observed(observer, label, partial(answer, call)),
                             methods=["POST"])
     return routes

@@ -2,7 +2,7 @@
 
 Rule ids come from the response's auditAnnotations, so audit, metrics and logs cannot
 disagree. Object bodies are never logged. A request thread only picks out the few fields
-it needs; counting and formatting run in the telemetry thread (webhook.server.telemetry).
+it needs; counting and formatting run in the telemetry thread (webhook.http.telemetry).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 from flask import Response
 
+from webhook.http.errors import error_response, json_response
+from webhook.http.logs import RequestLog
+from webhook.http.metrics import Metrics, outcome_for_status
+from webhook.http.telemetry import Telemetry
 from webhook.routes.review import AdmissionReview
-from webhook.server.http_errors import error_response, json_response
-from webhook.server.logs import RequestLog
-from webhook.server.metrics import Metrics, outcome_for_status
-from webhook.server.telemetry import Telemetry
 
 MAX_REASON = 300
 

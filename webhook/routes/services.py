@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from policies.admission.engine import Engine
 from policies.model.cluster import ClusterState
 from policies.placement.assume import PlacementLedger
-from webhook.server.allocation_metrics import AllocationExporter
+from webhook.http.allocation_metrics import AllocationExporter
 from webhook.settings import Settings
 from webhook.state.audit_loop import AuditLoop
 from webhook.state.leader import LeaderElector

@@ -1,5 +1,6 @@
 """Running the WSGI app on a request the poller has read, as gunicorn's own workers do
-(``gunicorn.http.RequestParser``, ``gunicorn.http.wsgi.create``), with the answer built in
+(``gunicorn.http.RequestParser``, ``gunicorn.http.wsgi.create``, reached through
+webhook.http.gunicorn_adapter, the one module that touches gunicorn), with the answer built in
 memory: the poller writes it without blocking, so a client that does not read never holds a
 thread or a slot. Also: a request whose body the poller did not buffer, read by a thread under
 the client deadline, and the JSON errors for requests the app never saw."""
@@ -7,33 +8,18 @@ the client deadline, and the JSON errors for requests the app never saw."""
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from gunicorn import http
-from gunicorn.http import errors as http_errors
-from gunicorn.http import wsgi
-from gunicorn.http.body import ChunkedReader, LengthReader
-
+from webhook.http import gunicorn_adapter as gunicorn
+from webhook.http.errors import error_body
 from webhook.server.connection import ClientTimeout, Conn, http_json, peer
-from webhook.server.http_errors import error_body
 from webhook.server.tallies import Counts
 
 log = logging.getLogger("gpushare.worker")
-# gunicorn's request parsing errors and the status each deserves.
-# (ExpectationFailed and UnsupportedTransferCoding are newer than some supported releases.)
-_CLIENT_ERRORS: tuple[tuple[type[Exception], int], ...] = tuple(
-    (cls, status) for cls, status in (
-        (getattr(http_errors, "LimitRequestLine", None), 414),
-        (getattr(http_errors, "LimitRequestHeaders", None), 431),
-        (getattr(http_errors, "UnsupportedTransferCoding", None), 501),
-        (getattr(http_errors, "ExpectationFailed", None), 417),
-        (http_errors.ParseException, 400),
-    ) if isinstance(cls, type))
 
 
 class _DeadlineSocket:
@@ -82,7 +68,7 @@ class _AllRead:
     request was not what the poller thought; it ends the connection."""
 
     def recv(self, size: int) -> bytes:
-        raise http_errors.NoMoreData(b"")
+        raise gunicorn.NoMoreData(b"")
 
 
 @dataclass(slots=True)
@@ -129,8 +115,7 @@ class AppRunner:
         parser = None
         try:
             if req is None:
-                parser = http.RequestParser(self._cfg, _AllRead(), conn.client)
-                parser.unreader.unread(conn.data)
+                parser = gunicorn.request_parser(self._cfg, _AllRead(), conn.client, conn.data)
                 conn.data = b""
                 req = next(parser)
             conn.req = None
@@ -142,9 +127,9 @@ class AppRunner:
                 # goes back to the poller's buffer.
                 while req.body.read(65536):
                     pass
-                conn.buf += parser.unreader.buf.getvalue()
+                conn.buf += gunicorn.read_ahead(parser)
             return keep
-        except (http_errors.NoMoreData, StopIteration):
+        except (gunicorn.NoMoreData, StopIteration):
             pass
         except Exception as exc:
             self.handle_error(req, conn.writer, conn.client, exc)
@@ -157,7 +142,7 @@ class AppRunner:
         resp = None
         try:
             self._pre_request(worker, req)
-            resp, environ = wsgi.create(req, conn.writer, conn.client, conn.server, self._cfg)
+            resp, environ = gunicorn.create_environ(req, conn.writer, conn.client, conn.server, self._cfg)
             # The connection itself (its peer certificate, its listener), whatever the answer is
             # written to: the app's authentication and listener split read it.
             environ["gunicorn.socket"] = conn.sock
@@ -201,25 +186,30 @@ class AppRunner:
         req = None
         limit = self._max_body_bytes
         try:
-            parser = http.RequestParser(self._cfg, _DeadlineSocket(conn), conn.client)
-            parser.unreader.unread(conn.data)
+            parser = gunicorn.request_parser(self._cfg, _DeadlineSocket(conn), conn.client, conn.data)
             conn.data = b""
             req = next(parser)
             conn.stage = "body"
-            reader = getattr(req.body, "reader", None)
-            if isinstance(reader, LengthReader):
-                body = req.body.read(reader.length) if reader.length <= limit else b""
-                conn.must_close = reader.length > limit
+            length = gunicorn.body_length(req)
+            if length is not None:
+                body = req.body.read(length) if length <= limit else b""
+                conn.must_close = length > limit
             else:
                 body = req.body.read(limit + 1)
                 # Over the limit the app answers 413; the rest of the body is never read.
-                conn.must_close = isinstance(reader, ChunkedReader) and len(body) > limit
-            req.body = io.BytesIO(body)
-            conn.buf += parser.unreader.buf.getvalue()  # read ahead: the next request (pipelining)
+                conn.must_close = gunicorn.is_chunked(req) and len(body) > limit
+            gunicorn.replace_body(req, body)
+            conn.buf += gunicorn.read_ahead(parser)  # read ahead: the next request (pipelining)
             conn.req = req
             return Outcome(conn, None)
-        except (http_errors.NoMoreData, StopIteration):
+        except (gunicorn.NoMoreData, StopIteration):
             return Outcome(conn, b"")
+        except gunicorn.PARSE_ERRORS as exc:
+            if req is not None:  # a malformed chunked body: the words the app uses for it
+                self._counts.refused(req.path, "invalid")
+                capture.sendall(http_json(400, error_body(400, f"malformed request body: {exc}"[:300]), close=True))
+            else:
+                self.handle_error(req, capture, conn.client, exc)
         except ssl.SSLError as exc:
             log.debug("TLS error from %s: %s", peer(conn.client), exc)
             return Outcome(conn, b"")
@@ -227,12 +217,6 @@ class AppRunner:
             log.info("client %s went away while sending its request: %s", peer(conn.client),
                      exc.strerror or type(exc).__name__)
             return Outcome(conn, b"")
-        except http_errors.ParseException as exc:
-            if req is not None:  # a malformed chunked body: the words the app uses for it
-                self._counts.refused(req.path, "invalid")
-                capture.sendall(http_json(400, error_body(400, f"malformed request body: {exc}"[:300]), close=True))
-            else:
-                self.handle_error(req, capture, conn.client, exc)
         except Exception as exc:
             self.handle_error(req, capture, conn.client, exc)
         finally:
@@ -259,7 +243,7 @@ def answer_error(req: Any, client: Any, addr: Any, exc: BaseException, counts: C
     if isinstance(exc, ssl.SSLError):
         log.debug("TLS error from %s: %s", peer(addr), exc)
         return
-    status = next((code for cls, code in _CLIENT_ERRORS if isinstance(exc, cls)), 500)
+    status = next((code for cls, code in gunicorn.CLIENT_ERRORS if isinstance(exc, cls)), 500)
     if status == 500:
         log.exception("unexpected error handling a request from %s", peer(addr))
         reason = f"internal error: {type(exc).__name__}"

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from werkzeug.exceptions import RequestTimeout
 
+from webhook.http.routing import Work
 from webhook.server import door
-from webhook.server.scheduling import Work
 
 STAGES = {"handshake": "TLS handshake", "headers": "request headers", "body": "request body"}
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",

@@ -17,7 +17,7 @@ import socket
 import ssl
 from dataclasses import dataclass
 
-from webhook.server.deadline import timeout_parameter
+from webhook.http.deadline import timeout_parameter
 
 MAX_HEAD_BYTES = 16 * 1024  # an admission request's head is a few hundred bytes
 
@@ -27,7 +27,7 @@ class RequestHead:
     method: str
     path: str
     close: bool  # the client asked to close the connection after this request
-    timeout: str | None  # the API server's ?timeout= (webhook.server.deadline), if any
+    timeout: str | None  # the API server's ?timeout= (webhook.http.deadline), if any
     # Framed by Content-Length (or no body), with nothing the door cannot answer for itself
     # (chunked, Expect, Upgrade, conflicting lengths, a malformed header line).
     plain: bool

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gunicorn.workers.gthread import ThreadWorker
-
+from webhook.http.gunicorn_adapter import ThreadWorker, open_connections
 from webhook.server.app_runner import answer_error
 from webhook.server.heartbeat import Heartbeating
 from webhook.server.scheduling_middleware import SchedulingMiddleware
@@ -32,7 +31,7 @@ class GthreadWorker(Heartbeating, ThreadWorker):  # type: ignore[misc]
         if isinstance(self.wsgi, SchedulingMiddleware):
             self.counts = self.wsgi.counts
         if self.counts.metrics is not None:
-            self.counts.metrics.open_connections.set_function(lambda: self.nr_conns)
+            self.counts.metrics.open_connections.set_function(lambda: open_connections(self))
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         answer_error(req, client, addr, exc, self.counts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gunicorn.app.base import BaseApplication
+from webhook.http.gunicorn_adapter import BaseApplication
 
 # Settings newer gunicorn releases have and older ones do not; where missing, the old default
 # is what we ask for (control_socket_disable: 27 added a control socket, on by default).

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from webhook.http.logs import gunicorn_logconfig
 from webhook.server.gthread_worker import GthreadWorker
 from webhook.server.heartbeat import probe_hooks
-from webhook.server.logs import gunicorn_logconfig
 from webhook.server.process_tuning import tune_process
 from webhook.server.scheduling_middleware import SchedulingMiddleware
 from webhook.server.tls_reload import reloading_ssl_context
@@ -34,7 +34,7 @@ def gunicorn_options(settings: Settings, cert_dir: Path | None = None) -> dict[s
     server = settings.server
     directory = cert_dir or server.cert_dir
     return {
-        # The admission port, and the ops port when configured (webhook.server.listeners).
+        # The admission port, and the ops port when configured (webhook.http.listeners).
         "bind": [bind_address(server.host, p) for p in (server.port, server.ops_port) if p is not None],
         "worker_class": (worker_class(settings.overload, server.max_body_bytes) if server.worker == "webhook"
                          else GthreadWorker),
@@ -85,10 +85,10 @@ def worker_app(settings: Settings, factory: Callable[[], Any]) -> Callable[[], A
 
 
 def _client_certificates(settings: Settings) -> dict[str, Any]:
-    """Ask TLS clients for a certificate and verify it against the configured CA (webhook.server.auth).
+    """Ask TLS clients for a certificate and verify it against the configured CA (webhook.http.auth).
 
     CERT_OPTIONAL, not REQUIRED: kubelet probes and Prometheus scrapes come without one; the
-    guard in webhook.server.auth requires it on the admission paths.
+    guard in webhook.http.auth requires it on the admission paths.
     """
     ca_file = settings.auth.client_ca_file
     if ca_file is None:

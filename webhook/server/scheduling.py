@@ -3,11 +3,12 @@ it waits for, and when it is refused instead.
 
 The transport (``webhook.server.worker``) reads requests and writes answers; it asks a
 ``Scheduler`` what to do with each complete request and never names a route. Each route
-declares its class where it is registered (``declare``):
+declares its class in the app's route table where it is registered
+(``webhook.http.routing.RouteTable.declare``), which the app hands to the worker:
 
 - ``review``: the API server's admission calls. Evaluated by the poller itself or in one of
   ``overload.app_concurrency`` evaluation slots; refused with a fast 503 only when they could
-  not be answered before the API server's deadline (``webhook.server.deadline``) or when
+  not be answered before the API server's deadline (``webhook.http.deadline``) or when
   ``overload.max_waiting_requests`` are already waiting. Their evaluation times, and nothing
   else's, make the review-time estimate those refusals use.
 - ``large review``: a review whose body is over ``overload.large_body_bytes`` (or of unknown
@@ -32,47 +33,15 @@ its answer is built, never while it is read or written.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
 
-from webhook.server import deadline
+from webhook.http import deadline
+from webhook.http.routing import Work
 from webhook.settings import OverloadSettings
 
 T = TypeVar("T")
-
-
-class Work(Enum):
-    REVIEW = "review"
-    LARGE_REVIEW = "large review"  # not declared by routes: a review over overload.large_body_bytes
-    TOOL = "tool"
-    PROBE = "probe"
-    SCRAPE = "scrape"
-
-
-# Routes declare their class when the app is built (in the worker process, before it serves).
-_DECLARED: dict[str, tuple[Work, frozenset[str]]] = {}
-
-
-def declare(path: str, work: Work, methods: Iterable[str]) -> str:
-    """Declare what kind of work ``path`` is for ``methods`` (other methods get a 405: probes);
-    returns ``path``."""
-    _DECLARED[path] = (work, frozenset(m.upper() for m in methods))
-    return path
-
-
-def declared_paths() -> frozenset[str]:
-    """Every path a route has declared so far."""
-    return frozenset(_DECLARED)
-
-
-def work_of(method: str, path: str) -> Work:
-    """The class of a request; anything undeclared is answered at once by the app (404, 405)."""
-    declared = _DECLARED.get(path)
-    if declared is None or method not in declared[1]:
-        return Work.PROBE
-    return declared[0]
 
 
 class Route(Enum):

@@ -28,12 +28,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
-from gunicorn.http.errors import NoMoreData, ParseException
 
-from webhook.server import deadline
-from webhook.server.deadline import timeout_parameter
-from webhook.server.http_errors import error_body
-from webhook.server.scheduling import Route, Scheduler, Work, work_of
+from webhook.http import deadline
+from webhook.http.deadline import timeout_parameter
+from webhook.http.errors import error_body
+from webhook.http.gunicorn_adapter import MALFORMED_BODY
+from webhook.http.routing import RouteTable, Work, route_table
+from webhook.server.scheduling import Route, Scheduler
 from webhook.server.tallies import attach_tallies
 from webhook.settings import OverloadSettings
 
@@ -54,23 +55,26 @@ class _Ticket:
 
 
 class SchedulingMiddleware:
-    """See the module doc. ``app`` is the webhook's Flask app (its metrics and telemetry are
-    in ``app.extensions``, as the project's worker reads them)."""
+    """See the module doc. ``app`` is the webhook's Flask app (its route table, metrics and
+    telemetry are in ``app.extensions``, as the project's worker reads them); ``routes``, when
+    given, is the route table of an app built otherwise."""
 
-    def __init__(self, app: Any, limits: OverloadSettings, max_body_bytes: int) -> None:
+    def __init__(self, app: Any, limits: OverloadSettings, max_body_bytes: int,
+                 routes: RouteTable | None = None) -> None:
         self._app: WsgiApp = app
+        self._routes = routes if routes is not None else route_table(app)
         self._limits = limits
         self._max_body_bytes = max_body_bytes
         self._lock = threading.Lock()  # the scheduler is not thread-safe: every call holds this
         self.scheduler: Scheduler[_Ticket] = Scheduler(limits)
-        self.counts, self._shedding = attach_tallies(app, self.scheduler)
+        self.counts, self._shedding = attach_tallies(app, self.scheduler, self._routes)
 
     @property
     def app(self) -> WsgiApp:
         return self._app
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        work = work_of(environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""))
+        work = self._routes.work_of(environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""))
         if work is Work.PROBE:
             return self._app(environ, start_response)
         length = environ.get("CONTENT_LENGTH") or ""
@@ -145,7 +149,7 @@ def _read_body(environ: dict[str, Any], limit: int) -> bool:
         return True
     try:
         body = environ["wsgi.input"].read(int(length))
-    except (NoMoreData, ParseException):
+    except MALFORMED_BODY:
         return False
     environ["wsgi.input"] = io.BytesIO(body)
     return len(body) == int(length)

@@ -1,6 +1,6 @@
 """What the server counts and logs outside the app: refusals under overload, slow clients,
 evicted connections, queue waits. Every update runs in the telemetry thread
-(``webhook.server.telemetry``), never on the path of a request."""
+(``webhook.http.telemetry``), never on the path of a request."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from webhook.http.errors import error_body
+from webhook.http.metrics import Metrics
+from webhook.http.routing import RouteTable
+from webhook.http.telemetry import Telemetry
 from webhook.server.connection import http_json
-from webhook.server.http_errors import error_body
-from webhook.server.metrics import Metrics, endpoint_label
-from webhook.server.telemetry import Telemetry
 
 log = logging.getLogger("gpushare.worker")
 
@@ -20,8 +21,9 @@ log = logging.getLogger("gpushare.worker")
 class Counts:
     """Metrics updates, deferred to the telemetry thread; nothing without the app's metrics."""
 
-    def __init__(self, metrics: Metrics | None, telemetry: Telemetry | None) -> None:
+    def __init__(self, metrics: Metrics | None, telemetry: Telemetry | None, routes: RouteTable | None = None) -> None:
         self.metrics = metrics
+        self.routes = routes if routes is not None else RouteTable()  # the endpoints' metrics labels
         self._telemetry = telemetry
 
     def _call(self, fn: Callable[..., None], *args: Any) -> None:
@@ -39,7 +41,7 @@ class Counts:
     def refused(self, path: str, outcome: str) -> None:
         """A request answered before the app saw it (``invalid``, ``too_large``, ``error``)."""
         if self.metrics is not None:
-            self._call(self.metrics.count_request, endpoint_label(path), "", "", outcome, None)
+            self._call(self.metrics.count_request, self.routes.endpoint_label(path), "", "", outcome, None)
 
     def queue_wait(self, seconds: float) -> None:
         if self.metrics is not None:
@@ -87,7 +89,7 @@ class Shedding:
         refusals, self._by_path = self._by_path, {}
         by_endpoint: dict[str, int] = {}
         for path, count in refusals.items():
-            label = endpoint_label(path)
+            label = self._counts.routes.endpoint_label(path)
             by_endpoint[label] = by_endpoint.get(label, 0) + count
         if by_endpoint:
             self._counts.overloaded(by_endpoint)
@@ -99,12 +101,13 @@ class Shedding:
             self._since_log, self._logged_at = 0, now
 
 
-def attach_tallies(app: Any, scheduler: Any) -> tuple[Counts, Shedding]:
-    """The counts and shedding of a worker (ours or gthread's middleware) serving ``app``, and the
-    scheduler's gauges (waiting, evaluating, the review-time estimate) read by the app's metrics."""
+def attach_tallies(app: Any, scheduler: Any, routes: RouteTable) -> tuple[Counts, Shedding]:
+    """The counts and shedding of a worker (ours or gthread's middleware) serving ``app`` (whose
+    endpoints are ``routes``), and the scheduler's gauges (waiting, evaluating, the review-time
+    estimate) read by the app's metrics."""
     extensions = getattr(app, "extensions", {})
     metrics = extensions.get("gpushare.metrics")
-    counts = Counts(metrics, extensions.get("gpushare.telemetry"))
+    counts = Counts(metrics, extensions.get("gpushare.telemetry"), routes)
     if metrics is not None:
         metrics.waiting.set_function(scheduler.waiting)
         metrics.in_flight.set_function(lambda: scheduler.evaluating)

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from webhook.http.errors import error_body
 from webhook.server import door
 from webhook.server.connection import Admission, ClientTimeout, Conn, ConnectionQueue, close_quietly, http_json, peer
-from webhook.server.http_errors import error_body
 from webhook.server.lingering import Lingering
 from webhook.server.tallies import Counts
 from webhook.server.writing import Writer

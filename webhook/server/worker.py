@@ -37,16 +37,16 @@ import time
 from collections import deque
 from typing import Any
 
-from gunicorn.workers.base import Worker
-
+from webhook.http.deadline import timeout_parameter
+from webhook.http.errors import error_body
+from webhook.http.gunicorn_adapter import Worker
+from webhook.http.routing import RouteTable, Work, route_table
 from webhook.server import door
 from webhook.server.app_runner import AppRunner, Outcome
 from webhook.server.connection import Conn, http_json
-from webhook.server.deadline import timeout_parameter
 from webhook.server.heartbeat import Heartbeating
-from webhook.server.http_errors import error_body
 from webhook.server.process_tuning import tune_process
-from webhook.server.scheduling import Route, Scheduler, Work, work_of
+from webhook.server.scheduling import Route, Scheduler
 from webhook.server.tallies import Counts, Shedding, attach_tallies
 from webhook.server.transport import Transport
 from webhook.settings import OverloadSettings
@@ -65,6 +65,7 @@ class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self.scheduler: Scheduler[Conn] = Scheduler(self.limits)
         self.counts = Counts(None, None)
+        self.routes = RouteTable()  # the app's, once loaded: every request a probe until then
         self.shedding = Shedding(self.counts, self.scheduler.reason)
         # Work for threads: evaluations holding a slot (one thread per slot, so none ever waits
         # for one), and the rest (reading a large body, scrapes). What they hand back.
@@ -79,7 +80,8 @@ class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
-        self.counts, self.shedding = attach_tallies(self.wsgi, self.scheduler)
+        self.routes = route_table(self.wsgi)  # what create_app hands the worker with the app
+        self.counts, self.shedding = attach_tallies(self.wsgi, self.scheduler, self.routes)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.alive = False  # the signal wakes the poller through the base Worker's pipe
@@ -161,7 +163,7 @@ class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
     # -- what the transport hands over (its Admission)
 
     def door_answer(self, head: door.RequestHead, now: float) -> bytes | None:
-        work = self.scheduler.lane(work_of(head.method, head.path), head.length)
+        work = self.scheduler.lane(self.routes.work_of(head.method, head.path), head.length)
         why = self.scheduler.refusal(work, head.timeout, now) if work in _SLOTTED else None
         return None if why is None else self.shedding.answer(why, head.timeout, close=head.close)
 
@@ -187,7 +189,8 @@ class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
             return
         conn.head, conn.size = head, reading.size
         # The parser answers a head the door could not read (400).
-        work = self.scheduler.lane(work_of(head.method, head.path), head.length) if head is not None else Work.PROBE
+        work = (self.scheduler.lane(self.routes.work_of(head.method, head.path), head.length) if head is not None
+                else Work.PROBE)
         conn.work = work
         timeout = head.timeout if head is not None else None
         if head is not None and head.plain and reading.size == len(conn.data) and not judged and work in _SLOTTED:
@@ -205,7 +208,7 @@ class WebhookWorker(Heartbeating, Worker):  # type: ignore[misc]
         conn.head = door.RequestHead(req.method, req.path, req.should_close(),
                                      timeout_parameter(req.query) if req.query else None, False)
         conn.size = None
-        work = conn.work = self.scheduler.lane(work_of(req.method, req.path), None)  # not buffered: large
+        work = conn.work = self.scheduler.lane(self.routes.work_of(req.method, req.path), None)  # not buffered: large
         timeout = conn.head.timeout
         why = self.scheduler.refusal(work, timeout, time.monotonic()) if work in _SLOTTED else None
         if why is not None:

@@ -144,7 +144,7 @@ def gunicorn_logconfig(settings: LogSettings) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"gpushare": formatter},
-        "handlers": {"stderr": {"class": "webhook.server.logs.LineBatchingHandler", "formatter": "gpushare",
+        "handlers": {"stderr": {"class": "webhook.http.logs.LineBatchingHandler", "formatter": "gpushare",
                                 "stream": "ext://sys.stderr"}},
         "root": {"level": settings.level.upper(), "handlers": ["stderr"]},
         "loggers": {
@@ -159,7 +159,7 @@ def gunicorn_logconfig(settings: LogSettings) -> dict[str, Any]:
 class RequestLog:
     """One line per admission review, through the logging framework (logger ``gpushare.admission``).
 
-    ``write`` is called by the telemetry thread (webhook.server.telemetry), never by a request
+    ``write`` is called by the telemetry thread (webhook.http.telemetry), never by a request
     thread, with the time the request was answered; the configured handler and formatter
     render the line like every other log line (see ``GpushareJsonFormatter`` and
     ``TextFormatter``). Object bodies are never logged.

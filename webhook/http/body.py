@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gunicorn.http.errors import NoMoreData, ParseException
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.wsgi import get_content_length
+
+from webhook.http.gunicorn_adapter import MALFORMED_BODY
 
 _READ_SIZE = 64 * 1024
 
@@ -55,7 +56,7 @@ def read_body(environ: dict[str, Any], max_bytes: int) -> bytes:
                 break
             parts.append(chunk)
             size += len(chunk)
-    except (ParseException, NoMoreData) as exc:
+    except MALFORMED_BODY as exc:
         raise BodyError(f"malformed request body: {exc}"[:300]) from None
     if size > max_bytes:
         raise RequestEntityTooLarge()

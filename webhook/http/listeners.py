@@ -2,18 +2,18 @@
 
 With an ops port configured, ``server.ops_paths`` (``/metrics``, ``/dry-run``, ``/explain``) are
 served only on it and every other path only on the admission port; ``server.probe_paths`` on
-both. A request on the wrong listener gets a JSON 404 that names the right one. The listener is
+both. A request on the wrong listener gets a JSON 404 that names the right one (the first step
+of the guard chain, webhook.http.guards). The listener is
 the connection's local port, never the Host header, which the client writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Response
 
-from webhook.server.http_errors import error_response
+from webhook.http.errors import error_response
 from webhook.settings import ServerSettings
 
 
@@ -39,25 +39,12 @@ def listener_refusal(server: ServerSettings, path: str, port: int | None) -> str
     return None
 
 
-def listener_denial(server: ServerSettings, path: str, environ: dict[str, Any],
-                    on_refused: Callable[[int, str], None] | None = None) -> Response | None:
+def listener_denial(server: ServerSettings, path: str, environ: dict[str, Any]) -> Response | None:
     """The 404 for ``path`` asked for on the listener that does not serve it (None: it does)."""
     if server.ops_port is None:
         return None
     reason = listener_refusal(server, path, local_port(environ))
     if reason is None:
         return None
-    if on_refused is not None:
-        on_refused(404, reason)
     return error_response(404, reason)
 
-
-def install_listener_split(app: Flask, server: ServerSettings,
-                           on_refused: Callable[[int, str], None] | None = None) -> None:
-    """Refuse, before anything else runs, a path asked for on the listener that does not serve it."""
-    if server.ops_port is None:
-        return
-
-    @app.before_request
-    def by_listener() -> Response | None:
-        return listener_denial(server, request.path, request.environ, on_refused)

@@ -29,25 +29,10 @@ from webhook.state.status import StateStatus
 
 # The *_created series double the exposition and no dashboard here uses them.
 disable_created_metrics()
-# Endpoint labels: each route registers its own (``register_endpoint``) when the app is built;
-# any other path is counted as "other", so a scanner's random paths cannot grow the series.
-_ENDPOINTS: set[str] = set()
 # "ok": an answer from /dry-run or the scheduler extender, which have no allow/deny decision.
 OUTCOMES = ("allowed", "denied", "ok", "invalid", "unauthorized", "too_large", "timeout", "overloaded", "error")
 # Admission answers take milliseconds; the tail buckets show queueing before the webhook timeout.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def register_endpoint(path: str) -> str:
-    """Give ``path`` its own metrics label (``/scheduler/filter`` -> ``scheduler-filter``); returns it."""
-    label = path.strip("/").replace("/", "-")
-    _ENDPOINTS.add(label)
-    return label
-
-
-def endpoint_label(path: str) -> str:
-    name = path.strip("/").replace("/", "-")
-    return name if name in _ENDPOINTS else "other"
 
 
 def outcome_for_status(status: int) -> str:

@@ -6,7 +6,6 @@ from typing import Any
 
 import msgspec
 from flask import Response
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 # msgspec writes compact JSON about eight times faster than json.dumps: every answer pays it.
 _ENCODER = msgspec.json.Encoder()
@@ -23,9 +22,3 @@ def error_body(status: int, reason: str) -> dict[str, Any]:
 def error_response(status: int, reason: str) -> Response:
     return json_response(error_body(status, reason), status)
 
-
-def http_error_reason(exc: HTTPException, max_bytes: int) -> str:
-    """The reason a refusal raised as an HTTPException gives (a body over ``max_bytes``: a 413)."""
-    if isinstance(exc, RequestEntityTooLarge):
-        return f"body larger than {max_bytes} bytes"
-    return exc.description or exc.name

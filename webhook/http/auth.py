@@ -9,9 +9,9 @@
   re-read when the file changes (Secret rotation).
 
 A guard is a function of the request's WSGI environ that returns None to let the request
-through or an error Response; ``guarded`` applies one to a single view, ``install_auth`` applies
-the configured ones by path to a Flask app, and ``denial`` is what both ask (the review endpoints,
-which run in front of Flask, ask it directly: webhook.routes.admission).
+through or an error Response; ``guarded`` applies one to a single view, and ``denial`` applies the
+configured ones by path: the "auth" step of the guard chain both pipelines run
+(webhook.http.guards).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from flask import Flask, Response, request
+from flask import Response, request
 
-from webhook.server.http_errors import error_response
+from webhook.http.errors import error_response
 from webhook.settings import AuthSettings
 
 log = logging.getLogger("gpushare.auth")
@@ -165,25 +165,12 @@ def configured_guards(auth: AuthSettings) -> Guards:
     return guards
 
 
-def denial(guards: Guards, path: str, environ: Environ,
-           on_denied: Callable[[int, str], None] | None = None) -> Response | None:
-    """The first refusal of the guards for ``path`` (None: the request may go on); ``on_denied``
-    hears its status and reason."""
+def denial(guards: Guards, path: str, environ: Environ) -> Response | None:
+    """The first refusal of the guards for ``path`` (None: the request may go on)."""
     for paths, guard in guards:
         if path in paths:
             refused = guard(environ)
             if refused is not None:
-                if on_denied is not None:
-                    on_denied(refused.status_code, refused.get_json()["error"]["reason"])
                 return refused
     return None
 
-
-def install_auth(app: Flask, guards: Guards, on_denied: Callable[[int, str], None] | None = None) -> None:
-    """Run ``guards`` (``configured_guards``) before every request to their paths."""
-    if not guards:
-        return
-
-    @app.before_request
-    def authenticate() -> Response | None:
-        return denial(guards, request.path, request.environ, on_denied)
