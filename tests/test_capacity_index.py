@@ -12,11 +12,11 @@ from policies.admission.engine import Engine
 from policies.model.cluster import node_from_manifest, pod_from_manifest
 from policies.model.resources import container_requests
 from policies.model.selectors import node_selector_from_spec
-from policies.placement.capacity import judge_capacity
 from policies.placement.capacity_index import CapacityIndex, TooCostly, WorkBudget
 from policies.placement.placement import demand_from_containers, node_profile
 from webhook.settings import Settings
 
+from .capacity_reference import judge_capacity
 from .cluster_builders import allocation, gpu_node, gpu_pod, snapshot
 from .helpers import costly_pod
 from .profiles import examples
