@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from policies.admission.engine import Engine
 from policies.model.cluster import Availability, ClusterSnapshot
@@ -16,6 +18,7 @@ from policies.rules.rule_index import rule_entries
 from webhook.settings import Settings
 
 from .cluster_builders import allocation, gpu_node, gpu_pod, snapshot
+from .helpers import costly_pod
 from .manifests import received
 
 MODEL = "aliyun.accelerator/nvidia_name"
@@ -23,8 +26,8 @@ ACCEPTED = "; accepted: a request that fits such a card, or add nodes with bigge
 
 
 def gc001(engine, obj, state, *, kind="Pod", operation="CREATE"):
-    subject = engine.subject(received(kind), received(obj), operation=received(operation), namespace="default",
-                             state=state)
+    subject = engine.subject(received(kind), received(obj), operation=received(operation),
+                             namespace=obj.get("metadata", {}).get("namespace", "default"), state=state)
     return [(f.severity, f.message, f.path_text) for f in engine.validate(subject).findings if f.rule == "GC001"]
 
 
@@ -199,6 +202,64 @@ def test_a_workload_template_is_judged_at_its_template(engine, settings):
         ("warn", 'GC001: Deployment default/d cannot run on any node the cluster has: container "p" asks for '
                  "aliyun.com/gpu-mem=40, more than the largest card of any node that could take it: 15 GiB "
                  "(GPU0 of node a)" + ACCEPTED, "spec.template.spec")]
+
+
+def pytorchjob(**replicas):
+    """The PyTorchJob of tests/data/workloads with each named replica's container changed by the given function."""
+    job = yaml.safe_load((Path(__file__).parent / "data" / "workloads" / "pytorchjob.yaml").read_text())
+    for name, change in replicas.items():
+        change(job["spec"]["pytorchReplicaSpecs"][name]["template"]["spec"])
+    return job
+
+
+def test_every_pod_template_of_a_custom_workload_is_judged_at_its_own(engine, settings):
+    # The Master asks for no GPU (nothing to judge there); the Worker, after it, asks for more than any card.
+    def no_gpu(spec):
+        del spec["containers"][0]["resources"]
+
+    def forty(spec):
+        spec["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = 40
+
+    state = cluster(settings, gpu_node("a", "share", 1, 15))
+    worker = ("warn", "GC001: PyTorchJob kubeflow/pytorch-simple spec.pytorchReplicaSpecs.Worker.template cannot run "
+                      'on any node the cluster has: container "pytorch" asks for aliyun.com/gpu-mem=40, more than the '
+                      "largest card of any node that could take it: 15 GiB (GPU0 of node a)" + ACCEPTED,
+              "spec.pytorchReplicaSpecs.Worker.template.spec")
+    assert gc001(engine, pytorchjob(Master=no_gpu, Worker=forty), state, kind="PyTorchJob") == [worker]
+    both = gc001(engine, pytorchjob(Master=forty, Worker=forty), state, kind="PyTorchJob")
+    assert [path for _, _, path in both] == ["spec.pytorchReplicaSpecs.Master.template.spec",
+                                             "spec.pytorchReplicaSpecs.Worker.template.spec"]
+    assert both[1] == worker
+
+
+COSTLY = ("GC001: {} is too costly to evaluate: whether some node can hold its 1 GPU container(s) under its node "
+          "constraints (400 required node affinity terms, 400 requirements in all) took more than "
+          "capacity.max_work=1000 units of work; accepted: fewer affinity terms and GPU containers (real pods have a "
+          "few of each, and take a few hundred units)")
+
+
+def test_the_work_cap_is_the_configured_one():
+    # 400 affinity terms no node matches, over four nodes: within the default cap, past a cap of 1,000.
+    small = Engine(Settings(capacity={"max_work": 1000}))
+    state = cluster(small.settings, *(gpu_node(f"n{i}", "share", 1, 15) for i in range(4)))
+    assert gc001(small, costly_pod("t", 400), state) == [("warn", COSTLY.format("Pod default/costly-t"), "spec")]
+    [(_, message, _)] = gc001(Engine(Settings()), costly_pod("t", 400), state)
+    assert message.startswith("GC001: Pod default/costly-t cannot run on any node the cluster has: no node of the "
+                              "cluster matches its node selectors or affinity")
+
+
+def test_a_workload_past_the_cap_is_judged_no_further(settings):
+    # The budget is the review's: past it at the Master's template, the Worker's is not judged.
+    def costly(name):
+        def change(spec):
+            spec["affinity"] = costly_pod(name, 400)["spec"]["affinity"]
+        return change
+
+    small = Engine(Settings(capacity={"max_work": 1000}))
+    state = cluster(small.settings, *(gpu_node(f"n{i}", "share", 1, 15) for i in range(4)))
+    assert gc001(small, pytorchjob(Master=costly("m"), Worker=costly("w")), state, kind="PyTorchJob") == [(
+        "warn", COSTLY.format("PyTorchJob kubeflow/pytorch-simple spec.pytorchReplicaSpecs.Master.template"),
+        "spec.pytorchReplicaSpecs.Master.template.spec")]
 
 
 @pytest.mark.parametrize("obj", [
