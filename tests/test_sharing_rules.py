@@ -13,6 +13,9 @@ from typing import Any
 
 import yaml
 
+from policies.admission.engine import Engine
+from webhook.settings import Settings
+
 from .manifests import MEM, container, pod, pod_spec, received, workload
 
 MULTI = "aliyun.com/gpu-count"
@@ -81,6 +84,19 @@ def test_gs008_judges_each_replica_of_a_custom_workload(engine):
     both = replicas(Master={"init": [container("warm", limits={MEM: 4})]}, Worker={"init": warm})
     assert [path for _, _, path in found(engine, both, "GS008")] == [
         "spec.pytorchReplicaSpecs.Worker.template.spec.initContainers[0]"]
+
+
+def test_gs008_compares_amounts_by_value_in_a_mib_cluster():
+    # A device plugin counting MiB: 16,000 units on the init container and on the app container are
+    # the same amount (numbers this large are distinct objects in Python: compared by value).
+    mib = Engine(Settings(names={"memory_unit": "MiB"}))
+    obj = pod(pod_spec(container("app", limits={MEM: 16000}), init=[container("warm", limits={MEM: 16000})]))
+    assert found(mib, obj, "GS008") == []
+    obj["spec"]["initContainers"][0]["resources"]["limits"][MEM] = 8000
+    assert [message for _, message, _ in found(mib, obj, "GS008")] == [
+        'GS008: Pod default/p init container "warm": aliyun.com/gpu-mem=8000 holds no card: the scheduler counts '
+        "app containers only, and the device plugin gives it a GPU only if it equals their sum (16000); move it to "
+        "an app container"]
 
 
 def test_gs008_sums_the_app_containers_gs003_accepts(engine, settings):
