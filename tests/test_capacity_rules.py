@@ -85,6 +85,25 @@ def test_the_container_asking_most_is_the_one_named(engine, settings):
     assert 'container "p" asks for aliyun.com/gpu-mem=40' in gc001(engine, two_containers(40, 40), state)[0][1]
 
 
+def test_a_pod_spread_over_cards_is_named_by_its_share_of_each(engine, settings):
+    # The multi-GPU label: 40 GiB over 2 cards is 20 on each, which no 15 GiB card holds; 30 over 2 fits.
+    state = cluster(settings, gpu_node("a", "share", 4, 15))
+
+    def spread(mem, cards):
+        obj = pod(mem=mem)
+        obj["metadata"].setdefault("labels", {})["aliyun.com/gpu-count"] = cards
+        return obj
+
+    assert gc001(engine, spread(40, "2"), state) == [
+        ("warn", 'GC001: Pod default/p cannot run on any node the cluster has: container "p" asks for 20 GiB on each '
+                 "of 2 cards, more than the largest card of any node that could take it: 15 GiB (GPU0 of node a)"
+         + ACCEPTED, "spec")]
+    assert gc001(engine, spread(30, "2"), state) == []
+    assert gc001(engine, spread(20, "1"), state)[0][1] == (
+        'GC001: Pod default/p cannot run on any node the cluster has: container "p" asks for aliyun.com/gpu-mem=20, '
+        "more than the largest card of any node that could take it: 15 GiB (GPU0 of node a)" + ACCEPTED)
+
+
 def test_a_core_mem_pod_needs_a_core_mem_node(engine, settings):
     state = cluster(settings, gpu_node("a", "share", 2, 15), gpu_node("c", "cgpu", 2, 15))
     assert gc001(engine, pod(mem=2, core=30), state) == [
