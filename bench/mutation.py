@@ -365,6 +365,7 @@ class Pool:
                 else:
                     continue
                 os.close(slot.fd)
+                slot.fd, slot.pid = -1, 0  # reaped: never signalled again (its pid may be reused)
                 task = slot.task
                 assert task is not None
                 if task.mutant is not None:
@@ -375,10 +376,12 @@ class Pool:
 
     def stop(self) -> None:
         for slot in self.slots:
-            if slot.fd >= 0:
+            if slot.pid > 0:  # a child of ours still running
                 with contextlib.suppress(ProcessLookupError, ChildProcessError, OSError):
                     os.kill(slot.pid, signal.SIGKILL)
                     os.waitpid(slot.pid, 0)
+                os.close(slot.fd)
+                slot.fd, slot.pid = -1, 0
 
 
 def prepare_copy() -> Path:
