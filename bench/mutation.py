@@ -187,6 +187,13 @@ class Mutant:
         return mutate_code(original, plugins.get_operator(self.operator)(), self.occurrence)
 
 
+def variant_key(key: str, original: str, mutated: str) -> str:
+    """``key => mutated line``: one of the mutants an operator makes at one place (a number's +1 or -1),
+    for an equivalents entry that holds for that variant only."""
+    added = [line[1:].strip() for line in diff(original, mutated).splitlines() if line.startswith("+")]
+    return f"{key} => {added[0] if added else ''}"
+
+
 def diff(original: str, mutated: str) -> str:
     lines = difflib.unified_diff(original.splitlines(), mutated.splitlines(), lineterm="", n=0)
     return "\n".join(line for line in lines if not line.startswith(("---", "+++")))
@@ -305,6 +312,7 @@ class Task:
     tests: list[str]
     mutant: Mutant | None  # None: the unmutated module, to measure its tests' time
     mutated: str = ""
+    variant: str = ""  # the key with the mutated line: names one of the variants an operator makes there
 
 
 @dataclass
@@ -455,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     judged = read_equivalents()
     rerun = None
     if args.rerun is not None:  # the survivors file: each mutant's key on a line of its own, then its diff
-        rerun = {line for line in args.rerun.read_text(encoding="utf-8").splitlines() if " :: " in line}
+        rerun = {line.partition(" => ")[0] for line in args.rerun.read_text(encoding="utf-8").splitlines()
+                 if " :: " in line}
     # A plain `kill` ends the run through the finally below, which removes the copies.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
@@ -526,7 +535,14 @@ def main(argv: list[str] | None = None) -> int:
                     if mutated is None or mutated == pool.originals[module]:
                         tallies[module].pending -= 1  # an operator position that makes no change
                         continue
-                    yield Task(module, tests[module], mutant, mutated)
+                    variant = variant_key(mutant.key(lines[module]), pool.originals[module], mutated)
+                    if variant in judged:
+                        matched.add(variant)
+                        if not args.all_equivalents:
+                            tallies[module].pending -= 1
+                            tallies[module].equivalent += 1
+                            continue
+                    yield Task(module, tests[module], mutant, mutated, variant)
                 if not tallies[module].pending:
                     report(module, tallies[module], rerun is not None)
 
@@ -537,14 +553,14 @@ def main(argv: list[str] | None = None) -> int:
             tally.pending -= 1
             tally.seconds += seconds
             key = mutant.key(lines[module])
-            if key in judged:
+            if key in judged or task.variant in judged:
                 tally.equivalent += 1
                 if result != "survived":
                     print(f"  note: listed as equivalent but killed: {key}", file=sys.stderr)
             elif result == "survived":
                 tally.survived += 1
                 if survivors is not None:
-                    survivors.write(f"{key}\n{diff(pool.originals[module], task.mutated)}\n\n")
+                    survivors.write(f"{task.variant}\n{diff(pool.originals[module], task.mutated)}\n\n")
                     survivors.flush()
             else:
                 tally.killed += 1

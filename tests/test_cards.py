@@ -14,6 +14,7 @@ from policies.placement.cards import (
     Card,
     CardOrder,
     NodeCards,
+    NoFit,
     Placed,
     card_count,
     choose_cards,
@@ -339,6 +340,34 @@ def test_when_the_policy_choice_leaves_no_room_every_assignment_is_tried():
     placed = place_pod(state, "ns/p", [gpu(3, container="a"), gpu(4, container="b"), gpu(3, container="c")])
     assert placed == Placed([(1,), (0,), (1,)])
     assert [c.used_mem for c in state.cards] == [10, 10]
+
+
+def test_the_search_also_tries_leaving_a_card_for_later_containers():
+    # GPU0 has 6 GiB free, GPU1 4. binpack puts "a" (3) on GPU1 and "b" (3) on GPU0, and "c" (4) then
+    # fits neither. The search tries the largest, "c", on GPU0 first (then 3 fits GPU1, the other 3
+    # nothing) and then on GPU1, which leaves GPU0 to both 3s. On a cGPU node (20 pods per card, far
+    # from reached here) the same.
+    for mode, limit in (("share", None), ("cgpu", 20)):
+        state = NodeCards("n", mode, "binpack", [Card(0, 10, 4), Card(1, 10, 6)])
+        placed = place_pod(state, "ns/p", [gpu(3, container="a"), gpu(3, container="b"), gpu(4, container="c")],
+                           limit)
+        assert placed == Placed([(0,), (0,), (1,)]), mode
+        assert [c.used_mem for c in state.cards] == [10, 10]
+
+
+def test_the_search_weighs_each_card_s_free_compute():
+    # "x" (60%) goes first by binpack onto the fuller GPU0 and leaves "y", which needs a whole card's
+    # compute, nowhere; the search puts "y" on GPU0, the only card with 100% free, and "x" on GPU1.
+    state = NodeCards("n", "core_mem", "binpack", [Card(0, 10, 5), Card(1, 10, 0, 40)])
+    placed = place_pod(state, "ns/p", [gpu(4, 60, container="x"), gpu(4, 100, container="y")])
+    assert placed == Placed([(1,), (0,)])
+    assert [(c.used_mem, c.used_core) for c in state.cards] == [(9, 100), (4, 100)]
+
+
+def test_a_node_without_cards_names_the_first_container_and_what_it_spreads_over():
+    placed = place_pod(NodeCards("n", "cgpu", "binpack", []), "ns/p",
+                       [PodGPU("a", 8, 0, 0, 2), PodGPU("b", 4, 0, 1, 2)])
+    assert placed.no_fit == NoFit("a", ("the node has no shared GPU cards",), 2)
 
 
 def test_a_pod_no_assignment_holds_is_refused_with_the_policy_choice_s_reasons():
