@@ -364,6 +364,28 @@ def test_the_search_weighs_each_card_s_free_compute():
     assert [(c.used_mem, c.used_core) for c in state.cards] == [(9, 100), (4, 100)]
 
 
+def test_a_pod_asking_more_than_the_node_s_whole_room_is_refused_without_searching():
+    # Eleven containers of 10 GiB on ten 10 GiB cards (each card told apart by its compute, so
+    # the search could not treat them as one): trying every assignment would pass the search's
+    # budget and leave the pod undecided (taken to fit); asking more than all the room there is,
+    # in memory or in compute, it is refused with the policy choice's reasons.
+    def ten_cards() -> list[Card]:
+        return [Card(i, 10, 0, i) for i in range(10)]
+
+    memory = place_pod(NodeCards("n", "share", "binpack", ten_cards()), "ns/p",
+                       [PodGPU(f"c{i}", 10, 0, i) for i in range(11)])
+    assert memory.no_fit == NoFit("c10", tuple(f"GPU{i} has 0/10 GiB free, needs 10" for i in range(10)))
+    compute = place_pod(NodeCards("n", "core_mem", "binpack", ten_cards()), "ns/p",
+                        [PodGPU(f"c{i}", 1, 90, i) for i in range(11)])
+    assert compute.no_fit == NoFit("c10", tuple(f"GPU{i} has {10 - i}% compute free, needs 90%" for i in range(10)))
+
+
+def test_a_card_s_free_compute_is_what_its_pods_leave_of_100_percent():
+    # GC001's "the most compute free is N%" reads it.
+    card = Card(0, 15, 3, 30)
+    assert (card.free_mem, card.free_core) == (12, 70)
+
+
 def test_a_node_without_cards_names_the_first_container_and_what_it_spreads_over():
     placed = place_pod(NodeCards("n", "cgpu", "binpack", []), "ns/p",
                        [PodGPU("a", 8, 0, 0, 2), PodGPU("b", 4, 0, 1, 2)])
