@@ -414,6 +414,16 @@ def test_a_container_spread_over_several_cards_takes_its_share_of_each():
     assert fewer.no_fit.reasons == ("the node has 1 card",)
 
 
+def test_a_spread_container_that_does_not_fit_counts_the_cards_that_could_take_their_share():
+    # 40 GiB over 4 cards is 10 on each: three cards have it, GPU3 (25 of 31 used) does not.
+    state = NodeCards("n", "cgpu", "binpack", [Card(0, 31), Card(1, 31), Card(2, 31), Card(3, 31, 25)])
+    refused = place_pod(state, "ns/p", [PodGPU("c", 40, 0, 0, 4)])
+    assert refused.no_fit == NoFit("c", ("GPU3 has 6/31 GiB free, needs 10",), 4, 3)
+    # Over 3 cards on a node of 2: no card is counted, the node's cards are named.
+    two = place_pod(NodeCards("n", "cgpu", "binpack", [Card(0, 31), Card(1, 31)]), "ns/p", [PodGPU("c", 30, 0, 0, 3)])
+    assert two.no_fit == NoFit("c", ("the node has 2 cards",), 3, -1)
+
+
 # ---- what `inspect -d` lists per pod ---------------------------------------------------------------
 
 def test_inspect_details_list_each_pod_per_card():
