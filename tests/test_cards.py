@@ -380,6 +380,16 @@ def test_a_pod_asking_more_than_the_node_s_whole_room_is_refused_without_searchi
     assert compute.no_fit == NoFit("c10", tuple(f"GPU{i} has {10 - i}% compute free, needs 90%" for i in range(10)))
 
 
+def test_a_search_past_its_budget_leaves_the_pod_undecided_and_the_cards_as_they_were():
+    # Ten 9 GiB containers and one of 10 on ten 10 GiB cards told apart: the sum fits, no assignment
+    # does (a card holds one of them), and proving it means trying millions of orders. Past the
+    # budget the pod is taken to fit (never stricter than the scheduler), holding no card.
+    state = NodeCards("n", "share", "binpack", [Card(i, 10, 0, i) for i in range(10)])
+    placed = place_pod(state, "ns/p", [PodGPU(f"c{i}", 9, 0, i) for i in range(10)] + [PodGPU("big", 10, 0, 10)])
+    assert placed == Placed(None) and placed.fits
+    assert [c.used_mem for c in state.cards] == [0] * 10
+
+
 def test_a_card_s_free_compute_is_what_its_pods_leave_of_100_percent():
     # GC001's "the most compute free is N%" reads it.
     card = Card(0, 15, 3, 30)
