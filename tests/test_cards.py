@@ -380,6 +380,17 @@ def test_a_pod_asking_more_than_the_node_s_whole_room_is_refused_without_searchi
     assert compute.no_fit == NoFit("c10", tuple(f"GPU{i} has {10 - i}% compute free, needs 90%" for i in range(10)))
 
 
+def test_a_card_at_the_cgpu_limit_is_no_room_for_a_new_pod():
+    # Ten 10 GiB containers, ten 10 GiB cards, but GPU9 already runs 20 pods (the cGPU limit): the
+    # room a new pod has is nine cards, so it is refused without a search (which would run past its
+    # budget and leave the pod undecided).
+    crowd = tuple(f"ns/other-{k}" for k in range(20))
+    state = NodeCards("n", "cgpu", "binpack", [Card(i, 10, 0, i) for i in range(9)] + [Card(9, 10, 0, 9, crowd)])
+    placed = place_pod(state, "ns/p", [PodGPU(f"c{i}", 10, 0, i) for i in range(10)], 20)
+    assert placed.no_fit == NoFit("c9", (*(f"GPU{i} has 0/10 GiB free, needs 10" for i in range(9)),
+                                         "GPU9 already runs 20 pods, the cGPU limit is 20"))
+
+
 def test_a_search_past_its_budget_leaves_the_pod_undecided_and_the_cards_as_they_were():
     # Ten 9 GiB containers and one of 10 on ten 10 GiB cards told apart: the sum fits, no assignment
     # does (a card holds one of them), and proving it means trying millions of orders. Past the
