@@ -346,13 +346,14 @@ def test_the_search_also_tries_leaving_a_card_for_later_containers():
     # GPU0 has 6 GiB free, GPU1 4. binpack puts "a" (3) on GPU1 and "b" (3) on GPU0, and "c" (4) then
     # fits neither. The search tries the largest, "c", on GPU0 first (then 3 fits GPU1, the other 3
     # nothing) and then on GPU1, which leaves GPU0 to both 3s. On a cGPU node (20 pods per card, far
-    # from reached here) the same.
+    # from reached here) the same. GPU2 is recorded past its size (12 of 10 GiB): it has no room,
+    # and takes none from the others (the pod needs all of theirs).
     for mode, limit in (("share", None), ("cgpu", 20)):
-        state = NodeCards("n", mode, "binpack", [Card(0, 10, 4), Card(1, 10, 6)])
+        state = NodeCards("n", mode, "binpack", [Card(0, 10, 4), Card(1, 10, 6), Card(2, 10, 12)])
         placed = place_pod(state, "ns/p", [gpu(3, container="a"), gpu(3, container="b"), gpu(4, container="c")],
                            limit)
         assert placed == Placed([(0,), (0,), (1,)]), mode
-        assert [c.used_mem for c in state.cards] == [10, 10]
+        assert [c.used_mem for c in state.cards] == [10, 10, 12]
 
 
 def test_the_search_weighs_each_card_s_free_compute():
