@@ -436,6 +436,14 @@ def test_a_container_spread_over_several_cards_takes_its_share_of_each():
     assert fewer.no_fit.reasons == ("the node has 1 card",)
 
 
+def test_a_container_over_several_cards_takes_them_in_the_node_s_placement_order():
+    # 20 GiB over 2 cards on GPU0 (10 of 31 used), GPU1 and GPU2 (empty): binpack takes the fullest
+    # first, spread the emptiest.
+    for placement, expected in (("binpack", (0, 1)), ("spread", (1, 2))):
+        state = NodeCards("n", "cgpu", placement, [Card(0, 31, 10), Card(1, 31), Card(2, 31)])
+        assert place_pod(state, "ns/p", [PodGPU("c", 20, 0, 0, 2)]) == Placed([expected]), placement
+
+
 def test_a_spread_container_that_does_not_fit_counts_the_cards_that_could_take_their_share():
     # 40 GiB over 4 cards is 10 on each: three cards have it, GPU3 (25 of 31 used) does not.
     state = NodeCards("n", "cgpu", "binpack", [Card(0, 31), Card(1, 31), Card(2, 31), Card(3, 31, 25)])
