@@ -354,6 +354,12 @@ def test_the_search_also_tries_leaving_a_card_for_later_containers():
                            limit)
         assert placed == Placed([(0,), (0,), (1,)]), mode
         assert [c.used_mem for c in state.cards] == [10, 10, 12]
+    # With 10% compute each on a core_mem node: GPU0 holds both 3s and 20% of its compute.
+    state = NodeCards("n", "core_mem", "binpack", [Card(0, 10, 4), Card(1, 10, 6), Card(2, 10, 12)])
+    placed = place_pod(state, "ns/p", [gpu(3, 10, container="a"), gpu(3, 10, container="b"),
+                                       gpu(4, 10, container="c")])
+    assert placed == Placed([(0,), (0,), (1,)])
+    assert [(c.used_mem, c.used_core) for c in state.cards] == [(10, 20), (10, 10), (12, 0)]
 
 
 def test_the_search_weighs_each_card_s_free_compute():
