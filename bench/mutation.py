@@ -2,23 +2,29 @@
 
 Each module is mutated by cosmic-ray's operators (it sees decorated functions, so every
 ``@rule`` body is mutated too) and each mutant is run against that module's fast tests
-(``FAST_TESTS`` below): a mutant is *killed* when a test fails, errors or times out, and
-*survives* when they all pass. Mutants judged unable to change behaviour are listed, one
-line of reason each, in ``bench/equivalent_mutants.txt`` and set aside.
+(``FAST`` below, every module of ``policies/``): a mutant is *killed* when a test fails, errors or
+times out, and *survives* when they all pass. Mutants judged unable to change behaviour are
+listed, one line of reason each, in ``bench/equivalent_mutants.txt`` and set aside.
 
-Prints one line per module and, last, ``mutation score: N %`` (killed / (mutants - equivalent),
-over every module run). Survivors are written with their diff to ``--survivors FILE``.
-Nothing is asserted and this is not part of CI: a full run takes tens of minutes.
+Prints the budget first (mutants x measured seconds per test run / jobs), one line per module,
+``mutation score: N %`` (killed / (mutants - equivalent), over every module run) and, last, the
+time the run took. Survivors are written with their diff to ``--survivors FILE``. Nothing is
+asserted and this is not part of CI: a full run of every module takes hours on two cores.
 
-    .venv/bin/python bench/mutation.py                       # every module, every mutant
-    .venv/bin/python bench/mutation.py --sample 40           # 40 random mutants per module
+    .venv/bin/python bench/mutation.py --list                     # each module's tests; modules without their own
+    .venv/bin/python bench/mutation.py --budget                   # what a full run would cost, then stop
+    .venv/bin/python bench/mutation.py --jobs 2                   # every module, every mutant, 2 at a time
+    .venv/bin/python bench/mutation.py --sample 40                # 40 random mutants per module
     .venv/bin/python bench/mutation.py policies/model/quantity.py --survivors /tmp/s.txt
     .venv/bin/python bench/mutation.py policies/model/quantity.py --rerun /tmp/s.txt   # those survivors again
 
-Speed: the project is copied to a temporary directory (the work tree is never touched), one
-parent process imports the third-party libraries once, and each mutant runs ``pytest -x`` in a
-forked child that imports the (mutated) project afresh. ``--sample K`` draws K mutants per
-module with a fixed seed (``--seed``), so two runs of the same code draw the same mutants.
+Speed: the project is copied to one temporary directory per job (the work tree is never
+touched), the parent process imports the third-party libraries once, and each mutant runs
+``pytest -x`` in a forked child that imports the (mutated) project afresh from its job's copy.
+The mutants of a module are enumerated once per version of its source (cosmic-ray's walk costs
+minutes over all of ``policies/``) and kept in ``--cache`` keyed by the source's hash.
+``--sample K`` draws K mutants per module with a fixed seed (``--seed``), so two runs of the
+same code draw the same mutants.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ import argparse
 import ast
 import contextlib
 import difflib
+import hashlib
 import importlib
+import json
 import os
 import random
 import select
@@ -36,47 +44,124 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "bench" / "equivalent_mutants.txt"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpushare-mutation"
 
-# Each module and the example-based tests (no server, no subprocess, no property search) that pin it
-# down, most telling first: tests/domain/test_<name>.py for each name (all of them domain tests).
+# Each module of policies/ and the example tests (no server, no subprocess, no property search
+# where an example test exists) that pin it down, most telling first. A test is named by its
+# file's stem (test_<stem>.py), found anywhere under tests/, so moving test files changes nothing
+# here. A module whose stem has no test file of its own gets the tests that exercise it (those that
+# import it, or its rules' ids): `--list` marks them.
 _RULES = "rule_base pod_rules gs_rules exemptions node_messages node_rules placement_messages placement_rules"
 _FAST = {
-    "policies/rules/base.py": _RULES + " exemption_grants",
-    "policies/rules/pod_resources.py": "gs_rules pod_rules",
-    "policies/rules/sharing_rules.py": "scheduler_counting pod_rules",
+    # model
+    "policies/model/settings.py": "settings exemption_grants",
+    "policies/model/field_paths.py": "workloads workload_schemas",
+    "policies/model/quantity.py": "quantity gs_rules",
+    "policies/model/resources.py": "pod_rules gs_rules workloads scoring_numbers",
+    "policies/model/modes.py": "node_messages node_rules placement",
+    "policies/model/selectors.py": "selectors scoring_numbers scoring",
+    "policies/model/cluster.py": "state_views placement cards node_rules scheduler_counting",
+    "policies/model/workloads.py": "workloads workload_schemas",
+    "policies/model/subject.py": "rule_base rule_families pod_rules gs_rules",
+    "policies/model/exemptions.py": "exemptions exemption_grants",
+    "policies/model/grants.py": "exemption_grants exemptions",
+    "policies/model/isolation.py": "isolation_rules isolation_audit",
+    "policies/model/env_expansion.py": "isolation_round_two isolation_rules",
     "policies/model/gpu_memory.py": "gs_rules scoring_numbers",
+    "policies/model/near_miss.py": "pod_rules gs_rules backstop_equivalence",
+    "policies/model/catalog.py": "node_rules node_messages",
+    "policies/model/compatibility.py": "node_rules node_messages",
+    "policies/model/ecs.py": "node_rules node_messages settings",
+    "policies/model/sources.py": "rule_tables user_words",
+    "policies/model/warning_text.py": "warning_limit fair_evaluation",
+    # quota
+    "policies/quota/quota_objects.py": "quota_rules quota_oracle live_quotas",
+    "policies/quota/quota_usage.py": "quota_oracle quota_rules",
+    # rules
+    "policies/rules/base.py": _RULES + " exemption_grants",
+    "policies/rules/relevance.py": "match_conditions rule_families",
+    "policies/rules/judged.py": "update_conditions update_judging match_conditions",
+    "policies/rules/cel.py": "match_conditions update_conditions backstop_equivalence",
+    "policies/rules/mutations.py": "mutations",
+    "policies/rules/rule_index.py": "rule_base rule_tables",
+    "policies/rules/pod_resources.py": "gs_rules pod_rules",
+    "policies/rules/sharing_rules.py": "sharing_rules scheduler_counting pod_rules",
     "policies/rules/exemptions.py": "exemptions exemption_grants",
     "policies/rules/node_rules.py": "node_messages node_rules",
     "policies/rules/placement_rules.py": "placement_messages placement_rules rule_base",
     "policies/rules/capacity_rules.py": "capacity_rules placement_rules",
-    "policies/placement/capacity.py": "capacity_rules",
-    "policies/model/quantity.py": "quantity gs_rules",
-    "policies/rules/mutations.py": "mutations",
-    "policies/model/exemptions.py": "exemptions exemption_grants",
-    "policies/model/grants.py": "exemption_grants exemptions",
+    "policies/rules/quota_rules.py": "quota_rules",
+    "policies/rules/isolation_rules.py": "isolation_rules isolation_round_two",
+    "policies/rules/workload_rules.py": "workloads workload_schemas",
+    "policies/rules/cluster_invariants.py": "audit",
+    # placement
     "policies/placement/cards.py":
         "cards placement scoring_numbers scoring placement_rules gs_rules scheduler_counting",
     "policies/placement/card_choice.py":
         "cards placement scoring_numbers scoring placement_rules gs_rules scheduler_counting",
     "policies/placement/placement.py": "placement placement_rules scoring_numbers scoring node_messages",
+    "policies/placement/topology.py": "topology",
+    "policies/placement/capacity.py": "capacity_rules capacity_index",
+    "policies/placement/capacity_index.py": "capacity_index capacity_rules",
+    "policies/placement/allocation.py": "allocation_metrics cards scheduler_oracle",
+    "policies/placement/assume.py": "state_views placement_rules live_state",
+    "policies/placement/leadership.py": "leader state_views",
+    # scoring
     "policies/scoring/scoring.py": "scoring_numbers scoring selectors",
-    "policies/model/selectors.py": "selectors scoring_numbers scoring",
+    "policies/scoring/explain.py": "quota_explain cli_score",
+    "policies/scoring/workload_explain.py": "quota_explain",
+    # admission
+    "policies/admission/engine.py": "rule_base rule_families gs_rules pod_rules",
+    "policies/admission/budget.py": "fair_evaluation manifest_bombs",
+    "policies/admission/dryrun.py": "dry_run cli_score",
+    # generate
+    "policies/generate/match_conditions.py": "match_conditions update_conditions",
+    "policies/generate/workload_conditions.py": "match_conditions workload_crd_coverage",
+    "policies/generate/backstop.py": "backstop_equivalence deploy_backstop",
+    "policies/generate/backstop_isolation.py": "deploy_isolation isolation_round_two",
+    "policies/generate/near_miss_regex.py": "backstop_equivalence",
+    # audit
+    "policies/audit/audit.py": "audit",
 }
-# Tests that start a process: they check the command line, not the module, and cost a second each.
-_DESELECT = ["tests/domain/test_node_rules.py::test_a_broken_catalog_override_is_refused_at_start"]
-FAST_TESTS: dict[str, list[str]] = {module: [f"tests/domain/test_{name}.py" for name in names.split()]
-                                    for module, names in _FAST.items()}
+# Tests that start a process: they check the command line, not the module, and cost a second each
+# (stem::name). Tests marked `processes` are left out the same way.
+_DESELECT = ["node_rules::test_a_broken_catalog_override_is_refused_at_start"]
 # Third-party libraries the parent imports once, so a child only imports the project.
 _WARM = ["pytest", "_pytest.python", "_pytest.assertion.rewrite", "hypothesis", "hypothesis.strategies",
          "pydantic", "pydantic_settings", "yaml", "jsonpatch", "msgspec", "flask", "kubernetes.client",
          "cryptography.x509", "rich.console", "click", "prometheus_client", "pythonjsonlogger.json",
          "requests", "jsonschema"]
 _COPY = ["policies", "webhook", "certs", "tests", "bench", "pyproject.toml"]
+
+
+def policies_modules(root: Path = ROOT) -> list[str]:
+    """Every module of policies/ that holds code (a package's __init__ only documents and imports)."""
+    return sorted(str(p.relative_to(root)) for p in (root / "policies").rglob("*.py") if p.name != "__init__.py")
+
+
+def test_file(stem: str, root: Path = ROOT) -> Path:
+    """tests/**/test_<stem>.py, relative to ``root``: wherever the test file lives under tests/."""
+    found = sorted((root / "tests").rglob(f"test_{stem}.py"))
+    if len(found) != 1:
+        raise SystemExit(f"test_{stem}.py: {'not found' if not found else 'found twice'} under tests/ "
+                         f"({', '.join(map(str, found))})")
+    return found[0].relative_to(root)
+
+
+def fast_tests(module: str, root: Path = ROOT) -> list[str]:
+    return [str(test_file(stem, root)) for stem in _FAST[module].split()]
+
+
+def has_own_tests(module: str, root: Path = ROOT) -> bool:
+    return any((root / "tests").rglob(f"test_{Path(module).stem}.py"))
 
 
 @dataclass(frozen=True)
@@ -104,25 +189,55 @@ class Mutant:
         return mutate_code(original, plugins.get_operator(self.operator)(), self.occurrence)
 
 
+def variant_key(key: str, original: str, mutated: str) -> str:
+    """``key => mutated line``: one of the mutants an operator makes at one place (a number's +1 or -1),
+    for an equivalents entry that holds for that variant only."""
+    added = [line[1:].strip() for line in diff(original, mutated).splitlines() if line.startswith("+")]
+    return f"{key} => {added[0] if added else ''}"
+
+
 def diff(original: str, mutated: str) -> str:
     lines = difflib.unified_diff(original.splitlines(), mutated.splitlines(), lineterm="", n=0)
     return "\n".join(line for line in lines if not line.startswith(("---", "+++")))
 
 
-def mutants_of(module: str, root: Path) -> list[Mutant]:
-    """Every mutant cosmic-ray's operators make of one module, in a stable order."""
+def _operators() -> list[str]:
+    from cosmic_ray import plugins
+
+    # parameterised operators need a configuration; the defaults are enough
+    return [name for name in sorted(plugins.operator_names()) if not plugins.get_operator(name).arguments()]
+
+
+def _walk(module: str, source: str) -> list[Mutant]:
+    """cosmic-ray's walk: every position each operator mutates, in a stable order (one parse)."""
     from cosmic_ray import plugins
     from cosmic_ray.ast import ast_nodes, get_ast_from_path
 
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / Path(module).name
+        path.write_text(source, encoding="utf-8")
+        nodes = list(ast_nodes(get_ast_from_path(path)))
     found: list[Mutant] = []
-    for name in sorted(plugins.operator_names()):
-        operator_class = plugins.get_operator(name)
-        if operator_class.arguments():
-            continue  # parameterised operators need a configuration; the defaults are enough
-        operator = operator_class()
-        positions = [start for node in ast_nodes(get_ast_from_path(root / module))
-                     for start, _end in operator.mutation_positions(node)]
+    for name in _operators():
+        operator = plugins.get_operator(name)()
+        positions = [start for node in nodes for start, _end in operator.mutation_positions(node)]
         found.extend(Mutant(module, name, occurrence, line, col) for occurrence, (line, col) in enumerate(positions))
+    return found
+
+
+def mutants_of(module: str, source: str, cache: Path | None) -> list[Mutant]:
+    """Every mutant of one module, from the cache when this very source (and cosmic-ray) was walked before."""
+    digest = hashlib.sha256(f"{metadata.version('cosmic-ray')}\n{' '.join(_operators())}\n{source}".encode())
+    entry = cache / f"{digest.hexdigest()}.json" if cache is not None else None
+    if entry is not None and entry.exists():
+        return [Mutant(module, *row) for row in json.loads(entry.read_text(encoding="utf-8"))]
+    found = _walk(module, source)
+    if entry is not None:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        rows = [[m.operator, m.occurrence, m.line, m.col] for m in found]
+        partial = entry.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(rows), encoding="utf-8")
+        partial.replace(entry)  # whole or absent: a run stopped half-way leaves no half entry
     return found
 
 
@@ -159,33 +274,124 @@ def read_equivalents(path: Path = EQUIVALENTS) -> dict[str, str]:
     return judged
 
 
-def run_tests(tests: list[str], timeout: float) -> tuple[str, float]:
-    """Run pytest in a forked child; ('killed' | 'survived' | 'timeout', seconds)."""
-    started = time.monotonic()
+def start_tests(copy: Path, tests: list[str]) -> int:
+    """Fork a child that runs pytest -x on ``tests`` in ``copy`` (a fresh import of the project there)."""
     pid = os.fork()
-    if pid == 0:  # child: quiet, then a fresh import of the project under pytest
+    if pid:
+        return pid
+    try:  # the child: never returns
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)
+        os.chdir(copy)
+        sys.path.insert(0, str(copy))
         import pytest
 
-        deselect = [arg for test in _DESELECT if test.split("::")[0] in tests for arg in ("--deselect", test)]
-        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--no-header", *deselect, *tests])
+        deselect = []
+        for entry in _DESELECT:
+            stem, _, name = entry.partition("::")
+            path = str(test_file(stem, copy))
+            if path in tests:
+                deselect += ["--deselect", f"{path}::{name}"]
+        marker = ["-m", "not processes"] if _has_marker(copy, "processes") else []
+        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header",
+                            *marker, *deselect, *tests])
         os._exit(int(code))
-    fd = os.pidfd_open(pid)
-    try:
-        ready, _, _ = select.select([fd], [], [], timeout)
-        if not ready:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "timeout", time.monotonic() - started
-        _, status = os.waitpid(pid, 0)
     finally:
-        os.close(fd)
-    code = os.waitstatus_to_exitcode(status)
-    if code == 5:
-        raise SystemExit(f"no tests collected from {tests}")
-    return ("survived" if code == 0 else "killed"), time.monotonic() - started
+        os._exit(70)
+
+
+def _has_marker(root: Path, name: str) -> bool:
+    """Whether pyproject.toml declares the pytest marker (``-m`` refuses an unknown one under --strict-markers)."""
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    markers = config.get("tool", {}).get("pytest", {}).get("ini_options", {}).get("markers", [])
+    return any(marker.split(":")[0].strip() == name for marker in markers)
+
+
+@dataclass
+class Task:
+    module: str
+    tests: list[str]
+    mutant: Mutant | None  # None: the unmutated module, to measure its tests' time
+    mutated: str = ""
+    variant: str = ""  # the key with the mutated line: names one of the variants an operator makes there
+
+
+@dataclass
+class Slot:
+    """One job: a copy of the project, and the child running in it."""
+
+    copy: Path
+    task: Task | None = None
+    pid: int = 0
+    fd: int = -1
+    started: float = 0.0
+    deadline: float = 0.0
+
+
+@dataclass
+class Pool:
+    """Up to ``len(slots)`` children at once, each in its own copy; a mutant is written into that copy
+    before its child starts and put back when it ends."""
+
+    slots: list[Slot]
+    originals: dict[str, str] = field(default_factory=dict)
+
+    def run(self, tasks: Iterator[Task], timeout_of: dict[str, float]) -> Iterator[tuple[Task, str, float]]:
+        pending = iter(tasks)
+        busy: list[Slot] = []
+        idle = list(self.slots)
+        exhausted = False
+        while True:
+            while idle and not exhausted:
+                task = next(pending, None)
+                if task is None:
+                    exhausted = True
+                    break
+                slot = idle.pop()
+                if task.mutant is not None:
+                    (slot.copy / task.module).write_text(task.mutated, encoding="utf-8")
+                slot.task, slot.started = task, time.monotonic()
+                slot.deadline = slot.started + timeout_of.get(task.module, 600.0)
+                slot.pid = start_tests(slot.copy, task.tests)
+                slot.fd = os.pidfd_open(slot.pid)
+                busy.append(slot)
+            if not busy:
+                return
+            wait = max(0.0, min(s.deadline for s in busy) - time.monotonic())
+            ready, _, _ = select.select([s.fd for s in busy], [], [], wait)
+            now = time.monotonic()
+            for slot in list(busy):
+                if slot.fd in ready:
+                    _, status = os.waitpid(slot.pid, 0)
+                    code = os.waitstatus_to_exitcode(status)
+                    result = "survived" if code == 0 else "killed"
+                    if code == 5:
+                        raise SystemExit(f"no tests collected from {slot.task.tests if slot.task else '?'}")
+                elif now >= slot.deadline:
+                    os.kill(slot.pid, signal.SIGKILL)
+                    os.waitpid(slot.pid, 0)
+                    result = "timeout"
+                else:
+                    continue
+                os.close(slot.fd)
+                slot.fd, slot.pid = -1, 0  # reaped: never signalled again (its pid may be reused)
+                task = slot.task
+                assert task is not None
+                if task.mutant is not None:
+                    (slot.copy / task.module).write_text(self.originals[task.module], encoding="utf-8")
+                busy.remove(slot)
+                idle.append(slot)
+                yield task, result, now - slot.started
+
+    def stop(self) -> None:
+        for slot in self.slots:
+            if slot.pid > 0:  # a child of ours still running
+                with contextlib.suppress(ProcessLookupError, ChildProcessError, OSError):
+                    os.kill(slot.pid, signal.SIGKILL)
+                    os.waitpid(slot.pid, 0)
+                os.close(slot.fd)
+                slot.fd, slot.pid = -1, 0
 
 
 def prepare_copy() -> Path:
@@ -200,9 +406,39 @@ def prepare_copy() -> Path:
     return copy
 
 
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def list_modules() -> int:
+    missing = [m for m in policies_modules() if m not in _FAST]
+    for module in policies_modules():
+        if module not in _FAST:
+            continue
+        own = "" if has_own_tests(module) else "   (no test file of its own)"
+        print(f"{module}: {' '.join(fast_tests(module))}{own}")
+    if missing:
+        print(f"no tests named for: {', '.join(missing)}")
+        return 1
+    return 0
+
+
+@dataclass
+class Tally:
+    everything: int
+    chosen: int
+    pending: int = 0  # mutants still to run or skip; the module is reported when none is left
+    killed: int = 0
+    survived: int = 0
+    equivalent: int = 0
+    seconds: float = 0.0
+    reported: bool = False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("modules", nargs="*", help="modules to mutate (default: all of FAST_TESTS)")
+    parser.add_argument("modules", nargs="*", help="modules to mutate (default: every module of policies/)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="mutants run N at a time (default 1)")
     parser.add_argument("--sample", type=int, metavar="K", help="K random mutants per module")
     parser.add_argument("--seed", type=int, default=20, help="seed of --sample (default 20)")
     parser.add_argument("--survivors", type=Path, help="write each survivor's diff to this file")
@@ -210,104 +446,159 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only the mutants a --survivors FILE of an earlier run lists (are they killed now?)")
     parser.add_argument("--all-equivalents", action="store_true",
                         help="also run the mutants listed as equivalent (to see whether tests now kill them)")
+    parser.add_argument("--cache", type=Path, default=CACHE,
+                        help=f"where the mutants of each module's source are kept (default {CACHE})")
+    parser.add_argument("--no-cache", action="store_true", help="walk every module afresh, keep nothing")
+    parser.add_argument("--list", action="store_true", help="print each module's tests and stop")
+    parser.add_argument("--budget", action="store_true", help="measure and print the budget, then stop")
     args = parser.parse_args(argv)
-    modules = args.modules or list(FAST_TESTS)
+    if args.list:
+        return list_modules()
+    modules = args.modules or policies_modules()
     for module in modules:
-        if module not in FAST_TESTS:
-            parser.error(f"no fast tests are known for {module}")
+        if module not in _FAST:
+            parser.error(f"no fast tests are named for {module} (_FAST in {Path(__file__).name})")
+    if args.jobs < 1:
+        parser.error("--jobs is at least 1")
+    run_started = time.monotonic()
+    cache = None if args.no_cache else args.cache
     judged = read_equivalents()
     rerun = None
     if args.rerun is not None:  # the survivors file: each mutant's key on a line of its own, then its diff
-        rerun = {line for line in args.rerun.read_text(encoding="utf-8").splitlines() if " :: " in line}
-    # A plain `kill` ends the run through the finally below, which removes the copy.
+        rerun = {line.partition(" => ")[0] for line in args.rerun.read_text(encoding="utf-8").splitlines()
+                 if " :: " in line}
+    # A plain `kill` ends the run through the finally below, which removes the copies.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
-    copy = prepare_copy()
-    os.chdir(copy)
-    sys.path.insert(0, str(copy))
     sys.dont_write_bytecode = True  # a mutant of the same size in the same second must not reuse a .pyc
     for name in _WARM:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    # Survivors are written as they are found, so a long run can be read while it goes on.
     survivors = args.survivors.open("w", encoding="utf-8") if args.survivors is not None else None
+    pool = Pool([Slot(prepare_copy()) for _ in range(args.jobs)])
     matched: set[str] = set()
-    total_killed = total_scored = 0
+    tallies: dict[str, Tally] = {}
     try:
+        tests = {module: fast_tests(module) for module in modules}
+        chosen: dict[str, list[Mutant]] = {}
+        lines: dict[str, list[str]] = {}
         for module in modules:
-            tests = [t for t in FAST_TESTS[module] if (copy / t).exists()]
-            path = copy / module
-            original = path.read_text(encoding="utf-8")
-            lines = original.splitlines()
+            original = (ROOT / module).read_text(encoding="utf-8")
+            pool.originals[module] = original
+            lines[module] = original.splitlines()
             annotations = annotation_spans(original)
-            outcome, seconds = run_tests(tests, timeout=600)
-            if outcome != "survived":
-                raise SystemExit(f"{module}: the unmutated tests fail ({outcome}); fix them first")
-            # Generous: on a loaded machine a slow run must not pass for a mutant that loops.
-            timeout = max(60.0, 10 * seconds)
             # Annotations are never evaluated under `from __future__ import annotations`: a mutant
             # there ("str | None" -> "str - None") cannot change behaviour, so none is made.
-            everything = [m for m in mutants_of(module, copy)
+            everything = [m for m in mutants_of(module, original, cache)
                           if not any(start <= (m.line, m.col) < end for start, end in annotations)]
-            chosen = everything
+            picked = everything
             if rerun is not None:
-                chosen = [m for m in everything if m.key(lines) in rerun]
+                picked = [m for m in everything if m.key(lines[module]) in rerun]
             elif args.sample is not None and args.sample < len(everything):
-                chosen = sorted(random.Random(f"{args.seed}:{module}").sample(everything, args.sample),
+                picked = sorted(random.Random(f"{args.seed}:{module}").sample(everything, args.sample),
                                 key=lambda m: (m.operator, m.occurrence))
-            killed = survived = equivalent = 0
-            module_started = time.monotonic()
-            for index, mutant in enumerate(chosen, 1):
-                key = mutant.key(lines)
-                if key in judged:
-                    matched.add(key)
-                    if not args.all_equivalents:
-                        equivalent += 1
+            chosen[module] = picked
+            tallies[module] = Tally(len(everything), len(picked))
+            for mutant in picked:
+                if mutant.key(lines[module]) in judged:
+                    matched.add(mutant.key(lines[module]))
+        print(f"enumerated {sum(t.everything for t in tallies.values())} mutants of {len(modules)} modules "
+              f"in {minutes(time.monotonic() - run_started)}", flush=True)
+
+        # The unmutated tests first: they must pass, and their time is the budget's unit.
+        baseline: dict[str, float] = {}
+        for task, result, seconds in pool.run((Task(m, tests[m], None) for m in modules), {}):
+            if result != "survived":
+                raise SystemExit(f"{task.module}: the unmutated tests fail ({result}); fix them first")
+            baseline[task.module] = seconds
+        # Generous: on a loaded machine a slow run must not pass for a mutant that loops.
+        timeout_of = {m: max(60.0, 10 * baseline[m]) for m in modules}
+
+        def to_run(module: str) -> list[Mutant]:
+            return [m for m in chosen[module] if args.all_equivalents or m.key(lines[module]) not in judged]
+
+        cost = sum(len(to_run(m)) * baseline[m] for m in modules)
+        print(f"budget: {sum(len(to_run(m)) for m in modules)} mutants x their module's test run "
+              f"({min(baseline.values()):.1f}-{max(baseline.values()):.1f} s) / {args.jobs} job(s) "
+              f"= {minutes(cost / args.jobs)} at most (a killed mutant stops at its first failing test)", flush=True)
+        if args.budget:
+            for module in modules:
+                print(f"  {module}: {len(to_run(module))} mutants x {baseline[module]:.1f} s")
+            return 0
+
+        for module in modules:
+            tallies[module].pending = len(to_run(module))
+            tallies[module].equivalent = len(chosen[module]) - len(to_run(module))
+
+        def tasks() -> Iterator[Task]:
+            for module in modules:
+                for mutant in to_run(module):
+                    mutated = mutant.source(pool.originals[module])
+                    if mutated is None or mutated == pool.originals[module]:
+                        tallies[module].pending -= 1  # an operator position that makes no change
                         continue
-                mutated = mutant.source(original)
-                if mutated is None or mutated == original:
-                    continue  # an operator position that makes no change
-                path.write_text(mutated, encoding="utf-8")
-                try:
-                    result, _ = run_tests(tests, timeout)
-                finally:
-                    path.write_text(original, encoding="utf-8")
-                if key in judged:
-                    equivalent += 1
-                    if result != "survived":
-                        print(f"  note: listed as equivalent but killed: {key}", file=sys.stderr)
-                    continue
-                if result == "survived":
-                    survived += 1
-                    if survivors is not None:
-                        survivors.write(f"{key}\n{diff(original, mutated)}\n\n")
-                        survivors.flush()
-                else:
-                    killed += 1
-                print(f"  {module} {index}/{len(chosen)} {result:8} {mutant.operator} line {mutant.line}",
-                      file=sys.stderr, flush=True)
-            scored = killed + survived
-            total_killed += killed
-            total_scored += scored
-            score = 100 * killed / scored if scored else 100.0
-            scope = f"all {len(everything)}" if chosen is everything else \
-                f"{'rerun' if rerun is not None else 'sample'} {len(chosen)} of {len(everything)}"
-            print(f"{module}: {score:.1f} % killed ({killed}/{scored}; {survived} survived, "
-                  f"{equivalent} equivalent set aside; {scope} mutants; {time.monotonic() - module_started:.0f} s)",
-                  flush=True)
+                    variant = variant_key(mutant.key(lines[module]), pool.originals[module], mutated)
+                    if variant in judged:
+                        matched.add(variant)
+                        if not args.all_equivalents:
+                            tallies[module].pending -= 1
+                            tallies[module].equivalent += 1
+                            continue
+                    yield Task(module, tests[module], mutant, mutated, variant)
+                if not tallies[module].pending:
+                    report(module, tallies[module], rerun is not None)
+
+        for done, (task, result, seconds) in enumerate(pool.run(tasks(), timeout_of), 1):
+            module, mutant = task.module, task.mutant
+            assert mutant is not None
+            tally = tallies[module]
+            tally.pending -= 1
+            tally.seconds += seconds
+            key = mutant.key(lines[module])
+            if key in judged or task.variant in judged:
+                tally.equivalent += 1
+                if result != "survived":
+                    print(f"  note: listed as equivalent but killed: {key}", file=sys.stderr)
+            elif result == "survived":
+                tally.survived += 1
+                if survivors is not None:
+                    survivors.write(f"{task.variant}\n{diff(pool.originals[module], task.mutated)}\n\n")
+                    survivors.flush()
+            else:
+                tally.killed += 1
+            print(f"  {done} {module} {result:8} {mutant.operator} line {mutant.line}", file=sys.stderr, flush=True)
+            if not tally.pending:
+                report(module, tally, rerun is not None)
     finally:
-        shutil.rmtree(copy, ignore_errors=True)
+        pool.stop()
+        for slot in pool.slots:
+            shutil.rmtree(slot.copy, ignore_errors=True)
         if survivors is not None:
             survivors.close()
     if args.sample is None and rerun is None:
         stale = [k for k in judged if k.split(" :: ")[0] in modules and k not in matched]
         for key in stale:
             print(f"  note: listed as equivalent but no such mutant now: {key}", file=sys.stderr)
-    overall = 100 * total_killed / total_scored if total_scored else 100.0
+    killed = sum(t.killed for t in tallies.values())
+    scored = killed + sum(t.survived for t in tallies.values())
     if args.sample is not None:
         print(f"sampled: K={args.sample} mutants per module, seed {args.seed}")
-    print(f"mutation score: {overall:.0f} %")
+    print(f"mutation score: {100 * killed / scored if scored else 100.0:.0f} %")
+    print(f"run time: {minutes(time.monotonic() - run_started)} with {args.jobs} job(s) "
+          f"({sum(t.killed + t.survived for t in tallies.values())} mutants run)")
     return 0
+
+
+def report(module: str, tally: Tally, rerun: bool) -> None:
+    if tally.reported:
+        return
+    tally.reported = True
+    scored = tally.killed + tally.survived
+    score = 100 * tally.killed / scored if scored else 100.0
+    scope = f"all {tally.everything}" if tally.chosen == tally.everything else \
+        f"{'rerun' if rerun else 'sample'} {tally.chosen} of {tally.everything}"
+    print(f"{module}: {score:.1f} % killed ({tally.killed}/{scored}; {tally.survived} survived, "
+          f"{tally.equivalent} equivalent set aside; {scope} mutants; {tally.seconds:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,21 @@
-"""Can any node the cluster has ever hold this pod, and can one hold it now? (rule GC001)
+"""GC001's verdicts and words: can any node the cluster has ever hold this pod, and can one hold it now?
 
-Pure functions over the pod's demand and the nodes (with the pods on them). "Could take
-it" is the node's mode (core_mem for core+mem pods, a shared mode for mem-only ones) and
-the pod's hard node constraints (nodeSelector, required node affinity, so card-model
+"Could take it" is the node's mode (core_mem for core+mem pods, a shared mode for mem-only ones)
+and the pod's hard node constraints (nodeSelector, required node affinity, so card-model
 selectors count). A container's gpu-mem must fit on one card, so the largest card of those
-nodes bounds what the pod can ever get.
+nodes bounds what the pod can ever get. The index (capacity_index) answers the question; the
+plain walk over every node it is compared with lives with its test (tests/support/capacity_reference.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from policies.model.modes import SHARED_MODES
 from policies.model.selectors import NodeSelector
 from policies.model.settings import Names
 from policies.placement.cards import Card
-from policies.placement.placement import NodeProfile, PodDemand, judge
+from policies.placement.placement import PodDemand
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +43,8 @@ def modes_for(demand: PodDemand) -> frozenset[str]:
     return frozenset({"core_mem"}) if demand.is_core_mem else SHARED_MODES
 
 
-# GC001's "never" words, one place for the walk below and the index (capacity_index), which
-# must say the same thing; each is asked in this order, the first that holds is the verdict.
+# GC001's "never" words, one place for the index (capacity_index) and the walk it is compared with
+# (tests/support/capacity_reference.py); each is asked in this order, the first that holds is the verdict.
 NO_MATCHING_NODE = CapacityVerdict(never="no node of the cluster matches its node selectors or affinity",
                                    accepted="a node selector or affinity that a node of the cluster matches")
 NO_CARDS_SHOWN = CapacityVerdict(never="no node that could take it shows its GPU cards (gpu-mem and gpu-count)")
@@ -85,52 +84,6 @@ def spread_over_more_cards_than_any_node(demand: PodDemand, node: str, cards: in
     return CapacityVerdict(never=f'container "{spread.container}" spreads over {spread.cards} cards (pod label '
                                  f"{label}) and the most any node that could take it has is {cards} (node {node})",
                            accepted=f"a {label} label of at most {cards}")
-
-
-def judge_capacity(demand: PodDemand, selector: NodeSelector, profiles: Sequence[NodeProfile],
-                   names: Names) -> CapacityVerdict:
-    """What the cluster's nodes say about ``demand`` (only shared-GPU demands are judged).
-
-    ``profiles`` are the nodes with what their pods hold, as the scoring engine keeps them up to
-    date (built once per node change, not once per review). A node's mode is its label, else what
-    it advertises (cards.node_mode), as the placement rules judge it."""
-    if not demand.gpus:
-        return CapacityVerdict()
-    if demand.is_core_mem and not any(p.mode == "core_mem" for p in profiles):
-        return no_core_mem_node(names)
-    matching = [p for p in profiles if selector.empty or selector.mismatch(p.node.labels, p.node.name) is None]
-    if not matching:
-        return NO_MATCHING_NODE
-    candidates = [p for p in matching if p.mode in modes_for(demand)]
-    if not candidates:
-        return no_node_of_its_mode(demand, selector)
-    largest = max((CardAt(p.name, c.index, c.total_mem) for p in candidates for c in p.cards.cards),
-                  key=lambda c: (c.total_mem, c.node), default=None)
-    if largest is None:
-        return NO_CARDS_SHOWN
-    most = max(candidates, key=lambda p: (len(p.cards.cards), p.name))
-    never = (larger_than_every_card(demand, largest, names)
-             or spread_over_more_cards_than_any_node(demand, most.name, len(most.cards.cards), names))
-    if never is not None:
-        return never
-    for profile in candidates:
-        if judge(demand, profile, names).fits:
-            return CapacityVerdict()
-    return CapacityVerdict(not_now=_not_now(demand, candidates, names))
-
-
-def _not_now(demand: PodDemand, candidates: Sequence[NodeProfile], names: Names) -> str:
-    """Why no node holds the pod right now, naming what does not fit: memory, or compute when some
-    card has the memory (a core+mem pod's compute is as scarce as its memory)."""
-    need = max(demand.gpus, key=lambda g: g.mem_per_card).mem_per_card
-    cards = [(p.name, c) for p in candidates for c in p.cards.cards]
-    roomy = [(node, c) for node, c in cards if c.free_mem >= need]
-    most_compute = max(roomy, key=lambda nc: nc[1].free_core) if roomy else None  # the first, on ties
-    if most_compute is not None and max(g.core_per_card for g in demand.gpus):
-        return not_now_text(demand, most_compute, None, names)
-    closest = max(((node, c) for node, c in cards if c.total_mem >= need),
-                  key=lambda nc: nc[1].free_mem, default=None)  # the first, on ties
-    return not_now_text(demand, None, closest, names)
 
 
 def not_now_text(demand: PodDemand, most_compute: tuple[str, Card] | None, closest: tuple[str, Card] | None,

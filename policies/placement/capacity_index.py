@@ -1,8 +1,8 @@
 """GC001's question at any scale, at a bounded cost: an index of the nodes kept up to date per
 node change, and a count of the work each review may do.
 
-``judge_capacity`` (policies/placement/capacity.py) answers "could any node that may take this pod hold it,
-ever, and now?" by walking every node: its selector against every node, every card for the
+A plain walk (``judge_capacity``, tests/support/capacity_reference.py) answers "could any node that may take this pod
+hold it, ever, and now?" by walking every node: its selector against every node, every card for the
 largest, a placement per node until one fits. At 5,000 nodes that is milliseconds per review
 whenever the cluster changed since the last one (a busy cluster changes every second), and a pod
 can make it seconds: a thousand affinity terms no node matches cost terms x nodes, hundreds of

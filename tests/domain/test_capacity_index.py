@@ -12,10 +12,10 @@ from policies.admission.engine import Engine
 from policies.model.cluster_manifests import node_from_manifest, pod_from_manifest
 from policies.model.resources import container_requests
 from policies.model.selectors import node_selector_from_spec
-from policies.placement.capacity import judge_capacity
 from policies.placement.capacity_index import CapacityIndex
 from policies.placement.placement import demand_from_containers, node_profile
 from policies.placement.work_budget import TooCostly, WorkBudget
+from tests.support.capacity_reference import judge_capacity
 from tests.support.cluster_builders import allocation, gpu_node, gpu_pod, snapshot
 from tests.support.helpers import costly_pod
 from tests.support.profiles import examples

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from policies.admission.engine import Engine
 from policies.model.cluster import Availability
 from policies.model.cluster_snapshot import ClusterSnapshot
 from policies.rules.rule_index import rule_entries
 from tests.support.cluster_builders import allocation, gpu_node, gpu_pod, snapshot
+from tests.support.helpers import costly_pod
 from tests.support.manifests import received
 from webhook.settings import Settings
 
@@ -23,8 +26,8 @@ ACCEPTED = "; accepted: a request that fits such a card, or add nodes with bigge
 
 
 def gc001(engine, obj, state, *, kind="Pod", operation="CREATE"):
-    subject = engine.subject(received(kind), received(obj), operation=received(operation), namespace="default",
-                             state=state)
+    subject = engine.subject(received(kind), received(obj), operation=received(operation),
+                             namespace=obj.get("metadata", {}).get("namespace", "default"), state=state)
     return [(f.severity, f.message, f.path_text) for f in engine.validate(subject).findings if f.rule == "GC001"]
 
 
@@ -80,6 +83,25 @@ def test_the_container_asking_most_is_the_one_named(engine, settings):
         "(GPU0 of node a)" + ACCEPTED)
     # on a tie the first container is named
     assert 'container "p" asks for aliyun.com/gpu-mem=40' in gc001(engine, two_containers(40, 40), state)[0][1]
+
+
+def test_a_pod_spread_over_cards_is_named_by_its_share_of_each(engine, settings):
+    # The multi-GPU label: 40 GiB over 2 cards is 20 on each, which no 15 GiB card holds; 30 over 2 fits.
+    state = cluster(settings, gpu_node("a", "share", 4, 15))
+
+    def spread(mem, cards):
+        obj = pod(mem=mem)
+        obj["metadata"].setdefault("labels", {})["aliyun.com/gpu-count"] = cards
+        return obj
+
+    assert gc001(engine, spread(40, "2"), state) == [
+        ("warn", 'GC001: Pod default/p cannot run on any node the cluster has: container "p" asks for 20 GiB on each '
+                 "of 2 cards, more than the largest card of any node that could take it: 15 GiB (GPU0 of node a)"
+         + ACCEPTED, "spec")]
+    assert gc001(engine, spread(30, "2"), state) == []
+    assert gc001(engine, spread(20, "1"), state)[0][1] == (
+        'GC001: Pod default/p cannot run on any node the cluster has: container "p" asks for aliyun.com/gpu-mem=20, '
+        "more than the largest card of any node that could take it: 15 GiB (GPU0 of node a)" + ACCEPTED)
 
 
 def test_a_core_mem_pod_needs_a_core_mem_node(engine, settings):
@@ -199,6 +221,64 @@ def test_a_workload_template_is_judged_at_its_template(engine, settings):
         ("warn", 'GC001: Deployment default/d cannot run on any node the cluster has: container "p" asks for '
                  "aliyun.com/gpu-mem=40, more than the largest card of any node that could take it: 15 GiB "
                  "(GPU0 of node a)" + ACCEPTED, "spec.template.spec")]
+
+
+def pytorchjob(**replicas):
+    """The PyTorchJob of tests/data/workloads with each named replica's container changed by the given function."""
+    job = yaml.safe_load((Path(__file__).parent / "data" / "workloads" / "pytorchjob.yaml").read_text())
+    for name, change in replicas.items():
+        change(job["spec"]["pytorchReplicaSpecs"][name]["template"]["spec"])
+    return job
+
+
+def test_every_pod_template_of_a_custom_workload_is_judged_at_its_own(engine, settings):
+    # The Master asks for no GPU (nothing to judge there); the Worker, after it, asks for more than any card.
+    def no_gpu(spec):
+        del spec["containers"][0]["resources"]
+
+    def forty(spec):
+        spec["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = 40
+
+    state = cluster(settings, gpu_node("a", "share", 1, 15))
+    worker = ("warn", "GC001: PyTorchJob kubeflow/pytorch-simple spec.pytorchReplicaSpecs.Worker.template cannot run "
+                      'on any node the cluster has: container "pytorch" asks for aliyun.com/gpu-mem=40, more than the '
+                      "largest card of any node that could take it: 15 GiB (GPU0 of node a)" + ACCEPTED,
+              "spec.pytorchReplicaSpecs.Worker.template.spec")
+    assert gc001(engine, pytorchjob(Master=no_gpu, Worker=forty), state, kind="PyTorchJob") == [worker]
+    both = gc001(engine, pytorchjob(Master=forty, Worker=forty), state, kind="PyTorchJob")
+    assert [path for _, _, path in both] == ["spec.pytorchReplicaSpecs.Master.template.spec",
+                                             "spec.pytorchReplicaSpecs.Worker.template.spec"]
+    assert both[1] == worker
+
+
+COSTLY = ("GC001: {} is too costly to evaluate: whether some node can hold its 1 GPU container(s) under its node "
+          "constraints (400 required node affinity terms, 400 requirements in all) took more than "
+          "capacity.max_work=1000 units of work; accepted: fewer affinity terms and GPU containers (real pods have a "
+          "few of each, and take a few hundred units)")
+
+
+def test_the_work_cap_is_the_configured_one():
+    # 400 affinity terms no node matches, over four nodes: within the default cap, past a cap of 1,000.
+    small = Engine(Settings(capacity={"max_work": 1000}))
+    state = cluster(small.settings, *(gpu_node(f"n{i}", "share", 1, 15) for i in range(4)))
+    assert gc001(small, costly_pod("t", 400), state) == [("warn", COSTLY.format("Pod default/costly-t"), "spec")]
+    [(_, message, _)] = gc001(Engine(Settings()), costly_pod("t", 400), state)
+    assert message.startswith("GC001: Pod default/costly-t cannot run on any node the cluster has: no node of the "
+                              "cluster matches its node selectors or affinity")
+
+
+def test_a_workload_past_the_cap_is_judged_no_further(settings):
+    # The budget is the review's: past it at the Master's template, the Worker's is not judged.
+    def costly(name):
+        def change(spec):
+            spec["affinity"] = costly_pod(name, 400)["spec"]["affinity"]
+        return change
+
+    small = Engine(Settings(capacity={"max_work": 1000}))
+    state = cluster(small.settings, *(gpu_node(f"n{i}", "share", 1, 15) for i in range(4)))
+    assert gc001(small, pytorchjob(Master=costly("m"), Worker=costly("w")), state, kind="PyTorchJob") == [(
+        "warn", COSTLY.format("PyTorchJob kubeflow/pytorch-simple spec.pytorchReplicaSpecs.Master.template"),
+        "spec.pytorchReplicaSpecs.Master.template.spec")]
 
 
 @pytest.mark.parametrize("obj", [

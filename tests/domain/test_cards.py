@@ -14,6 +14,7 @@ from policies.placement.cards import (
     PENDING,
     Card,
     NodeCards,
+    NoFit,
     card_count,
     node_cards,
     node_mode,
@@ -337,6 +338,84 @@ def test_when_the_policy_choice_leaves_no_room_every_assignment_is_tried():
     assert [c.used_mem for c in state.cards] == [10, 10]
 
 
+def test_the_search_also_tries_leaving_a_card_for_later_containers():
+    # GPU0 has 6 GiB free, GPU1 4. binpack puts "a" (3) on GPU1 and "b" (3) on GPU0, and "c" (4) then
+    # fits neither. The search tries the largest, "c", on GPU0 first (then 3 fits GPU1, the other 3
+    # nothing) and then on GPU1, which leaves GPU0 to both 3s. On a cGPU node (20 pods per card, far
+    # from reached here) the same. GPU2 is recorded past its size (12 of 10 GiB): it has no room,
+    # and takes none from the others (the pod needs all of theirs).
+    for mode, limit in (("share", None), ("cgpu", 20)):
+        state = NodeCards("n", mode, "binpack", [Card(0, 10, 4), Card(1, 10, 6), Card(2, 10, 12)])
+        placed = place_pod(state, "ns/p", [gpu(3, container="a"), gpu(3, container="b"), gpu(4, container="c")],
+                           limit)
+        assert placed == Placed([(0,), (0,), (1,)]), mode
+        assert [c.used_mem for c in state.cards] == [10, 10, 12]
+    # With 10% compute each on a core_mem node: GPU0 holds both 3s and 20% of its compute.
+    state = NodeCards("n", "core_mem", "binpack", [Card(0, 10, 4), Card(1, 10, 6), Card(2, 10, 12)])
+    placed = place_pod(state, "ns/p", [gpu(3, 10, container="a"), gpu(3, 10, container="b"),
+                                       gpu(4, 10, container="c")])
+    assert placed == Placed([(0,), (0,), (1,)])
+    assert [(c.used_mem, c.used_core) for c in state.cards] == [(10, 20), (10, 10), (12, 0)]
+
+
+def test_the_search_weighs_each_card_s_free_compute():
+    # "x" (60%) goes first by binpack onto the fuller GPU0 and leaves "y", which needs a whole card's
+    # compute, nowhere; the search puts "y" on GPU0, the only card with 100% free, and "x" on GPU1.
+    state = NodeCards("n", "core_mem", "binpack", [Card(0, 10, 5), Card(1, 10, 0, 40)])
+    placed = place_pod(state, "ns/p", [gpu(4, 60, container="x"), gpu(4, 100, container="y")])
+    assert placed == Placed([(1,), (0,)])
+    assert [(c.used_mem, c.used_core) for c in state.cards] == [(9, 100), (4, 100)]
+
+
+def test_a_pod_asking_more_than_the_node_s_whole_room_is_refused_without_searching():
+    # Eleven containers of 10 GiB on ten 10 GiB cards (each card told apart by its compute, so
+    # the search could not treat them as one): trying every assignment would pass the search's
+    # budget and leave the pod undecided (taken to fit); asking more than all the room there is,
+    # in memory or in compute, it is refused with the policy choice's reasons.
+    def ten_cards() -> list[Card]:
+        return [Card(i, 10, 0, i) for i in range(10)]
+
+    memory = place_pod(NodeCards("n", "share", "binpack", ten_cards()), "ns/p",
+                       [PodGPU(f"c{i}", 10, 0, i) for i in range(11)])
+    assert memory.no_fit == NoFit("c10", tuple(f"GPU{i} has 0/10 GiB free, needs 10" for i in range(10)))
+    compute = place_pod(NodeCards("n", "core_mem", "binpack", ten_cards()), "ns/p",
+                        [PodGPU(f"c{i}", 1, 90, i) for i in range(11)])
+    assert compute.no_fit == NoFit("c10", tuple(f"GPU{i} has {10 - i}% compute free, needs 90%" for i in range(10)))
+
+
+def test_a_card_at_the_cgpu_limit_is_no_room_for_a_new_pod():
+    # Ten 10 GiB containers, ten 10 GiB cards, but GPU9 already runs 20 pods (the cGPU limit): the
+    # room a new pod has is nine cards, so it is refused without a search (which would run past its
+    # budget and leave the pod undecided).
+    crowd = tuple(f"ns/other-{k}" for k in range(20))
+    state = NodeCards("n", "cgpu", "binpack", [Card(i, 10, 0, i) for i in range(9)] + [Card(9, 10, 0, 9, crowd)])
+    placed = place_pod(state, "ns/p", [PodGPU(f"c{i}", 10, 0, i) for i in range(10)], 20)
+    assert placed.no_fit == NoFit("c9", (*(f"GPU{i} has 0/10 GiB free, needs 10" for i in range(9)),
+                                         "GPU9 already runs 20 pods, the cGPU limit is 20"))
+
+
+def test_a_search_past_its_budget_leaves_the_pod_undecided_and_the_cards_as_they_were():
+    # Ten 9 GiB containers and one of 10 on ten 10 GiB cards told apart: the sum fits, no assignment
+    # does (a card holds one of them), and proving it means trying millions of orders. Past the
+    # budget the pod is taken to fit (never stricter than the scheduler), holding no card.
+    state = NodeCards("n", "share", "binpack", [Card(i, 10, 0, i) for i in range(10)])
+    placed = place_pod(state, "ns/p", [PodGPU(f"c{i}", 9, 0, i) for i in range(10)] + [PodGPU("big", 10, 0, 10)])
+    assert placed == Placed(None) and placed.fits
+    assert [c.used_mem for c in state.cards] == [0] * 10
+
+
+def test_a_card_s_free_compute_is_what_its_pods_leave_of_100_percent():
+    # GC001's "the most compute free is N%" reads it.
+    card = Card(0, 15, 3, 30)
+    assert (card.free_mem, card.free_core) == (12, 70)
+
+
+def test_a_node_without_cards_names_the_first_container_and_what_it_spreads_over():
+    placed = place_pod(NodeCards("n", "cgpu", "binpack", []), "ns/p",
+                       [PodGPU("a", 8, 0, 0, 2), PodGPU("b", 4, 0, 1, 2)])
+    assert placed.no_fit == NoFit("a", ("the node has no shared GPU cards",), 2)
+
+
 def test_a_pod_no_assignment_holds_is_refused_with_the_policy_choice_s_reasons():
     state = NodeCards("n", "share", "binpack", [Card(0, 10, 6), Card(1, 10, 4)])
     placed = place_pod(state, "ns/p", [gpu(3, container="a"), gpu(4, container="b"), gpu(4, container="c")])
@@ -357,6 +436,24 @@ def test_a_container_spread_over_several_cards_takes_its_share_of_each():
         2, 1, ("GPU1 has 11/31 GiB free, needs 20",))
     fewer = place_pod(NodeCards("n", "cgpu", "binpack", [Card(0, 31)]), "ns/q", [PodGPU("c", 40, 0, 0, 2)])
     assert fewer.no_fit.reasons == ("the node has 1 card",)
+
+
+def test_a_container_over_several_cards_takes_them_in_the_node_s_placement_order():
+    # 20 GiB over 2 cards on GPU0 (10 of 31 used), GPU1 and GPU2 (empty): binpack takes the fullest
+    # first, spread the emptiest.
+    for placement, expected in (("binpack", (0, 1)), ("spread", (1, 2))):
+        state = NodeCards("n", "cgpu", placement, [Card(0, 31, 10), Card(1, 31), Card(2, 31)])
+        assert place_pod(state, "ns/p", [PodGPU("c", 20, 0, 0, 2)]) == Placed([expected]), placement
+
+
+def test_a_spread_container_that_does_not_fit_counts_the_cards_that_could_take_their_share():
+    # 40 GiB over 4 cards is 10 on each: three cards have it, GPU3 (25 of 31 used) does not.
+    state = NodeCards("n", "cgpu", "binpack", [Card(0, 31), Card(1, 31), Card(2, 31), Card(3, 31, 25)])
+    refused = place_pod(state, "ns/p", [PodGPU("c", 40, 0, 0, 4)])
+    assert refused.no_fit == NoFit("c", ("GPU3 has 6/31 GiB free, needs 10",), 4, 3)
+    # Over 3 cards on a node of 2: no card is counted, the node's cards are named.
+    two = place_pod(NodeCards("n", "cgpu", "binpack", [Card(0, 31), Card(1, 31)]), "ns/p", [PodGPU("c", 30, 0, 0, 3)])
+    assert two.no_fit == NoFit("c", ("the node has 2 cards",), 3, -1)
 
 
 # ---- what `inspect -d` lists per pod ---------------------------------------------------------------

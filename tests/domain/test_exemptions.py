@@ -4,13 +4,18 @@ tests/domain/test_exemption_grants.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from policies.admission.engine import Engine
+from policies.generate.match_conditions import SCOPES, triggers
 from policies.model.exemptions import Exemption, annotations_path, parse_ids, read_exemption
 from policies.model.settings import Names
 from tests.support.helpers import admission_review
 from tests.support.manifests import ALL_KINDS, CORE, MEM, container, pod_spec, workload
+from tests.support.near_miss_cases import pod_with
 from webhook.routes.review import build_response, parse_review
 from webhook.settings import Settings
 
@@ -196,3 +201,47 @@ def test_an_exemption_cannot_be_changed_once_read():
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         Exemption(("GS003",), "", ()).reason = "now honoured"  # type: ignore[misc]
+
+
+# ---- config grants: news only where a shared-GPU rule judges ------------------------------------------
+
+EXPIRED = {"name": "old", "namespace": "team-a", "names": "*", "rules": ["GS003"], "reason": "vendor image",
+           "expires": "2020-01-01"}
+
+
+def _grant_news(engine: Engine, obj: dict) -> list[tuple[str, str]]:
+    subject = engine.subject(obj["kind"], obj, namespace="team-a")
+    return [(f.message, f.path_text) for f in engine.validate(subject).findings if f.rule == "GE001"]
+
+
+def test_an_expired_grant_is_news_only_on_objects_a_shared_gpu_rule_judges():
+    engine = Engine(Settings(exemptions={"grants": [EXPIRED]}))
+    news = ("GE001: {} team-a/{}: exemption grant 'old' (GS003) expired on 2020-01-01, so it is not applied; an "
+            "admin renews it in exemptions.grants", "metadata")
+    # A pod or a custom workload asking for no shared GPU: the grant's rules judge nothing there.
+    web = workload("Pod", pod_spec(container("c")), name="web", namespace="team-a")
+    job = yaml.safe_load((Path(__file__).parent / "data" / "workloads" / "pytorchjob.yaml").read_text())
+    job["metadata"]["namespace"] = "team-a"
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        del replica["template"]["spec"]["containers"][0]["resources"]
+    assert _grant_news(engine, web) == []
+    assert _grant_news(engine, job) == []
+    # One naming a near miss of a shared-GPU name is judged (GS007), and so is every Binding.
+    near = pod_with("aliyun.com/gpu-memory", 4)
+    near["metadata"]["namespace"] = "team-a"
+    assert _grant_news(engine, near) == [(news[0].format("Pod", "near-miss"), news[1])]
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p", "namespace": "team-a"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}}
+    assert _grant_news(engine, binding) == [(news[0].format("Binding", "p"), news[1])]
+
+
+def test_a_pod_naming_a_near_miss_is_sent_for_grant_news_even_with_gs007_off():
+    # GE001's own declaration makes such a pod relevant: the pods webhook must send it for the news above.
+    settings = Settings(rules={"GS007": {"enabled": False}}, exemptions={"grants": [EXPIRED]})
+    near = pod_with("aliyun.com/gpu-memory", 4)
+    near["metadata"]["namespace"] = "team-a"
+    [pods] = [scope for scope in SCOPES if scope.name == "pods.validate.gpushare.io"]
+    assert triggers(pods, settings).sends("Pod", near, settings)
+    assert [message for message, _ in _grant_news(Engine(settings), near)] == [
+        "GE001: Pod team-a/near-miss: exemption grant 'old' (GS003) expired on 2020-01-01, so it is not applied; "
+        "an admin renews it in exemptions.grants"]
