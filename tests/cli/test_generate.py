@@ -155,7 +155,7 @@ NEW_RESOURCE = '''    gpu_exclusive: str = "nvidia.com/gpu"
     gpu_toy: str = "example.com/toy-gpu"
 '''
 PROBE = '''\
-from policies.model.cluster import node_resource_names
+from policies.model.cluster_manifests import node_resource_names
 from policies.model.near_miss import skipped_keys
 from policies.model.resources import watched_resources
 from policies.quota.quota_objects import gpu_resources
