@@ -1,5 +1,5 @@
 """Every rule's relevance admits the rule's own trigger: a generic test over every registered rule
-and mutation (CONTRIBUTING.md, "A rule"; docs/internals.md).
+and mutation (CONTRIBUTING.md, "Add a rule"; docs/internals.md).
 
 Objects are generated from the settings and the declarations, never from a fixed list: every
 resource name of ``ResourceNames`` (a new one is generated as soon as it is declared) in each
