@@ -1,10 +1,12 @@
 """``gpushare generate``: the one command that rewrites every generated file, and ``--check``, which
-lists the stale ones. Adding the toy rule of CONTRIBUTING.md ("A rule") to a copy of the checkout and
-running the command changes the rule's module, its test and generated files, nothing else."""
+lists the stale ones. Adding the toy rule of CONTRIBUTING.md ("Add a rule", read from its code blocks)
+to a copy of the checkout and running the command changes the rule's module, its test and generated
+files, nothing else, and every generic test that would catch a forgotten companion file passes there."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,60 +16,28 @@ import pytest
 
 from webhook.cli.generate import DEPLOY_FILES, generated_paths
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# CONTRIBUTING.md's toy rule, as a contributor writes it: one decorated function in a family module.
-TOY_RULE = '''\
-"""GS099, a toy (CONTRIBUTING.md, "A rule"): no container sets TOY_GPU_SETTING."""
-
-from __future__ import annotations
-
-from collections.abc import Iterator
-
-from policies.model.subject import Subject
-from policies.rules.base import Found, rule
-from policies.rules.relevance import Relevance
-
-TOY_VARIABLE = "TOY_GPU_SETTING"
+ROOT = Path(__file__).resolve().parents[2]
 
 
-@rule("GS099", severity="warn", seed="project decision", kinds=("Pod",), relevance=Relevance(env=(TOY_VARIABLE,)),
-      title="No container sets TOY_GPU_SETTING",
-      doc="A toy rule, CONTRIBUTING.md's example: a container that sets TOY_GPU_SETTING is warned.")
-def sets_toy_variable(subject: Subject) -> Iterator[Found]:
-    spec, base = subject.pod_spec
-    containers = spec.get("containers") if isinstance(spec, dict) else None
-    for index, container in enumerate(containers if isinstance(containers, list) else []):
-        env = container.get("env") if isinstance(container, dict) else None
-        if isinstance(env, list) and any(isinstance(e, dict) and e.get("name") == TOY_VARIABLE for e in env):
-            yield Found(f"container {container.get('name')!r} sets {TOY_VARIABLE}; remove it",
-                        (*base, "containers", index, "env"))
-'''
-# ... and its test.
-TOY_TEST = '''\
-from policies.admission.engine import Engine
-from webhook.settings import Settings
-
-ENGINE = Engine(Settings())
+def contributing_example() -> dict[str, str]:
+    """The files CONTRIBUTING.md's "Add a rule" has a contributor write: each ```python block of the
+    section, under the path that ends the line before it (a toy rule's module, then its test)."""
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = text.split("\n## Add a rule\n", 1)[1].split("\n## ", 1)[0]
+    files = {}
+    for path, indent, code in re.findall(r"`([\w/]+\.py)`:\n[^`]*?\n( *)```python\n(.*?)\n\2```", section, re.S):
+        files[path] = "".join(line.removeprefix(indent) for line in code.splitlines(keepends=True)) + "\n"
+    return files
 
 
-def _pod(*env: dict[str, str]) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
-            "spec": {"containers": [{"name": "app", "image": "cuda:12", "env": list(env)}]}}
-
-
-def test_gs099_warns_of_a_container_that_sets_the_toy_variable():
-    pod = _pod({"name": "TOY_GPU_SETTING", "value": "1"})
-    verdict = ENGINE.validate(ENGINE.subject("Pod", pod, namespace="default"))
-    assert [(f.rule, f.severity) for f in verdict.findings] == [("GS099", "warn")]
-    assert "container 'app' sets TOY_GPU_SETTING" in verdict.findings[0].message
-
-
-def test_gs099_says_nothing_of_other_variables():
-    verdict = ENGINE.validate(ENGINE.subject("Pod", _pod({"name": "TOY_OTHER", "value": "1"}), namespace="default"))
-    assert verdict.findings == []
-'''
+EXAMPLE = contributing_example()
 RULE_FILE, TEST_FILE = "policies/rules/toy_rules.py", "tests/domain/test_toy_rules.py"
+# The tests that would catch a companion file the toy rule forgot: its relevance (the generic
+# generator), its warnings' length (a generated object makes it speak; the in-process tests only),
+# its family test, the layout's imports; and the staleness check after them.
+COMPANION_TESTS = ["tests/deploy/test_rule_relevance.py", "tests/server/test_warning_limit.py",
+                   "tests/domain/test_rule_families.py", "tests/domain/test_layout.py"]
+IN_PROCESS = "not caught and not server_passes"  # the planted relevances and the one test starting a server
 
 
 def _run(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -107,12 +77,14 @@ def changed(tree: Path) -> set[str]:
     return {line[3:] for line in git("status", "--porcelain", "--untracked-files=all", cwd=tree).splitlines()}
 
 
+@pytest.mark.processes
 def test_the_checked_in_files_are_fresh():
     done = gpushare("generate", "--check", cwd=ROOT)
     assert done.returncode == 0, f"stale: {done.stdout}{done.stderr} run `gpushare generate`"
     assert done.stdout == ""
 
 
+@pytest.mark.processes
 def test_check_lists_each_stale_file_and_generate_rewrites_them(checkout):
     edits = {DEPLOY_FILES[0]: ("\n", "\n# edited by hand\n"), Path("README.md"): ("| GS001 |", "| GS001x |"),
              Path("docs/operations.md"): ("| `pods.mutate.gpushare.io` |", "| `pods.mutated` |")}
@@ -132,6 +104,7 @@ def test_check_lists_each_stale_file_and_generate_rewrites_them(checkout):
     assert (done.returncode, done.stdout) == (0, "")
 
 
+@pytest.mark.processes
 def test_a_block_naming_no_generator_is_an_error_with_file_and_line(checkout):
     doc = checkout / "docs" / "design.md"
     doc.write_text(doc.read_text() + "\n<!-- generated by hand -->\n| a |\n<!-- end of generated table -->\n")
@@ -142,15 +115,22 @@ def test_a_block_naming_no_generator_is_an_error_with_file_and_line(checkout):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.processes
 def test_outside_a_checkout_it_asks_for_one(tmp_path):
     done = gpushare("generate", "--root", str(tmp_path), cwd=ROOT)
     assert done.returncode == 2
     assert "is not a gpushare-webhook source checkout" in done.stderr and "--root" in done.stderr
 
 
+def test_contributing_shows_the_toy_rule_and_its_test():
+    assert sorted(EXAMPLE) == sorted([RULE_FILE, TEST_FILE])
+    assert '@rule("GS099"' in EXAMPLE[RULE_FILE] and "def test_gs099" in EXAMPLE[TEST_FILE]
+
+
+@pytest.mark.processes
 def test_the_toy_rule_touches_its_module_its_test_and_generated_files_only(checkout):
-    (checkout / RULE_FILE).write_text(TOY_RULE)
-    (checkout / TEST_FILE).write_text(TOY_TEST)
+    for path, text in EXAMPLE.items():
+        (checkout / path).write_text(text)
     done = gpushare("generate", cwd=checkout)
     assert done.returncode == 0, done.stderr
     touched = changed(checkout)
@@ -160,12 +140,13 @@ def test_the_toy_rule_touches_its_module_its_test_and_generated_files_only(check
     assert {"README.md", "docs/design.md", "docs/operations.md", *(str(p) for p in DEPLOY_FILES[:2])} <= touched
     assert "| GS099 | warn | No container sets TOY_GPU_SETTING |" in (checkout / "README.md").read_text()
     assert "TOY_GPU_SETTING" in (checkout / DEPLOY_FILES[0]).read_text()
-    assert gpushare("generate", "--check", cwd=checkout).returncode == 0
-    # Its own test passes, and so does the generic relevance test with it registered.
-    done = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", TEST_FILE,
-                "tests/deploy/test_rule_relevance.py", "-k", "not caught", cwd=checkout, timeout=900)
+    # Its own test passes, and so does every generic test that would catch a forgotten companion file.
+    done = _run(sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-p",
+                "no:xdist", TEST_FILE, *COMPANION_TESTS, "-k", IN_PROCESS, cwd=checkout, timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:]
-    assert "4 passed" in done.stdout
+    assert " failed" not in done.stdout and " error" not in done.stdout and " passed" in done.stdout
+    assert gpushare("generate", "--check", cwd=checkout).returncode == 0
+    assert changed(checkout) == touched  # the tests rewrote nothing
 
 
 # CONTRIBUTING.md, "A resource name": one field of ResourceNames (here a resource containers ask for).
@@ -174,7 +155,7 @@ NEW_RESOURCE = '''    gpu_exclusive: str = "nvidia.com/gpu"
     gpu_toy: str = "example.com/toy-gpu"
 '''
 PROBE = '''\
-from policies.model.cluster import node_resource_names
+from policies.model.cluster_manifests import node_resource_names
 from policies.model.near_miss import skipped_keys
 from policies.model.resources import watched_resources
 from policies.quota.quota_objects import gpu_resources
@@ -193,6 +174,7 @@ print("reached")
 '''
 
 
+@pytest.mark.processes
 def test_a_new_resource_name_reaches_every_list_and_the_generated_files_only(checkout):
     names = checkout / "policies" / "model" / "names.py"
     text = names.read_text()

@@ -36,7 +36,7 @@ from tests.support.resource_keys import CORE, COUNT, GPU_NAMES, MEM, RESOURCE_KE
 from tests.support.workload_cases import CASES
 from webhook.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE_FILE = ROOT / "deploy" / "kustomize" / "match-conditions.yaml"
 CHART = ROOT / "deploy" / "helm" / "gpushare-webhook"
 HELM_FILE = CHART / "files" / "match-conditions.yaml"

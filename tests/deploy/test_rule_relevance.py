@@ -1,5 +1,5 @@
 """Every rule's relevance admits the rule's own trigger: a generic test over every registered rule
-and mutation (CONTRIBUTING.md, "A rule"; docs/internals.md).
+and mutation (CONTRIBUTING.md, "Add a rule"; docs/internals.md).
 
 Objects are generated from the settings and the declarations, never from a fixed list: every
 resource name of ``ResourceNames`` (a new one is generated as soon as it is declared) in each
@@ -48,7 +48,8 @@ POD_VALIDATE, POD_MUTATE = "pods.validate.gpushare.io", "pods.mutate.gpushare.io
 # over 100, over any card, a fraction, a suffixed quantity.
 VALUES = ("0", "1", "2", "33", "100", "150", "2000", "500m", "2Gi")
 # Rules the generator does not reach, and where their relevance is held instead. A rule added later
-# is not here: it must be reached (or listed with a reason).
+# is not here: it must be reached (or listed with a reason, and given a hand-written case in
+# tests/server/test_warning_limit.py, which makes every other rule speak on a generated object).
 OUT_OF_REACH = {
     "GQ005": "needs quotas in the cluster state: tests/server/test_quota_rules.py",
     "GB003": "needs 20 pods on one card in the cluster state: tests/domain/test_placement_rules.py",

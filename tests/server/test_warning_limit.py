@@ -2,18 +2,31 @@
 truncated" (AdmissionResponse). Every rule that can answer an admission review is made to warn
 (any rule can be configured so), on objects and a cluster with the longest names Kubernetes
 allows; every warning the response carries fits, starts with the rule id and the object, and the
-whole message is kept in the review's audit annotations."""
+whole message is kept in the review's audit annotations.
+
+The objects are the hand-written ``cases`` below and, for a rule none of them makes speak (a rule
+added later), an object of the generic relevance generator (tests/deploy/test_rule_relevance.py)
+on which the rule warns, renamed to the longest names: a new rule needs no case here. Only a rule
+that generator cannot reach (its ``OUT_OF_REACH``) must have a hand-written case."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from typing import Any
 
 import pytest
 
 from policies.admission.engine import Engine
+from policies.model.resources import POD_SPEC_PATHS
+from policies.model.settings import KUBERNETES_GROUPS
 from policies.model.warning_text import WARNING_LIMIT, brief
-from policies.rules.base import REGISTRY
+from policies.rules.base import REGISTRY, Found, rule
+from policies.rules.relevance import Relevance
+from tests.deploy.test_match_conditions import NODE_OBJECTS
+from tests.deploy.test_rule_relevance import OUT_OF_REACH, Witness, witnesses
+from tests.support import cluster_builders
 from tests.support.cluster_objects import binding, gpu_pod, node, state_of, with_mode
 from tests.support.helpers import admission_review
 from tests.support.manifests import container, pod, pod_spec
@@ -120,20 +133,100 @@ def workload(api_version: str, kind: str, spec: dict[str, Any]) -> dict[str, Any
     return {"apiVersion": api_version, "kind": kind, "metadata": {"name": NAME, "namespace": NS}, "spec": spec}
 
 
+# The relevance generator's cluster (its nodes and the GPU pod it runs), every name a longest one: a
+# pod it creates on a node is judged against the nodes of the same names, beside a pod of its own.
+LONG_NODES = {n["metadata"]["name"]: NODE[:-len(n["metadata"]["name"])] + n["metadata"]["name"] for n in NODE_OBJECTS}
+
+
+def _renamed_node(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    name = LONG_NODES[obj["metadata"]["name"]]
+    obj["metadata"]["name"] = obj["metadata"]["labels"]["kubernetes.io/hostname"] = name
+    return obj
+
+
+@functools.cache
+def long_state() -> Any:
+    return cluster_builders.snapshot(*map(_renamed_node, NODE_OBJECTS), cluster_builders.gpu_pod(
+        f"{NAME[:-1]}r", LONG_NODES["cgpu-1"], mem=10, namespace=NS), names=SETTINGS.names)
+
+
+def lengthened(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object with the longest names: its own, its namespace's, each container's, its node's."""
+    obj = copy.deepcopy(obj)
+    meta = obj["metadata"]
+    if obj["kind"] == "Node":
+        meta["name"] = LONG_NODES.get(meta["name"], NODE)
+        if "kubernetes.io/hostname" in meta.get("labels", {}):
+            meta["labels"]["kubernetes.io/hostname"] = meta["name"]
+        return obj
+    meta.update(name=NAME, namespace=NS)
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if isinstance(value.get("nodeName"), str):
+                value["nodeName"] = LONG_NODES.get(value["nodeName"], NODE)
+            for group in ("containers", "initContainers"):
+                for index, item in enumerate(value.get(group) or []):
+                    if isinstance(item, dict) and "name" in item:  # distinct, as the API server wants them
+                        item["name"] = f"{C[:-3]}{group[0]}{index:02d}"
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+    walk(obj.get("spec"))
+    return obj
+
+
+def label(w: Witness) -> str:
+    """How a message names the witness's kind: with its group where Kubernetes has the kind too."""
+    return f"{w.kind}.{w.group}" if w.group not in KUBERNETES_GROUPS and w.kind in POD_SPEC_PATHS else w.kind
+
+
+def generated_cases(rules: set[str]) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+    """For each rule of ``rules``, the first object of the relevance generator it warns about once
+    renamed to the longest names (with the generator's cluster, renamed too, or without a cluster)."""
+    wanted, found = set(rules), []
+    for w in witnesses(SETTINGS):
+        if not wanted:
+            break
+        obj, old = lengthened(w.obj), (lengthened(w.old) if w.old is not None else None)
+        for state in (None, long_state()):
+            options = {"operation": w.operation, **({"old": old} if old is not None else {}),
+                       **({"state": state} if state is not None else {})}
+            warned = {f.rule for f in verdict_of(obj, options).warnings} & wanted
+            if warned:
+                found.append((f"generated for {', '.join(sorted(warned))}", label(w), obj, options))
+                wanted -= warned
+    return found
+
+
+@functools.cache
+def engine() -> Engine:
+    return Engine(SETTINGS)
+
+
+def verdict_of(obj: dict[str, Any], options: dict[str, Any]) -> Any:
+    namespace = "" if obj["kind"] == "Node" else NS
+    return engine().validate(engine().subject(obj["kind"], obj, namespace=namespace, **options))
+
+
 def answer(label: str, obj: dict[str, Any], options: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-    engine = Engine(SETTINGS)
     kind = obj.get("kind", label)
     group, _, version = obj.get("apiVersion", "v1").rpartition("/")
     namespace = "" if kind == "Node" else NS
-    verdict = engine.validate(engine.subject(kind, obj, namespace=namespace, **options))
+    verdict = engine().validate(engine().subject(kind, obj, namespace=namespace, **options))
     review = parse_review(admission_review(obj, kind=kind, namespace=namespace, group=group, version=version,
                                            operation=options.get("operation", "CREATE"), old=options.get("old")))
     return verdict.warnings, build_response(review, verdict)["response"]
 
 
-def test_every_admission_rule_warns_within_the_limit_and_keeps_the_whole_text_in_the_audit_log():
+def spoken(examples: list[tuple[str, str, dict[str, Any], dict[str, Any]]]) -> set[str]:
+    """The rules warning about the examples; every warning fits, starts with the rule id and the
+    object, and is kept whole in the audit annotations."""
     spoke: set[str] = set()
-    for what, kind, obj, options in cases():
+    for what, kind, obj, options in examples:
         warnings, response = answer(kind, obj, options)
         assert warnings, what
         assert len(response["warnings"]) == len(warnings)
@@ -143,7 +236,52 @@ def test_every_admission_rule_warns_within_the_limit_and_keeps_the_whole_text_in
             assert sent.startswith(f"{finding.rule}: {kind} "), (what, sent)  # the decisive part first
             assert len(finding.message) > WARNING_LIMIT  # these names make every message long...
             assert finding.message in response["auditAnnotations"][f"warning.{finding.rule}"]  # ...kept whole
+    return spoke
+
+
+def test_every_admission_rule_warns_within_the_limit_and_keeps_the_whole_text_in_the_audit_log():
+    spoke = spoken(cases())
+    unreachable = sorted(set(OUT_OF_REACH) - spoke)
+    assert not unreachable, f"{unreachable}: the relevance generator cannot reach them; give each a case in cases()"
+    spoke |= spoken(generated_cases(set(ADMISSION_RULES) - spoke))  # a rule added later: a generated object
     assert sorted(spoke) == ADMISSION_RULES
+
+
+def test_the_generated_objects_alone_make_every_rule_the_generator_reaches_speak():
+    """What a rule without a hand-written case gets, tried on every rule that has one."""
+    reachable = set(ADMISSION_RULES) - set(OUT_OF_REACH)
+    assert sorted(reachable - spoken(generated_cases(reachable))) == []
+
+
+def _toy(named: bool) -> Any:
+    """A rule added later (CONTRIBUTING.md's toy): warns of a container setting TOY_GPU_SETTING,
+    naming the object first, or not."""
+    def check(subject: Any) -> Any:
+        spec, base = subject.pod_spec
+        for index, each in enumerate(spec.get("containers", []) if isinstance(spec, dict) else []):
+            if any(e.get("name") == "TOY_GPU_SETTING" for e in each.get("env", [])):
+                path = (*base, "containers", index)
+                where = subject.naming("containers", each["name"], path) if named else "a container"
+                yield Found(f"{where} sets TOY_GPU_SETTING; accepted: the container without it " + "x" * 200, path)
+    return check
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["naming the object", "not naming it"])
+def test_a_rule_without_a_case_is_made_to_speak_by_a_generated_object(named):
+    rule("GX905", severity="warn", seed="test", kinds=("Pod",), title="t", doc="d",
+         relevance=Relevance(env=("TOY_GPU_SETTING",)))(_toy(named))
+    engine.cache_clear()
+    try:
+        examples = generated_cases({"GX905"})
+        assert [what for what, *_ in examples] == ["generated for GX905"]
+        if named:
+            assert "GX905" in spoken(examples)
+        else:
+            with pytest.raises(AssertionError, match="GX905: a container"):
+                spoken(examples)
+    finally:
+        del REGISTRY["GX905"]
+        engine.cache_clear()
 
 
 @pytest.mark.parametrize("text", ["short", "x" * 256, "GS001: " + "word " * 80, "GS001: Pod " + "n" * 300,
