@@ -239,3 +239,25 @@ def test_gn006_six_running_pods_are_five_and_one_more(engine, settings):
     [finding] = findings(engine, with_mode(old, "share"), old=old, state=state_with(settings, old, *pods),
                          rule="GN006")
     assert "(default/p0, default/p1, default/p2, default/p3, default/p4 and 1 more)" in finding[2]
+
+
+def test_gn006_twelve_running_pods_are_five_and_seven_more(engine, settings):
+    old = node(mode="cgpu")
+    pods = [gpu_pod(f"p{i:02}", node_name=NAME) for i in range(12)]
+    [finding] = findings(engine, with_mode(old, "share"), old=old, state=state_with(settings, old, *pods),
+                         rule="GN006")
+    assert "while 12 GPU pod(s) run on it (default/p00, default/p01, default/p02, default/p03, default/p04 and 7 " \
+           "more);" in finding[2]
+
+
+def test_gn005_a_mig_node_relabelled_to_another_value_is_warned_about(engine):
+    old = node(mode="mig")
+    assert findings(engine, with_mode(old, "share"), old=old, user=UserInfo("alice"), rule="GN005") == [(
+        "GN005", "warn", f"GN005: Node {NAME}: {SCHEDULE} mig -> share: \"Labels for enabling GPU scheduling "
+                         "policies\" supports no other value on a mig node; use a node pool labelled share",
+        f'metadata.labels["{SCHEDULE}"]')]
+    # to core_mem: the warning, and the denial every relabel to core_mem gets
+    assert [f[1] for f in findings(engine, with_mode(old, "core_mem"), old=old, user=UserInfo("alice"),
+                                   rule="GN005")] == ["warn", "deny"]
+    # removing the label is GN006's to judge
+    assert findings(engine, with_mode(old, None), old=old, user=UserInfo("alice"), rule="GN005") == []
