@@ -261,3 +261,33 @@ def test_gn005_a_mig_node_relabelled_to_another_value_is_warned_about(engine):
                                    rule="GN005")] == ["warn", "deny"]
     # removing the label is GN006's to judge
     assert findings(engine, with_mode(old, None), old=old, user=UserInfo("alice"), rule="GN005") == []
+
+
+@pytest.mark.parametrize("configz", [False, True])
+def test_gn002_an_unknown_policy_says_where_it_was_looked_for_word_for_word(configz):
+    from policies.admission.engine import Engine
+    from webhook.settings import Settings
+
+    engine = Engine(Settings(state={"kubelet_configz": {"enabled": configz}}))
+    how = ("and its kubelet's /configz has not been read or could not be (see the gpushare_kubelet_configz metrics "
+           "and the log)" if configz else "and reading it from the kubelet's /configz is off "
+           "(state.kubelet_configz.enabled)")
+    obj = relabel(node(mode="share"), **{"gpushare.io__cpu-manager-policy": None})
+    assert findings(engine, obj, rule="GN002") == [(
+        "GN002", "warn", f"GN002: Node {NAME}: {SCHEDULE}=share: the node's CPU manager policy is unknown (no {POLICY} "
+                         f"label or annotation, {how}), so whether it is static, which shared GPU scheduling does not "
+                         f"support, cannot be checked; publish it as {POLICY} (docs/state.md, \"CPU manager policy\")",
+        f'metadata.labels["{SCHEDULE}"]')]
+
+
+def test_the_rules_load_a_nodes_machinery_only_when_a_node_is_judged():
+    # `gpushare check` on pods never loads the node record, the catalog or the ECS ids (docs/check.md, "Speed");
+    # the whole process is tests/test_check_imports.py.
+    import subprocess
+    import sys
+
+    probe = ("import sys, policies.rules\n"
+             "print(sorted(m for m in ('policies.model.catalog', 'policies.model.cluster', 'policies.model.ecs') "
+             "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
