@@ -92,8 +92,9 @@ def _debug_review() -> dict[str, Any]:
 
 
 def _debug(engine: Engine, request: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    assert request["subResource"] == "ephemeralcontainers"  # decoded from JSON: not the interned literal
     return findings(engine, "Pod", request["object"], operation="UPDATE", old=request["oldObject"],
-                    sub_resource="ephemeralcontainers", admission=True)
+                    sub_resource=received(request["subResource"]), admission=True)
 
 
 def test_kubectl_debug_is_judged_on_the_container_it_adds(engine):
