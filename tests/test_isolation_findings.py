@@ -116,3 +116,10 @@ def test_kubectl_debug_does_not_judge_the_pods_own_containers_again(engine):
     created = copy.deepcopy(request["object"])
     del created["spec"]["ephemeralContainers"]
     assert [f[0] for f in findings(engine, "Pod", created, admission=True)] == ["GS010"]
+
+
+def test_gs011_configured_to_deny_refuses_what_lifts_isolation():
+    # rules: {GS011: {severity: deny}} (docs/isolation.md): both findings of GS011 become denials, GS010's do not change
+    hardened = Engine(Settings(rules={"GS011": {"severity": "deny"}}))
+    assert findings(hardened, "Pod", workload("Pod", SPEC), admission=True) == [
+        FORGED, ("GS010", "warn", *ENV_FROM), ("GS011", "deny", *DISABLED[2:]), ("GS011", "deny", *EXPOSED[2:])]
