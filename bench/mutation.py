@@ -66,6 +66,7 @@ _FAST = {
     "policies/model/selectors.py": "selectors scoring_numbers scoring",
     "policies/rules/isolation_rules.py": "isolation_findings",
     "policies/rules/workload_rules.py": "workload_rules",
+    "policies/rules/quota_rules.py": "quota_findings",
 }
 # Tests that start a process: they check the command line, not the module, and cost a second each.
 _DESELECT = ["tests/test_node_rules.py::test_a_broken_catalog_override_is_refused_at_start"]
