@@ -13,14 +13,14 @@ import pytest
 import yaml
 
 from policies.admission.engine import Engine
-from webhook.settings import Settings
 from webhook.state.snapshot import load_snapshot
 
 from .manifests import received
 
 QUOTAS = Path(__file__).parent / "data" / "quota"
-GQ001 = ("limits nothing: quota counts aliyun.com/gpu-mem, an extended resource, only under requests.aliyun.com/gpu-mem, "
-         "so pods asking for it are admitted whatever it says; write requests.aliyun.com/gpu-mem: 40 instead")
+GQ001 = ("limits nothing: quota counts aliyun.com/gpu-mem, an extended resource, only under "
+         "requests.aliyun.com/gpu-mem, so pods asking for it are admitted whatever it says; write "
+         "requests.aliyun.com/gpu-mem: 40 instead")
 UNENFORCED = [
     [("GQ001", "deny", f'GQ001: ResourceQuota team-a/bare-key spec.hard["aliyun.com/gpu-mem"] {GQ001}',
       'spec.hard["aliyun.com/gpu-mem"]')],
@@ -30,8 +30,9 @@ UNENFORCED = [
                        "(17,179,869,184 GiB, more than a pebibyte of GPU memory): it looks like bytes, but "
                        "aliyun.com/gpu-mem counts GiB; write 16 (16Gi as GiB, rounded up), or 2147483647 for no limit",
       'spec.hard["requests.aliyun.com/gpu-mem"]')],
-    [("GQ002", "deny", 'GQ002: ElasticQuotaTree kube-system/elasticquotatree quota node team-b max["aliyun.com/gpu-mem"] '
-                       "is 80Gi (85,899,345,920 GiB, more than a pebibyte of GPU memory): it looks like bytes, but "
+    [("GQ002", "deny", "GQ002: ElasticQuotaTree kube-system/elasticquotatree quota node team-b "
+                       'max["aliyun.com/gpu-mem"] is 80Gi (85,899,345,920 GiB, more than a pebibyte of GPU memory): '
+                       "it looks like bytes, but "
                        "aliyun.com/gpu-mem counts GiB; write 80 (80Gi as GiB, rounded up), or 2147483647 for no limit"),
      ("GQ003", "deny", "GQ003: ElasticQuotaTree kube-system/elasticquotatree quota node team-a has min "
                        "aliyun.com/gpu-mem 60 above its max 40: min is guaranteed and max is the most the node may "
