@@ -70,6 +70,23 @@ def test_gw001_the_default_scheduler_of_the_kind_and_a_template_s_own_choice(eng
     assert findings(engine, job) == []
 
 
+def test_gw001_a_task_that_chose_its_scheduler_does_not_hide_the_next_one(engine):
+    job = volcano_job()
+    first = job["spec"]["tasks"][0]["template"]["spec"]
+    first["containers"][0]["resources"] = {"limits": {"aliyun.com/gpu-mem": 2}}
+    first["schedulerName"] = "ack-co-scheduler"
+    assert findings(engine, job) == [bypass(1)]
+
+
+def test_gw001_names_the_field_of_a_volcano_cronjob(engine):
+    cron = yaml.safe_load((WORKLOADS / "volcanocronjob.yaml").read_text())
+    assert findings(engine, cron) == [(
+        "GW001", "warn", "GW001: CronJob.batch.volcano.sh default/volcano-cronjob-example "
+                         "spec.jobTemplate.spec.tasks[1].template: its pods ask for aliyun.com/gpu-mem and will be "
+                         "scheduled by volcano (spec.jobTemplate.spec.schedulerName), "
+                         f"{BYPASS.format(wanted='ack-co-scheduler')}", "spec.jobTemplate.spec.schedulerName")]
+
+
 def test_gw001_passes_a_workload_whose_kind_names_no_scheduler(engine):
     assert findings(engine, yaml.safe_load((WORKLOADS / "pytorchjob.yaml").read_text())) == []
 
