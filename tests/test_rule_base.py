@@ -147,6 +147,17 @@ def test_findings_rules_and_users_cannot_be_changed_once_made():
         REGISTRY["GS001"].severity = "warn"  # type: ignore[misc]
 
 
+def test_what_a_check_finds_cannot_be_changed_once_found():
+    import dataclasses
+
+    from policies.rules.base import Found
+
+    found = Found("m", ("spec",), advisory=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.advisory = False  # type: ignore[misc]
+    assert (found.message, found.path, found.advisory, found.brief) == ("m", ("spec",), True, "")
+
+
 def test_the_placement_family_is_the_five_binding_rules():
     from policies.rules.rule_index import rule_ids
 
