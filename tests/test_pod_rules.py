@@ -199,3 +199,27 @@ def test_shape_errors_name_the_field(engine):
     obj["spec"]["template"]["spec"]["containers"] = {"not": "a list"}
     with pytest.raises(ShapeError, match=r"spec\.template\.spec\.containers: must be a list"):
         findings(engine, obj)
+
+
+def _pytorch_job(master: dict, worker: dict) -> dict:
+    """A PyTorchJob (kubeflow.org/v1) whose Master and Worker replicas are pods of their own."""
+    def replica(limits: dict) -> dict:
+        return {"replicas": 1, "template": {"spec": {"containers": [container("pytorch", limits=limits)]}}}
+
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "job", "namespace": "default"},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica(master), "Worker": replica(worker)}}}
+
+
+def test_gs005_and_gs006_judge_each_pod_a_custom_workload_makes_on_its_own(engine):
+    # Each replica is a pod of its own, scheduled on its own node: what one pod asks does not mix with another's.
+    assert findings(engine, _pytorch_job({MEM: 4}, {MEM: 4, CORE: 30})).findings == []
+    assert findings(engine, _pytorch_job({MEM: 4}, {"nvidia.com/gpu": 1})).findings == []
+    job = _pytorch_job({MEM: 4}, {MEM: 4, CORE: 30})
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"].append(
+        container("side", limits={MEM: 2}))
+    [mixed] = findings(engine, job).findings
+    assert mixed.message == (
+        "GS005: PyTorchJob default/job spec.pytorchReplicaSpecs.Worker.template mixes mem-only containers (\"side\") "
+        "with core+mem containers (\"pytorch\"); give every GPU container aliyun.com/gpu-core.percentage or none of "
+        "them")
+    assert mixed.path_text == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[1]"
