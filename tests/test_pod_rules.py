@@ -223,3 +223,14 @@ def test_gs005_and_gs006_judge_each_pod_a_custom_workload_makes_on_its_own(engin
         "with core+mem containers (\"pytorch\"); give every GPU container aliyun.com/gpu-core.percentage or none of "
         "them")
     assert mixed.path_text == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[1]"
+
+
+def test_gs007_names_the_container_of_a_custom_workload_by_its_path(engine):
+    [miss] = findings(engine, _pytorch_job({MEM: 4}, {"aliyun.com/gpu-memory": 4})).findings
+    worker = "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]"
+    assert miss.message == (
+        f'GS007: PyTorchJob default/job {worker} (container "pytorch"): limits.aliyun.com/gpu-memory is not a resource '
+        "any node offers, so the pod would stay Pending forever; did you mean aliyun.com/gpu-mem? (accepted: "
+        "aliyun.com/gpu-mem, aliyun.com/gpu-core.percentage; a real resource of that name can be listed in "
+        "near_miss.allowed)")
+    assert miss.path_text == f'{worker}.resources.limits["aliyun.com/gpu-memory"]'
