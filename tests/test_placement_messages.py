@@ -156,3 +156,11 @@ def test_a_placement_cannot_be_changed_once_found(engine):
     where = placement_of(engine.subject("Binding", received(binding("p", NODE)), namespace="default"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         where.node = "elsewhere"  # type: ignore[misc]
+
+
+def test_a_node_judged_without_its_mode_label_is_noted_once_under_gb002(engine, settings):
+    unlabelled = relabel(node(mode="share"), **{"ack.node.gpu.schedule": None, "gpushare": "true"})
+    state = state_of(settings, [unlabelled], [gpu_pod("p", mem=4)])
+    assert judged(engine, "Binding", binding("p", NODE), state) == [(
+        "GB002", f"GB002: Binding default/p: node {NODE} has no ack.node.gpu.schedule label; judged as share, which "
+                 "its aliyun.com/gpu-mem capacity shows; label the node to say so", "target.name")]
