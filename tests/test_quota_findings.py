@@ -122,3 +122,35 @@ def test_gq005_is_silent_on_workloads_that_fit_and_without_state(engine, quota_s
     assert [findings(engine, obj) for obj in objects("workloads.yaml")] == [[]] * 4
     serve = objects("workloads.yaml")[0]
     assert findings(engine, serve, state=quota_state, operation="UPDATE", old=serve) == []
+
+
+def test_a_cluster_queue_value_written_anew_is_judged_wherever_it_sits(engine):
+    queue = objects("unenforced.yaml")[4]
+    enforced = copy.deepcopy(queue)
+    enforced["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = 64  # the second resource
+    assert findings(engine, queue, operation="UPDATE", old=enforced) == [
+        (*UNENFORCED[4][0][:3], "spec.resourceGroups[0].flavors[0].resources[1].nominalQuota")]
+    assert findings(engine, queue, operation="UPDATE", old=queue) == []
+    emptied = {**queue, "spec": {"namespaceSelector": {}}}  # an old queue without resource groups
+    assert [f[0] for f in findings(engine, queue, operation="UPDATE", old=emptied)] == ["GQ002"]
+
+
+def test_gq004_compares_the_roots_min_and_max_by_value(engine):
+    tree = objects("unenforced.yaml")[3]
+    tree["spec"]["root"]["min"]["aliyun.com/gpu-mem"] = 120  # a number beside the string "120": the same value
+    assert [f[0] for f in findings(engine, tree)] == ["GQ002", "GQ003"]
+
+
+def test_gq005_of_a_single_pod(engine, quota_state):
+    one = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "one", "namespace": "team-a"},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "one"}}, "template": {
+               "metadata": {"labels": {"app": "one"}},
+               "spec": {"containers": [{"name": "main", "image": "cuda:12",
+                                        "resources": {"limits": {"aliyun.com/gpu-mem": 20}}}]}}}}
+    expected = [("GQ005", "warn", "GQ005: Deployment team-a/one: ResourceQuota team-a/gpu has "
+                                  "requests.aliyun.com/gpu-mem 40 GiB, 24 used, 16 left; its 1 pod needs 20 GiB "
+                                  "(1 x 20): 1 of 1 pods will not be created (the API server's quota admission "
+                                  "refuses them; the controller records FailedCreate events)", "")]
+    assert findings(engine, one, state=quota_state) == expected
+    one["spec"]["replicas"] = -1  # not a count (the API server refuses it): read as the default, one pod
+    assert findings(engine, one, state=quota_state) == expected
