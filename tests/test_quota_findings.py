@@ -154,3 +154,5 @@ def test_gq005_of_a_single_pod(engine, quota_state):
     assert findings(engine, one, state=quota_state) == expected
     one["spec"]["replicas"] = -1  # not a count (the API server refuses it): read as the default, one pod
     assert findings(engine, one, state=quota_state) == expected
+    one["spec"]["replicas"] = 0  # scaled to zero: no pod is made, so quota has nothing to refuse
+    assert findings(engine, one, state=quota_state) == []
