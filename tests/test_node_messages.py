@@ -291,3 +291,24 @@ def test_the_rules_load_a_nodes_machinery_only_when_a_node_is_judged():
              "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_gn006_five_running_pods_are_all_named(engine, settings):
+    old = node(mode="cgpu")
+    pods = [gpu_pod(f"p{i}", node_name=NAME) for i in range(5)]
+    [finding] = findings(engine, with_mode(old, "share"), old=old, state=state_with(settings, old, *pods),
+                         rule="GN006")
+    assert "while 5 GPU pod(s) run on it (default/p0, default/p1, default/p2, default/p3, default/p4); drain" \
+           in finding[2]
+
+
+def test_gn006_an_update_that_keeps_the_mode_passes_under_running_pods(engine, settings):
+    old = node(mode="cgpu")
+    state = state_with(settings, old, *(gpu_pod(f"p{i}", node_name=NAME) for i in range(3)))
+    assert findings(engine, relabel(old, team="x"), old=old, state=state, rule="GN006") == []
+
+
+def test_gn004_a_taint_other_than_the_cloud_providers_does_not_mean_waiting(engine):
+    # CriticalAddonsOnly (Kubernetes' taint for critical add-on nodes) sorts before the cloud provider's key
+    obj = node(mode="cgpu", provider_id=None, taints=[{"key": "CriticalAddonsOnly", "effect": "NoSchedule"}])
+    assert findings(engine, obj, rule="GN004")[0][1] == "deny"
