@@ -312,3 +312,9 @@ def test_gn004_a_taint_other_than_the_cloud_providers_does_not_mean_waiting(engi
     # CriticalAddonsOnly (Kubernetes' taint for critical add-on nodes) sorts before the cloud provider's key
     obj = node(mode="cgpu", provider_id=None, taints=[{"key": "CriticalAddonsOnly", "effect": "NoSchedule"}])
     assert findings(engine, obj, rule="GN004")[0][1] == "deny"
+
+
+@pytest.mark.parametrize("policy", ["none", "unspecified", "Static"])
+def test_gn002_only_the_static_policy_is_refused(engine, policy):
+    obj = relabel(node(mode="share"), **{"gpushare.io__cpu-manager-policy": policy})
+    assert findings(engine, obj, rule="GN002") == []
