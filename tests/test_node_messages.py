@@ -318,3 +318,9 @@ def test_gn004_a_taint_other_than_the_cloud_providers_does_not_mean_waiting(engi
 def test_gn002_only_the_static_policy_is_refused(engine, policy):
     obj = relabel(node(mode="share"), **{"gpushare.io__cpu-manager-policy": policy})
     assert findings(engine, obj, rule="GN002") == []
+
+
+def test_gn006_needs_the_cluster_state_and_is_skipped_without_it(engine):
+    # `check` and /dry-run without a snapshot have no cluster state: the stateful rules are skipped, not failed
+    old = node(mode="cgpu")
+    assert findings(engine, with_mode(old, "share"), old=old, rule="GN006") == []
