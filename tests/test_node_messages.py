@@ -324,3 +324,10 @@ def test_gn006_needs_the_cluster_state_and_is_skipped_without_it(engine):
     # `check` and /dry-run without a snapshot have no cluster state: the stateful rules are skipped, not failed
     old = node(mode="cgpu")
     assert findings(engine, with_mode(old, "share"), old=old, rule="GN006") == []
+
+
+def test_only_gn006_of_the_node_rules_is_listed_as_needing_the_cluster_state(settings):
+    # what `gpushare rules` marks "[needs --snapshot]" and `check` names as skipped without one
+    from policies.rules.rule_index import rule_entries
+
+    assert [e.id for e in rule_entries(settings) if e.id.startswith("GN") and e.stateful] == ["GN006"]
