@@ -164,6 +164,10 @@ def test_a_node_judged_without_its_mode_label_is_noted_once_under_gb002(engine, 
     assert judged(engine, "Binding", binding("p", NODE), state) == [(
         "GB002", f"GB002: Binding default/p: node {NODE} has no ack.node.gpu.schedule label; judged as share, which "
                  "its aliyun.com/gpu-mem capacity shows; label the node to say so", "target.name")]
+    # a note, not a denial: the binding is admitted with the warning
+    verdict = engine.validate(engine.subject(received("Binding"), received(binding("p", NODE)), namespace="default",
+                                             state=state))
+    assert verdict.allowed and [f.severity for f in verdict.findings] == ["warn"]
 
 
 def test_gb004_names_the_cards_a_pod_is_spread_over(engine, settings):
