@@ -234,3 +234,21 @@ def test_gs007_names_the_container_of_a_custom_workload_by_its_path(engine):
         "aliyun.com/gpu-mem, aliyun.com/gpu-core.percentage; a real resource of that name can be listed in "
         "near_miss.allowed)")
     assert miss.path_text == f'{worker}.resources.limits["aliyun.com/gpu-memory"]'
+
+
+def test_gs003_reads_the_multi_gpu_label_of_each_replica_of_a_custom_workload(engine):
+    # aliyun.com/gpu-count on a replica's template: its gpu-mem is spread over that many cards (ACK "Use cGPU to
+    # achieve GPU sharing based on multiple GPUs"), 1000 GiB on each of 2 cards here
+    job = _pytorch_job({MEM: 4}, {MEM: 2000})
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {"labels": {"aliyun.com/gpu-count": "2"}}
+    assert findings(engine, job).findings == []
+    del job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]
+    assert rule_ids(findings(engine, job)) == ["GS003"]
+
+
+def test_gs007_honours_the_configured_real_resources():
+    from webhook.settings import Settings
+
+    obj = workload("Pod", pod_spec(container("c", limits={"aliyun.com/gpu-memory": 4})))
+    configured = Engine(Settings(near_miss={"allowed": ["aliyun.com/gpu-memory"]}))
+    assert findings(configured, obj).findings == []
