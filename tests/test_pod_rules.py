@@ -252,3 +252,20 @@ def test_gs007_honours_the_configured_real_resources():
     obj = workload("Pod", pod_spec(container("c", limits={"aliyun.com/gpu-memory": 4})))
     configured = Engine(Settings(near_miss={"allowed": ["aliyun.com/gpu-memory"]}))
     assert findings(configured, obj).findings == []
+
+
+def test_gs007_names_a_configured_resources_field_by_its_path():
+    # a custom resource that holds a ResourceRequirements for the pods it makes (workloads.kinds, holds: resources)
+    from webhook.settings import Settings
+
+    configured = Engine(Settings(workloads={"kinds": [{"group": "example.com", "kind": "TrainingRun", "paths": [
+        {"path": "spec.launcher.resources", "holds": "resources"}]}]}))
+    obj = {"apiVersion": "example.com/v1", "kind": "TrainingRun", "metadata": {"name": "run-1", "namespace": "ml"},
+           "spec": {"launcher": {"resources": {"limits": {"aliyun.com/gpu-memory": 2}}}}}
+    [miss] = configured.validate(configured.subject("TrainingRun", obj)).findings
+    assert miss.message == (
+        "GS007: TrainingRun ml/run-1 spec.launcher.resources: limits.aliyun.com/gpu-memory is not a resource any node "
+        "offers, so the pod would stay Pending forever; did you mean aliyun.com/gpu-mem? (accepted: "
+        "aliyun.com/gpu-mem, aliyun.com/gpu-core.percentage; a real resource of that name can be listed in "
+        "near_miss.allowed)")
+    assert miss.path_text == 'spec.launcher.resources.limits["aliyun.com/gpu-memory"]'
