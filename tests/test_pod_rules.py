@@ -269,3 +269,17 @@ def test_gs007_names_a_configured_resources_field_by_its_path():
         "aliyun.com/gpu-mem, aliyun.com/gpu-core.percentage; a real resource of that name can be listed in "
         "near_miss.allowed)")
     assert miss.path_text == 'spec.launcher.resources.limits["aliyun.com/gpu-memory"]'
+
+
+def test_gs001_suggests_the_bound_for_a_value_past_decimal_precision(engine):
+    [finding] = findings(engine, workload("Pod", pod_spec(container("c", limits={MEM: 2, CORE: "1e30"})))).findings
+    assert finding.message == ('GS001: Pod default/p container "c": aliyun.com/gpu-core.percentage=1e30 is not a '
+                               "multiple of 5 in 5..100; use 100")
+
+
+def test_an_object_gs007_refuses_is_sent_to_the_webhook(settings):
+    from policies.rules.base import REGISTRY
+    from policies.rules.relevance import resolve
+
+    obj = workload("Pod", pod_spec(container("c", limits={"aliyun.com/gpu-memory": 4})))
+    assert resolve([REGISTRY["GS007"].relevance], settings).sends("Pod", obj, settings)
