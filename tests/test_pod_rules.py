@@ -273,7 +273,7 @@ def test_gs007_names_a_configured_resources_field_by_its_path():
 
 def test_gs001_suggests_the_bound_for_a_value_past_decimal_precision(engine):
     [finding] = findings(engine, workload("Pod", pod_spec(container("c", limits={MEM: 2, CORE: "1e30"})))).findings
-    assert finding.message == ('GS001: Pod default/p container "c": aliyun.com/gpu-core.percentage=1e30 is not a '
+    assert finding.message == ('GS001: Pod default/w container "c": aliyun.com/gpu-core.percentage=1e30 is not a '
                                "multiple of 5 in 5..100; use 100")
 
 
