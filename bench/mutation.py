@@ -98,9 +98,9 @@ _FAST = {
     "policies/rules/node_rules.py": "node_messages node_rules",
     "policies/rules/placement_rules.py": "placement_messages placement_rules rule_base",
     "policies/rules/capacity_rules.py": "capacity_rules placement_rules",
-    "policies/rules/quota_rules.py": "quota_rules",
-    "policies/rules/isolation_rules.py": "isolation_rules isolation_round_two",
-    "policies/rules/workload_rules.py": "workloads workload_schemas",
+    "policies/rules/quota_rules.py": "quota_findings quota_rules",
+    "policies/rules/isolation_rules.py": "isolation_findings isolation_rules isolation_round_two",
+    "policies/rules/workload_rules.py": "workload_rules workloads workload_schemas",
     "policies/rules/cluster_invariants.py": "audit",
     # placement
     "policies/placement/cards.py":

@@ -321,7 +321,8 @@ def pods_fit_the_quota(subject: Subject) -> Iterator[Found]:
         unit = _unit(subject, limit.resource)
         each_text = " + ".join(f"{count} x {each}" for count, each in sizes)
         said = (f"{subject.label}: {limit.label} has {limit.key} {limit.hard}{unit}, {limit.used} used, "
-                f"{limit.left} left; its {total_pods} pod{'s' * (total_pods != 1)} need {need}{unit} ({each_text})")
+                f"{limit.left} left; its {total_pods} {'pods need' if total_pods != 1 else 'pod needs'} {need}{unit} "
+                f"({each_text})")
         missing = total_pods if limit.mechanism == CLUSTER_QUEUE else total_pods - fitting
         happens = (f"{missing} of {total_pods} pods will not be created" if limit.mechanism == RESOURCE_QUOTA
                    else f"{missing} of {total_pods} pods will wait")

@@ -225,7 +225,7 @@ def test_a_workload_template_is_judged_at_its_template(engine, settings):
 
 def pytorchjob(**replicas):
     """The PyTorchJob of tests/data/workloads with each named replica's container changed by the given function."""
-    job = yaml.safe_load((Path(__file__).parent / "data" / "workloads" / "pytorchjob.yaml").read_text())
+    job = yaml.safe_load((Path(__file__).parents[1] / "data" / "workloads" / "pytorchjob.yaml").read_text())
     for name, change in replicas.items():
         change(job["spec"]["pytorchReplicaSpecs"][name]["template"]["spec"])
     return job

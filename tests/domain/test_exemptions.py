@@ -220,7 +220,7 @@ def test_an_expired_grant_is_news_only_on_objects_a_shared_gpu_rule_judges():
             "admin renews it in exemptions.grants", "metadata")
     # A pod or a custom workload asking for no shared GPU: the grant's rules judge nothing there.
     web = workload("Pod", pod_spec(container("c")), name="web", namespace="team-a")
-    job = yaml.safe_load((Path(__file__).parent / "data" / "workloads" / "pytorchjob.yaml").read_text())
+    job = yaml.safe_load((Path(__file__).parents[1] / "data" / "workloads" / "pytorchjob.yaml").read_text())
     job["metadata"]["namespace"] = "team-a"
     for replica in job["spec"]["pytorchReplicaSpecs"].values():
         del replica["template"]["spec"]["containers"][0]["resources"]

@@ -376,3 +376,26 @@ def test_mutation_records_cannot_be_changed():
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         MUTATIONS["GM001"].title = "changed"  # type: ignore[misc]
+
+
+def test_every_object_a_mutation_patches_is_sent_to_the_mutating_webhook(engine):
+    # The mutating webhooks' matchConditions send what the mutations declare relevant
+    # (policies/generate/match_conditions.py): an object a planner patches must be among them.
+    from policies.rules.mutations import MUTATIONS
+    from policies.rules.relevance import resolve
+
+    owner = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "gpushare-device-plugin-ds", "uid": "1",
+              "controller": True}]
+    patched = [("GM001", pod(pod_spec(container(limits={MEM: 2})))),
+               ("GM002", workload("DaemonSet", pod_spec(container("plugin")), name="gpushare-device-plugin-ds")),
+               ("GM002", pod(pod_spec(container("plugin")), name="gpushare-device-plugin-ds-x8k2",
+                             ownerReferences=owner)),
+               ("GM003", pod(pod_spec(container(limits={MEM: 2}))))]
+    for mutation_id, obj in patched:
+        verdict, _ = mutate(engine, obj)
+        assert mutation_id in verdict.patch_ids
+        triggers = resolve([MUTATIONS[mutation_id].relevance], engine.settings)
+        assert triggers.sends(obj["kind"], obj, engine.settings), (mutation_id, obj["kind"])
+    unrelated = workload("DaemonSet", pod_spec(container("x")), name="fluentd")
+    assert not resolve([m.relevance for m in MUTATIONS.values()], engine.settings).sends("DaemonSet", unrelated,
+                                                                                         engine.settings)

@@ -239,3 +239,95 @@ def test_gn006_six_running_pods_are_five_and_one_more(engine, settings):
     [finding] = findings(engine, with_mode(old, "share"), old=old, state=state_with(settings, old, *pods),
                          rule="GN006")
     assert "(default/p0, default/p1, default/p2, default/p3, default/p4 and 1 more)" in finding[2]
+
+
+def test_gn006_twelve_running_pods_are_five_and_seven_more(engine, settings):
+    old = node(mode="cgpu")
+    pods = [gpu_pod(f"p{i:02}", node_name=NAME) for i in range(12)]
+    [finding] = findings(engine, with_mode(old, "share"), old=old, state=state_with(settings, old, *pods),
+                         rule="GN006")
+    assert "while 12 GPU pod(s) run on it (default/p00, default/p01, default/p02, default/p03, default/p04 and 7 " \
+           "more);" in finding[2]
+
+
+def test_gn005_a_mig_node_relabelled_to_another_value_is_warned_about(engine):
+    old = node(mode="mig")
+    assert findings(engine, with_mode(old, "share"), old=old, user=UserInfo("alice"), rule="GN005") == [(
+        "GN005", "warn", f"GN005: Node {NAME}: {SCHEDULE} mig -> share: \"Labels for enabling GPU scheduling "
+                         "policies\" supports no other value on a mig node; use a node pool labelled share",
+        f'metadata.labels["{SCHEDULE}"]')]
+    # to core_mem: the warning, and the denial every relabel to core_mem gets
+    assert [f[1] for f in findings(engine, with_mode(old, "core_mem"), old=old, user=UserInfo("alice"),
+                                   rule="GN005")] == ["warn", "deny"]
+    # removing the label is GN006's to judge
+    assert findings(engine, with_mode(old, None), old=old, user=UserInfo("alice"), rule="GN005") == []
+
+
+@pytest.mark.parametrize("configz", [False, True])
+def test_gn002_an_unknown_policy_says_where_it_was_looked_for_word_for_word(configz):
+    from policies.admission.engine import Engine
+    from webhook.settings import Settings
+
+    engine = Engine(Settings(state={"kubelet_configz": {"enabled": configz}}))
+    how = ("and its kubelet's /configz has not been read or could not be (see the gpushare_kubelet_configz metrics "
+           "and the log)" if configz else "and reading it from the kubelet's /configz is off "
+           "(state.kubelet_configz.enabled)")
+    obj = relabel(node(mode="share"), **{"gpushare.io__cpu-manager-policy": None})
+    assert findings(engine, obj, rule="GN002") == [(
+        "GN002", "warn", f"GN002: Node {NAME}: {SCHEDULE}=share: the node's CPU manager policy is unknown (no {POLICY} "
+                         f"label or annotation, {how}), so whether it is static, which shared GPU scheduling does not "
+                         f"support, cannot be checked; publish it as {POLICY} (docs/state.md, \"CPU manager policy\")",
+        f'metadata.labels["{SCHEDULE}"]')]
+
+
+def test_the_rules_load_a_nodes_machinery_only_when_a_node_is_judged():
+    # `gpushare check` on pods never loads the node record, the catalog or the ECS ids (docs/check.md, "Speed");
+    # the whole process is tests/cli/test_check_imports.py.
+    import subprocess
+    import sys
+
+    probe = ("import sys, policies.rules\n"
+             "print(sorted(m for m in ('policies.model.catalog', 'policies.model.cluster', 'policies.model.ecs') "
+             "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_gn006_five_running_pods_are_all_named(engine, settings):
+    old = node(mode="cgpu")
+    pods = [gpu_pod(f"p{i}", node_name=NAME) for i in range(5)]
+    [finding] = findings(engine, with_mode(old, "share"), old=old, state=state_with(settings, old, *pods),
+                         rule="GN006")
+    assert "while 5 GPU pod(s) run on it (default/p0, default/p1, default/p2, default/p3, default/p4); drain" \
+           in finding[2]
+
+
+def test_gn006_an_update_that_keeps_the_mode_passes_under_running_pods(engine, settings):
+    old = node(mode="cgpu")
+    state = state_with(settings, old, *(gpu_pod(f"p{i}", node_name=NAME) for i in range(3)))
+    assert findings(engine, relabel(old, team="x"), old=old, state=state, rule="GN006") == []
+
+
+def test_gn004_a_taint_other_than_the_cloud_providers_does_not_mean_waiting(engine):
+    # CriticalAddonsOnly (Kubernetes' taint for critical add-on nodes) sorts before the cloud provider's key
+    obj = node(mode="cgpu", provider_id=None, taints=[{"key": "CriticalAddonsOnly", "effect": "NoSchedule"}])
+    assert findings(engine, obj, rule="GN004")[0][1] == "deny"
+
+
+@pytest.mark.parametrize("policy", ["none", "unspecified", "Static"])
+def test_gn002_only_the_static_policy_is_refused(engine, policy):
+    obj = relabel(node(mode="share"), **{"gpushare.io__cpu-manager-policy": policy})
+    assert findings(engine, obj, rule="GN002") == []
+
+
+def test_gn006_needs_the_cluster_state_and_is_skipped_without_it(engine):
+    # `check` and /dry-run without a snapshot have no cluster state: the stateful rules are skipped, not failed
+    old = node(mode="cgpu")
+    assert findings(engine, with_mode(old, "share"), old=old, rule="GN006") == []
+
+
+def test_only_gn006_of_the_node_rules_is_listed_as_needing_the_cluster_state(settings):
+    # what `gpushare rules` marks "[needs --snapshot]" and `check` names as skipped without one
+    from policies.rules.rule_index import rule_entries
+
+    assert [e.id for e in rule_entries(settings) if e.id.startswith("GN") and e.stateful] == ["GN006"]

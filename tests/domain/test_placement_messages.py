@@ -155,3 +155,40 @@ def test_a_placement_cannot_be_changed_once_found(engine):
     where = placement_of(engine.subject("Binding", received(binding("p", NODE)), namespace="default"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         where.node = "elsewhere"  # type: ignore[misc]
+
+
+def test_a_node_judged_without_its_mode_label_is_noted_once_under_gb002(engine, settings):
+    unlabelled = relabel(node(mode="share"), **{"ack.node.gpu.schedule": None, "gpushare": "true"})
+    state = state_of(settings, [unlabelled], [gpu_pod("p", mem=4)])
+    assert judged(engine, "Binding", binding("p", NODE), state) == [(
+        "GB002", f"GB002: Binding default/p: node {NODE} has no ack.node.gpu.schedule label; judged as share, which "
+                 "its aliyun.com/gpu-mem capacity shows; label the node to say so", "target.name")]
+    # a note, not a denial: the binding is admitted with the warning
+    verdict = engine.validate(engine.subject(received("Binding"), received(binding("p", NODE)), namespace="default",
+                                             state=state))
+    assert verdict.allowed and [f.severity for f in verdict.findings] == ["warn"]
+
+
+def test_gb004_names_the_cards_a_pod_is_spread_over(engine, settings):
+    # aliyun.com/gpu-count: N/M of the pod's gpu-mem on each of M cards (ACK "Use cGPU to achieve GPU sharing
+    # based on multiple GPUs")
+    spread = gpu_pod("spread", mem=40)
+    spread["metadata"]["labels"]["aliyun.com/gpu-count"] = "2"
+    state = state_of(settings, [node(mode="cgpu", cards=2, card_gib=15)], [spread])
+    demand = 'container "cuda" aliyun.com/gpu-mem=40 over 2 cards'
+    assert judged(engine, "Binding", binding("spread", NODE), state) == [(
+        "GB004", f"GB004: Binding default/spread ({demand}): node {NODE}: container \"cuda\" needs 2 cards and 0 fit: "
+                 "GPU0 has 15/15 GiB free, needs 20; GPU1 has 15/15 GiB free, needs 20; bind it to a node with a card "
+                 f"that fits {demand}", "target.name")]
+
+
+def test_the_rules_load_placement_only_when_a_placement_is_judged():
+    # `gpushare check` on manifests without spec.nodeName never loads placement (the module's docstring);
+    # the whole process is tests/cli/test_check_imports.py.
+    import subprocess
+    import sys
+
+    probe = ("import sys, policies.rules\n"
+             "print(sorted(m for m in ('policies.placement.placement', 'policies.model.cluster') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"

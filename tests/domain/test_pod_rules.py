@@ -198,3 +198,87 @@ def test_shape_errors_name_the_field(engine):
     obj["spec"]["template"]["spec"]["containers"] = {"not": "a list"}
     with pytest.raises(ShapeError, match=r"spec\.template\.spec\.containers: must be a list"):
         findings(engine, obj)
+
+
+def _pytorch_job(master: dict, worker: dict) -> dict:
+    """A PyTorchJob (kubeflow.org/v1) whose Master and Worker replicas are pods of their own."""
+    def replica(limits: dict) -> dict:
+        return {"replicas": 1, "template": {"spec": {"containers": [container("pytorch", limits=limits)]}}}
+
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "job", "namespace": "default"},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica(master), "Worker": replica(worker)}}}
+
+
+def test_gs005_and_gs006_judge_each_pod_a_custom_workload_makes_on_its_own(engine):
+    # Each replica is a pod of its own, scheduled on its own node: what one pod asks does not mix with another's.
+    assert findings(engine, _pytorch_job({MEM: 4}, {MEM: 4, CORE: 30})).findings == []
+    assert findings(engine, _pytorch_job({MEM: 4}, {"nvidia.com/gpu": 1})).findings == []
+    job = _pytorch_job({MEM: 4}, {MEM: 4, CORE: 30})
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"].append(
+        container("side", limits={MEM: 2}))
+    [mixed] = findings(engine, job).findings
+    assert mixed.message == (
+        "GS005: PyTorchJob default/job spec.pytorchReplicaSpecs.Worker.template mixes mem-only containers (\"side\") "
+        "with core+mem containers (\"pytorch\"); give every GPU container aliyun.com/gpu-core.percentage or none of "
+        "them")
+    assert mixed.path_text == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[1]"
+
+
+def test_gs007_names_the_container_of_a_custom_workload_by_its_path(engine):
+    [miss] = findings(engine, _pytorch_job({MEM: 4}, {"aliyun.com/gpu-memory": 4})).findings
+    worker = "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]"
+    assert miss.message == (
+        f'GS007: PyTorchJob default/job {worker} (container "pytorch"): limits.aliyun.com/gpu-memory is not a resource '
+        "any node offers, so the pod would stay Pending forever; did you mean aliyun.com/gpu-mem? (accepted: "
+        "aliyun.com/gpu-mem, aliyun.com/gpu-core.percentage; a real resource of that name can be listed in "
+        "near_miss.allowed)")
+    assert miss.path_text == f'{worker}.resources.limits["aliyun.com/gpu-memory"]'
+
+
+def test_gs003_reads_the_multi_gpu_label_of_each_replica_of_a_custom_workload(engine):
+    # aliyun.com/gpu-count on a replica's template: its gpu-mem is spread over that many cards (ACK "Use cGPU to
+    # achieve GPU sharing based on multiple GPUs"), 1000 GiB on each of 2 cards here
+    job = _pytorch_job({MEM: 4}, {MEM: 2000})
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {"labels": {"aliyun.com/gpu-count": "2"}}
+    assert findings(engine, job).findings == []
+    del job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]
+    assert rule_ids(findings(engine, job)) == ["GS003"]
+
+
+def test_gs007_honours_the_configured_real_resources():
+    from webhook.settings import Settings
+
+    obj = workload("Pod", pod_spec(container("c", limits={"aliyun.com/gpu-memory": 4})))
+    configured = Engine(Settings(near_miss={"allowed": ["aliyun.com/gpu-memory"]}))
+    assert findings(configured, obj).findings == []
+
+
+def test_gs007_names_a_configured_resources_field_by_its_path():
+    # a custom resource that holds a ResourceRequirements for the pods it makes (workloads.kinds, holds: resources)
+    from webhook.settings import Settings
+
+    configured = Engine(Settings(workloads={"kinds": [{"group": "example.com", "kind": "TrainingRun", "paths": [
+        {"path": "spec.launcher.resources", "holds": "resources"}]}]}))
+    obj = {"apiVersion": "example.com/v1", "kind": "TrainingRun", "metadata": {"name": "run-1", "namespace": "ml"},
+           "spec": {"launcher": {"resources": {"limits": {"aliyun.com/gpu-memory": 2}}}}}
+    [miss] = configured.validate(configured.subject("TrainingRun", obj)).findings
+    assert miss.message == (
+        "GS007: TrainingRun ml/run-1 spec.launcher.resources: limits.aliyun.com/gpu-memory is not a resource any node "
+        "offers, so the pod would stay Pending forever; did you mean aliyun.com/gpu-mem? (accepted: "
+        "aliyun.com/gpu-mem, aliyun.com/gpu-core.percentage; a real resource of that name can be listed in "
+        "near_miss.allowed)")
+    assert miss.path_text == 'spec.launcher.resources.limits["aliyun.com/gpu-memory"]'
+
+
+def test_gs001_suggests_the_bound_for_a_value_past_decimal_precision(engine):
+    [finding] = findings(engine, workload("Pod", pod_spec(container("c", limits={MEM: 2, CORE: "1e30"})))).findings
+    assert finding.message == ('GS001: Pod default/w container "c": aliyun.com/gpu-core.percentage=1e30 is not a '
+                               "multiple of 5 in 5..100; use 100")
+
+
+def test_an_object_gs007_refuses_is_sent_to_the_webhook(settings):
+    from policies.rules.base import REGISTRY
+    from policies.rules.relevance import resolve
+
+    obj = workload("Pod", pod_spec(container("c", limits={"aliyun.com/gpu-memory": 4})))
+    assert resolve([REGISTRY["GS007"].relevance], settings).sends("Pod", obj, settings)

@@ -89,6 +89,35 @@ def test_a_rule_id_registers_once():
         rule(first, severity="deny", title="t", doc="d", seed="000", kinds=("Pod",))(lambda s: [])
 
 
+def test_a_rule_that_judges_objects_declares_what_makes_them_relevant():
+    with pytest.raises(ValueError, match=r"^rule GX901 judges \['Binding', 'Pod'\] but declares no relevance$"):
+        rule("GX901", severity="deny", title="t", doc="d", seed="000", kinds=("Pod", "Binding"))(lambda s: [])
+    assert "GX901" not in REGISTRY
+
+
+def test_a_rule_registers_what_it_declares_and_its_defaults():
+    from policies.rules.relevance import NOTHING, Relevance
+
+    def check(subject):
+        return []
+
+    declared = Relevance(resources=("gpu_mem",))
+    try:
+        assert rule("GX902", severity="warn", title="t", doc="d", seed="000", kinds=["Pod", "Pod"],
+                    relevance=declared, subresources=["ephemeralcontainers"])(check) is check
+        assert rule("GX903", severity="deny", title="t3", doc="d3", seed="001", kinds=())(check) is check
+        gx902, gx903 = REGISTRY["GX902"], REGISTRY["GX903"]
+        assert (gx902.id, gx902.severity, gx902.title, gx902.doc, gx902.seed, gx902.kinds, gx902.check) == (
+            "GX902", "warn", "t", "d", "000", frozenset({"Pod"}), check)
+        assert (gx902.relevance, gx902.subresources) == (declared, frozenset({"ephemeralcontainers"}))
+        assert (gx903.kinds, gx903.operations, gx903.stateful, gx903.applies, gx903.family, gx903.relevance,
+                gx903.subresources) == (frozenset(), frozenset({"CREATE", "UPDATE"}), False, None, "", NOTHING,
+                                        frozenset())
+    finally:
+        REGISTRY.pop("GX902", None)
+        REGISTRY.pop("GX903", None)
+
+
 def test_registered_rules_keep_what_they_declared():
     gs001, gn005, gb004 = REGISTRY["GS001"], REGISTRY["GN005"], REGISTRY["GB004"]
     assert (gs001.operations, gs001.stateful, gs001.severity) == (frozenset({"CREATE", "UPDATE"}), False, "deny")
@@ -116,6 +145,17 @@ def test_findings_rules_and_users_cannot_be_changed_once_made():
         finding.message = "changed"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         REGISTRY["GS001"].severity = "warn"  # type: ignore[misc]
+
+
+def test_what_a_check_finds_cannot_be_changed_once_found():
+    import dataclasses
+
+    from policies.rules.base import Found
+
+    found = Found("m", ("spec",), advisory=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.advisory = False  # type: ignore[misc]
+    assert (found.message, found.path, found.advisory, found.brief) == ("m", ("spec",), True, "")
 
 
 def test_the_placement_family_is_the_five_binding_rules():

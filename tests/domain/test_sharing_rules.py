@@ -18,7 +18,7 @@ from tests.support.manifests import MEM, container, pod, pod_spec, received, wor
 from webhook.settings import Settings
 
 MULTI = "aliyun.com/gpu-count"
-JOB = yaml.safe_load((Path(__file__).parent / "data" / "workloads" / "pytorchjob.yaml").read_text())
+JOB = yaml.safe_load((Path(__file__).parents[1] / "data" / "workloads" / "pytorchjob.yaml").read_text())
 WORKER = 'PyTorchJob kubeflow/pytorch-simple spec.pytorchReplicaSpecs.Worker.template'
 MASTER = 'PyTorchJob kubeflow/pytorch-simple spec.pytorchReplicaSpecs.Master.template'
 

@@ -1,0 +1,158 @@
+"""GQ001-GQ005 in process, word for word: the quota mistakes of tests/data/quota judged by the engine
+(CREATE, and on UPDATE only what the change writes), and GQ005 on the workloads of
+tests/data/quota/workloads.yaml against the snapshot tests/data/quota/cluster.yaml. The same verdicts
+through `check`, /dry-run and the real server are tests/server/test_quota_rules.py and
+tests/server/test_quota_at_submit.py."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from policies.admission.engine import Engine
+from tests.support.manifests import received
+from webhook.state.snapshot import load_snapshot
+
+QUOTAS = Path(__file__).parents[1] / "data" / "quota"
+GQ001 = ("limits nothing: quota counts aliyun.com/gpu-mem, an extended resource, only under "
+         "requests.aliyun.com/gpu-mem, so pods asking for it are admitted whatever it says; write "
+         "requests.aliyun.com/gpu-mem: 40 instead")
+UNENFORCED = [
+    [("GQ001", "deny", f'GQ001: ResourceQuota team-a/bare-key spec.hard["aliyun.com/gpu-mem"] {GQ001}',
+      'spec.hard["aliyun.com/gpu-mem"]')],
+    [("GQ001", "deny", f'GQ001: ResourceQuota team-b/limits-key spec.hard["limits.aliyun.com/gpu-mem"] {GQ001}',
+      'spec.hard["limits.aliyun.com/gpu-mem"]')],
+    [("GQ002", "deny", 'GQ002: ResourceQuota team-c/bytes spec.hard["requests.aliyun.com/gpu-mem"] is 16Gi '
+                       "(17,179,869,184 GiB, more than a pebibyte of GPU memory): it looks like bytes, but "
+                       "aliyun.com/gpu-mem counts GiB; write 16 (16Gi as GiB, rounded up), or 2147483647 for no limit",
+      'spec.hard["requests.aliyun.com/gpu-mem"]')],
+    [("GQ002", "deny", "GQ002: ElasticQuotaTree kube-system/elasticquotatree quota node team-b "
+                       'max["aliyun.com/gpu-mem"] is 80Gi (85,899,345,920 GiB, more than a pebibyte of GPU memory): '
+                       "it looks like bytes, but "
+                       "aliyun.com/gpu-mem counts GiB; write 80 (80Gi as GiB, rounded up), or 2147483647 for no limit"),
+     ("GQ003", "deny", "GQ003: ElasticQuotaTree kube-system/elasticquotatree quota node team-a has min "
+                       "aliyun.com/gpu-mem 60 above its max 40: min is guaranteed and max is the most the node may "
+                       "use; set min to at most 40 or max to at least 60"),
+     ("GQ004", "warn", "GQ004: ElasticQuotaTree kube-system/elasticquotatree root quota node root has "
+                       "aliyun.com/gpu-mem min 100 and max 120: the root stands for what the cluster gives the whole "
+                       "tree and has no parent to borrow from; set both to 120")],
+    [("GQ002", "deny", 'GQ002: ClusterQueue research flavor "default-flavor" resource aliyun.com/gpu-mem nominalQuota '
+                       "is 64Gi (68,719,476,736 GiB, more than a pebibyte of GPU memory): it looks like bytes, but "
+                       "aliyun.com/gpu-mem counts GiB; write 64 (64Gi as GiB, rounded up), or 2147483647 for no "
+                       "limit")],
+]
+
+
+def objects(name: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all((QUOTAS / name).read_text()) if doc]
+
+
+def findings(engine: Engine, obj: dict[str, Any], **review: Any) -> list[tuple[str, ...]]:
+    subject = engine.subject(received(obj["kind"]), received(obj), **review)
+    return [(f.rule, f.severity, f.message, f.path_text) for f in engine.validate(subject).findings]
+
+
+def test_each_quota_mistake_is_found_with_its_fix(engine):
+    found = [findings(engine, obj) for obj in objects("unenforced.yaml")]
+    assert [[f[:3] for f in one] for one in found] == [[f[:3] for f in one] for one in UNENFORCED]
+    assert [[f[3] for f in one] for one in found[:3]] == [[f[3] for f in one] for one in UNENFORCED[:3]]
+
+
+def test_quotas_written_as_quota_counts_them_pass(engine):
+    assert [findings(engine, obj) for obj in objects("enforced.yaml")] == [[], [], []]
+
+
+def test_an_update_is_judged_on_what_it_writes(engine):
+    old = objects("unenforced.yaml")[1]
+    edited = copy.deepcopy(old)
+    edited["spec"]["hard"]["requests.cpu"] = "128"
+    assert findings(engine, edited, operation="UPDATE", old=old) == []
+    raised = copy.deepcopy(old)
+    raised["spec"]["hard"]["limits.aliyun.com/gpu-mem"] = "80"
+    assert [f[:2] for f in findings(engine, raised, operation="UPDATE", old=old)] == [("GQ001", "deny")]
+    tree = objects("unenforced.yaml")[3]
+    relabelled = copy.deepcopy(tree)
+    relabelled["metadata"]["labels"] = {"team": "ml"}
+    assert findings(engine, relabelled, operation="UPDATE", old=tree) == []
+
+
+GQ005 = [
+    ("GQ005: Deployment team-a/serve: ResourceQuota team-a/gpu has requests.aliyun.com/gpu-mem 40 GiB, 24 used, 16 "
+     "left; its 4 pods need 32 GiB (4 x 8): 2 of 4 pods will not be created (the API server's quota admission "
+     "refuses them; the controller records FailedCreate events)",
+     "GQ005: Deployment team-a/serve: 2 of 4 pods will not be created: ResourceQuota team-a/gpu has 16 of 40 GiB of "
+     "requests.aliyun.com/gpu-mem left (24 used); the pods need 32 GiB"),
+    ("GQ005: Job team-a/sweep: ResourceQuota team-a/gpu has requests.aliyun.com/gpu-mem 40 GiB, 24 used, 16 left; its "
+     "3 pods need 24 GiB (3 x 8): 1 of 3 pods will not be created (the API server's quota admission refuses them; "
+     "the controller records FailedCreate events)",
+     "GQ005: Job team-a/sweep: 1 of 3 pods will not be created: ResourceQuota team-a/gpu has 16 of 40 GiB of "
+     "requests.aliyun.com/gpu-mem left (24 used); the pods need 24 GiB"),
+    ('GQ005: PyTorchJob team-b/bert: ElasticQuotaTree kube-system/elasticquotatree quota node team-b has '
+     'max["aliyun.com/gpu-mem"] 40 GiB, 30 used, 10 left; its 3 pods need 24 GiB (1 x 8 + 2 x 8): 2 of 3 pods will '
+     "wait (Pending) until the quota node's usage falls below its max",
+     "GQ005: PyTorchJob team-b/bert: 2 of 3 pods will wait: ElasticQuotaTree kube-system/elasticquotatree quota node "
+     'team-b has 10 of 40 GiB of max["aliyun.com/gpu-mem"] left (30 used); the pods need 24 GiB'),
+    ('GQ005: Job team-c/tune: ClusterQueue research (LocalQueue team-c/main) has nominalQuota["aliyun.com/gpu-mem"] 64 '
+     "GiB, 60 used, 4 left; its 2 pods need 8 GiB (2 x 4): 2 of 2 pods will wait (Kueue admits a workload whole: it "
+     "stays suspended until the ClusterQueue has room)", None),
+]
+
+
+@pytest.fixture(scope="module")
+def quota_state(settings):
+    return load_snapshot(QUOTAS / "cluster.yaml", settings.names)
+
+
+def test_gq005_says_what_quota_will_do_to_the_pods_a_workload_makes(engine, quota_state):
+    found = []
+    for obj in objects("workloads.yaml"):
+        subject = engine.subject(received(obj["kind"]), received(obj), state=quota_state)
+        found.extend((f.rule, f.severity, f.message, f.brief or None) for f in engine.validate(subject).findings)
+    assert [f[:2] for f in found] == [("GQ005", "warn")] * 4
+    assert [f[2] for f in found] == [message for message, _ in GQ005]
+    assert [f[3] for f in found[:3]] == [brief for _, brief in GQ005[:3]]
+
+
+def test_gq005_is_silent_on_workloads_that_fit_and_without_state(engine, quota_state):
+    assert [findings(engine, obj, state=quota_state) for obj in objects("fitting.yaml")] == [[]] * 6
+    assert [findings(engine, obj) for obj in objects("workloads.yaml")] == [[]] * 4
+    serve = objects("workloads.yaml")[0]
+    assert findings(engine, serve, state=quota_state, operation="UPDATE", old=serve) == []
+
+
+def test_a_cluster_queue_value_written_anew_is_judged_wherever_it_sits(engine):
+    queue = objects("unenforced.yaml")[4]
+    enforced = copy.deepcopy(queue)
+    enforced["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = 64  # the second resource
+    assert findings(engine, queue, operation="UPDATE", old=enforced) == [
+        (*UNENFORCED[4][0][:3], "spec.resourceGroups[0].flavors[0].resources[1].nominalQuota")]
+    assert findings(engine, queue, operation="UPDATE", old=queue) == []
+    emptied = {**queue, "spec": {"namespaceSelector": {}}}  # an old queue without resource groups
+    assert [f[0] for f in findings(engine, queue, operation="UPDATE", old=emptied)] == ["GQ002"]
+
+
+def test_gq004_compares_the_roots_min_and_max_by_value(engine):
+    tree = objects("unenforced.yaml")[3]
+    tree["spec"]["root"]["min"]["aliyun.com/gpu-mem"] = 120  # a number beside the string "120": the same value
+    assert [f[0] for f in findings(engine, tree)] == ["GQ002", "GQ003"]
+
+
+def test_gq005_of_a_single_pod(engine, quota_state):
+    one = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "one", "namespace": "team-a"},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "one"}}, "template": {
+               "metadata": {"labels": {"app": "one"}},
+               "spec": {"containers": [{"name": "main", "image": "cuda:12",
+                                        "resources": {"limits": {"aliyun.com/gpu-mem": 20}}}]}}}}
+    expected = [("GQ005", "warn", "GQ005: Deployment team-a/one: ResourceQuota team-a/gpu has "
+                                  "requests.aliyun.com/gpu-mem 40 GiB, 24 used, 16 left; its 1 pod needs 20 GiB "
+                                  "(1 x 20): 1 of 1 pods will not be created (the API server's quota admission "
+                                  "refuses them; the controller records FailedCreate events)", "")]
+    assert findings(engine, one, state=quota_state) == expected
+    one["spec"]["replicas"] = -1  # not a count (the API server refuses it): read as the default, one pod
+    assert findings(engine, one, state=quota_state) == expected
+    one["spec"]["replicas"] = 0  # scaled to zero: no pod is made, so quota has nothing to refuse
+    assert findings(engine, one, state=quota_state) == []
