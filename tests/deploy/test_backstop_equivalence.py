@@ -39,6 +39,8 @@ from tests.support.profiles import examples
 from tests.support.resource_keys import ASKED, CORE, COUNT, MEM, RESOURCE_KEYS, TOPOLOGY, WHOLE, edited
 from webhook.settings import Settings
 
+pytestmark = pytest.mark.processes
+
 EXAMPLES = int(os.environ.get("GPUSHARE_EQUIVALENCE_EXAMPLES", "0")) or examples(50)
 # Canonical quantity strings (Quantity.String() after the API server parsed what was written).
 CANONICAL = {
