@@ -280,6 +280,7 @@ def test_gn002_an_unknown_policy_says_where_it_was_looked_for_word_for_word(conf
         f'metadata.labels["{SCHEDULE}"]')]
 
 
+@pytest.mark.processes
 def test_the_rules_load_a_nodes_machinery_only_when_a_node_is_judged():
     # `gpushare check` on pods never loads the node record, the catalog or the ECS ids (docs/check.md, "Speed");
     # the whole process is tests/cli/test_check_imports.py.

@@ -182,6 +182,7 @@ def test_gb004_names_the_cards_a_pod_is_spread_over(engine, settings):
                  f"that fits {demand}", "target.name")]
 
 
+@pytest.mark.processes
 def test_the_rules_load_placement_only_when_a_placement_is_judged():
     # `gpushare check` on manifests without spec.nodeName never loads placement (the module's docstring);
     # the whole process is tests/cli/test_check_imports.py.
