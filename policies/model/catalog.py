@@ -118,8 +118,14 @@ def build_catalog(overrides: CatalogSettings | None = None) -> Catalog:
             unknown = set(from_file) - {"regions", "versions"}
             if unknown:
                 raise CatalogError(f"{overrides.file}: unknown keys {sorted(unknown)}; use regions and versions")
-            regions.update(from_file.get("regions") or {})
-            versions.update(from_file.get("versions") or {})
+            for section, shipped in (("regions", regions), ("versions", versions)):
+                given = from_file.get(section)
+                if given is None:
+                    continue
+                # checked here: dict.update would take a list of pairs, or fail with a traceback
+                if not isinstance(given, dict):
+                    raise CatalogError(f"{overrides.file}: {section} must be a mapping, got {type(given).__name__}")
+                shipped.update(given)
         regions.update(overrides.regions)
         versions.update(overrides.versions)
     try:

@@ -141,6 +141,8 @@ def test_malformed_requirements_name_their_path(expression, path, message):
     ("DoesNotExist", (), None, True), ("DoesNotExist", (), "x", False),
     ("Gt", ("4",), "5", True), ("Gt", ("4",), "4", False), ("Gt", ("4",), "+5", True), ("Gt", ("-1",), "0", True),
     ("Lt", ("4",), "3", True), ("Lt", ("4",), "4", False), ("Lt", ("4",), "-3", True),
+    ("Gt", ("4",), "3", False), ("Gt", ("1000",), "999", False), ("Lt", ("4",), "5", False),
+    ("Lt", ("1000",), "1001", False),
     ("Gt", ("4",), None, False), ("Lt", ("4",), None, False), ("Gt", ("4",), "16160MiB", False),
     ("Lt", ("4",), "3.5", False), ("Lt", ("4",), "3\n", False),
 ])
@@ -245,6 +247,12 @@ REQUIRED = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExec
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Lt", "values": ["x"]}]}]}}}},
      f'{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].values: Lt needs exactly one whole number (e.g. "4")'),
     ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Gt"}]}]}}}},
+     f'{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].values: Gt needs exactly one whole number (e.g. "4")'),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Lt", "values": []}]}]}}}},
+     f'{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].values: Lt needs exactly one whole number (e.g. "4")'),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "NotIn"}]}]}}}},
      f"{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0].values: NotIn needs at least one value"),
     ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
@@ -262,6 +270,17 @@ REQUIRED = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExec
      f"{REQUIRED}.nodeSelectorTerms[0].matchFields[0].key: 'metadata.uid': matchFields supports only metadata.name"),
     ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchFields[0]: matchFields on metadata.name needs In or NotIn with exactly "
+     "one value"),
+    # a label key in matchFields: Kubernetes' ValidateNodeFieldSelectorRequirement (pkg/apis/core/validation)
+    # accepts only metadata.name, with In or NotIn and exactly one value
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                                "values": ["n1"]}]}]}}}},
+     f"{REQUIRED}.nodeSelectorTerms[0].matchFields[0].key: 'kubernetes.io/hostname': matchFields supports only "
+     "metadata.name"),
+    ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "NotIn"}]}]}}}},
      f"{REQUIRED}.nodeSelectorTerms[0].matchFields[0]: matchFields on metadata.name needs In or NotIn with exactly "
      "one value"),
     ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
