@@ -112,13 +112,6 @@ def test_a_region_list_can_be_lifted_inline():
     (b"region:\n  cgpu: [cn-beijing]\n", "unknown keys ['region']; use regions and versions"),
     (b"versions: [driver, '470.82.01']\n", "versions must be a mapping, got list"),
     (b"regions: cn-beijing\n", "regions must be a mapping, got str"),
-    (b"regions:\n  cgpu: 42\n", "catalog: invalid data"),
-    (b"versions:\n  drivers: '470.82.01'\n", "catalog: invalid data"),
-    (b"versions:\n  1: '470.82.01'\n", "catalog: invalid data"),
-    (b"versions:\n  os_images:\n  - {family: X, match: '(unclosed', supported: ['1']}\n",
-     "not a regular expression"),
-    (b"versions:\n  os_notes:\n  - {match: '[z-a]', message: m}\n", "not a regular expression"),
-    (b"versions:\n  gpu_series: {supported: [T], match: '*T'}\n", "not a regular expression"),
     (b"regions:\n  cgpu: [cn-hangzhou\xff]\n", "cannot read catalog"),
 ])
 def test_a_broken_file_is_refused_with_its_name_and_why(tmp_path, content, message):
@@ -126,10 +119,27 @@ def test_a_broken_file_is_refused_with_its_name_and_why(tmp_path, content, messa
     override.write_bytes(content)
     with pytest.raises(CatalogError) as caught:
         build_catalog(CatalogSettings(file=override))
+    assert str(caught.value).startswith(f"{override}: ") and message in str(caught.value)
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"regions:\n  cgpu: 42\n", "catalog: invalid data: 1 validation error for Catalog\nregions.cgpu"),
+    (b"versions:\n  drivers: '470.82.01'\n", "catalog: invalid data: 1 validation error for VersionMatrix\ndrivers"),
+    (b"versions:\n  1: '470.82.01'\n", "catalog: invalid data: keywords must be strings"),
+    (b"versions:\n  os_images:\n  - {family: X, match: '(unclosed', supported: ['1']}\n",
+     "os_images.0.match\n  Value error, not a regular expression: missing ), unterminated subpattern"),
+    (b"versions:\n  os_notes:\n  - {match: '[z-a]', message: m}\n",
+     "os_notes.0.match\n  Value error, not a regular expression: bad character range z-a"),
+    (b"versions:\n  gpu_series: {supported: [T], match: '*T'}\n",
+     "gpu_series.match\n  Value error, not a regular expression: nothing to repeat"),
+])
+def test_invalid_data_is_refused_by_what_is_wrong(tmp_path, content, message):
+    """Found when the merged data (shipped, file, inline) is validated: named by its place in the catalog."""
+    override = tmp_path / "catalog.yaml"
+    override.write_bytes(content)
+    with pytest.raises(CatalogError) as caught:
+        build_catalog(CatalogSettings(file=override))
     assert message in str(caught.value)
-    if message.startswith(("catalog:", "not a regular")):
-        return  # found when the merged data is validated: named by what is wrong, not by the file
-    assert str(caught.value).startswith(f"{override}: ")
 
 
 def test_a_missing_file_is_refused(tmp_path):
