@@ -77,7 +77,7 @@ _FAST = {
     "policies/model/env_expansion.py": "isolation_round_two isolation_rules",
     "policies/model/gpu_memory.py": "gs_rules scoring_numbers",
     "policies/model/near_miss.py": "pod_rules gs_rules backstop_equivalence",
-    "policies/model/catalog.py": "node_rules node_messages",
+    "policies/model/catalog.py": "catalog node_rules node_messages",
     "policies/model/compatibility.py": "node_rules node_messages",
     "policies/model/ecs.py": "node_rules node_messages settings",
     "policies/model/sources.py": "rule_tables user_words",
@@ -157,11 +157,13 @@ def test_file(stem: str, root: Path = ROOT) -> Path:
 
 
 def named_tests(module: str, root: Path = ROOT) -> str | None:
-    """The stems of the module's tests: its ``_FAST`` entry, else its own test_<module>.py (a new
-    rule family and its test need no entry: CONTRIBUTING.md, "Add a rule")."""
-    if module in _FAST:
-        return _FAST[module]
-    return Path(module).stem if has_own_tests(module, root) else None
+    """The stems of the module's tests: its own test_<module>.py first, when there is one (a new
+    module, rule family or test needs no entry: CONTRIBUTING.md, "Add a rule"), then its ``_FAST``
+    entry."""
+    stem = Path(module).stem
+    stems = ([stem] if has_own_tests(module, root) else []) + [
+        s for s in _FAST.get(module, "").split() if s != stem]
+    return " ".join(stems) or None
 
 
 def fast_tests(module: str, root: Path = ROOT) -> list[str]:
@@ -374,8 +376,8 @@ class Pool:
                     _, status = os.waitpid(slot.pid, 0)
                     code = os.waitstatus_to_exitcode(status)
                     result = "survived" if code == 0 else "killed"
-                    if code == 5:
-                        raise SystemExit(f"no tests collected from {slot.task.tests if slot.task else '?'}")
+                    if code == 5:  # every test of the module starts a process: none runs here
+                        result = "no tests"
                 elif now >= slot.deadline:
                     os.kill(slot.pid, signal.SIGKILL)
                     os.waitpid(slot.pid, 0)
@@ -459,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cache", action="store_true", help="walk every module afresh, keep nothing")
     parser.add_argument("--list", action="store_true", help="print each module's tests and stop")
     parser.add_argument("--budget", action="store_true", help="measure and print the budget, then stop")
+    parser.add_argument("--copies", action="store_true",
+                        help="run every mutant the slow way, in a fresh import of a copy of the project")
     args = parser.parse_args(argv)
     if args.list:
         return list_modules()
@@ -514,70 +518,101 @@ def main(argv: list[str] | None = None) -> int:
         print(f"enumerated {sum(t.everything for t in tallies.values())} mutants of {len(modules)} modules "
               f"in {minutes(time.monotonic() - run_started)}", flush=True)
 
-        # The unmutated tests first: they must pass, and their time is the budget's unit.
-        baseline: dict[str, float] = {}
-        for task, result, seconds in pool.run((Task(m, tests[m], None) for m in modules), {}):
-            if result != "survived":
-                raise SystemExit(f"{task.module}: the unmutated tests fail ({result}); fix them first")
-            baseline[task.module] = seconds
-        # Generous: on a loaded machine a slow run must not pass for a mutant that loops.
-        timeout_of = {m: max(60.0, 10 * baseline[m]) for m in modules}
-
         def to_run(module: str) -> list[Mutant]:
             return [m for m in chosen[module] if args.all_equivalents or m.key(lines[module]) not in judged]
-
-        cost = sum(len(to_run(m)) * baseline[m] for m in modules)
-        print(f"budget: {sum(len(to_run(m)) for m in modules)} mutants x their module's test run "
-              f"({min(baseline.values()):.1f}-{max(baseline.values()):.1f} s) / {args.jobs} job(s) "
-              f"= {minutes(cost / args.jobs)} at most (a killed mutant stops at its first failing test)", flush=True)
-        if args.budget:
-            for module in modules:
-                print(f"  {module}: {len(to_run(module))} mutants x {baseline[module]:.1f} s")
-            return 0
 
         for module in modules:
             tallies[module].pending = len(to_run(module))
             tallies[module].equivalent = len(chosen[module]) - len(to_run(module))
 
-        def tasks() -> Iterator[Task]:
-            for module in modules:
-                for mutant in to_run(module):
-                    mutated = mutant.source(pool.originals[module])
-                    if mutated is None or mutated == pool.originals[module]:
-                        tallies[module].pending -= 1  # an operator position that makes no change
-                        continue
-                    variant = variant_key(mutant.key(lines[module]), pool.originals[module], mutated)
-                    if variant in judged:
-                        matched.add(variant)
-                        if not args.all_equivalents:
-                            tallies[module].pending -= 1
-                            tallies[module].equivalent += 1
-                            continue
-                    yield Task(module, tests[module], mutant, mutated, variant)
-                if not tallies[module].pending:
-                    report(module, tallies[module], rerun is not None)
-
-        for done, (task, result, seconds) in enumerate(pool.run(tasks(), timeout_of), 1):
-            module, mutant = task.module, task.mutant
-            assert mutant is not None
+        def record(mutant: Mutant, result: str, seconds: float, mutated: str, reached: int | None = None) -> None:
+            """One mutant's verdict into its module's tally (and the survivors file)."""
+            module = mutant.module
             tally = tallies[module]
             tally.pending -= 1
             tally.seconds += seconds
+            if result == "no change":  # an operator position that makes no change
+                return
             key = mutant.key(lines[module])
-            if key in judged or task.variant in judged:
+            variant = variant_key(key, pool.originals[module], mutated)
+            if key in judged or variant in judged:
+                matched.add(variant if variant in judged else key)
                 tally.equivalent += 1
-                if result != "survived":
+                if result not in ("survived", "equivalent"):
                     print(f"  note: listed as equivalent but killed: {key}", file=sys.stderr)
             elif result == "survived":
                 tally.survived += 1
                 if survivors is not None:
-                    survivors.write(f"{task.variant}\n{diff(pool.originals[module], task.mutated)}\n\n")
+                    note = "# reached by no test\n" if reached == 0 else ""
+                    survivors.write(f"{variant}\n{note}{diff(pool.originals[module], mutated)}\n\n")
                     survivors.flush()
             else:
                 tally.killed += 1
-            print(f"  {done} {module} {result:8} {mutant.operator} line {mutant.line}", file=sys.stderr, flush=True)
             if not tally.pending:
                 report(module, tally, rerun is not None)
+
+        # One pytest session first: each mutant in a child forked after collection, against the tests
+        # that reach it. What it cannot place comes back "slow", for the copies below.
+        left: dict[str, list[tuple[Mutant, str | None]]] = {m: [(x, None) for x in to_run(m)] for m in modules}
+        if not args.copies:
+            outcome = run_in_session({m: to_run(m) for m in modules}, tests, args.jobs, args.budget)
+            left = {m: [] for m in modules}
+            for mutant, row in outcome.items():
+                if row["result"] == "slow" and "mutated" in row:
+                    left[mutant.module].append((mutant, row["mutated"]))
+                elif row["result"] == "slow":  # the child could not even tell its text
+                    left[mutant.module].append((mutant, None))
+                elif not args.budget:
+                    record(mutant, row["result"], row["seconds"], row.get("mutated", ""), row.get("tests"))
+        slow_modules = [m for m in modules if left[m]]
+        # The unmutated tests: they must pass, and their time is the budget's unit.
+        baseline: dict[str, float] = {}
+        for task, result, seconds in pool.run((Task(m, tests[m], None) for m in slow_modules), {}):
+            if result == "no tests":  # nothing can see its mutants: each survives
+                print(f"{task.module}: no test of its own runs in-process (all start processes)", flush=True)
+                for mutant, known in left.pop(task.module):
+                    mutated = known if known is not None else mutant.source(pool.originals[task.module])
+                    record(mutant, "no change" if mutated in (None, pool.originals[task.module]) else "survived",
+                           0.0, mutated or "", 0)
+                continue
+            if result != "survived":
+                raise SystemExit(f"{task.module}: the unmutated tests fail ({result}); fix them first")
+            baseline[task.module] = seconds
+        slow_modules = [m for m in slow_modules if m in baseline]
+        # Generous: on a loaded machine a slow run must not pass for a mutant that loops.
+        timeout_of = {m: max(60.0, 10 * baseline[m]) for m in slow_modules}
+
+        if slow_modules:
+            cost = sum(len(left[m]) * baseline[m] for m in slow_modules)
+            print(f"budget: {sum(len(left[m]) for m in slow_modules)} mutants in copies x their module's test "
+                  f"run ({min(baseline.values()):.1f}-{max(baseline.values()):.1f} s) / {args.jobs} job(s) "
+                  f"= {minutes(cost / args.jobs)} at most (a killed mutant stops at its first failing test)",
+                  flush=True)
+        if args.budget:
+            for module in slow_modules:
+                print(f"  {module}: {len(left[module])} mutants in copies x {baseline[module]:.1f} s")
+            return 0
+
+        def tasks() -> Iterator[Task]:
+            for module in slow_modules:
+                for mutant, known in left[module]:
+                    mutated = known if known is not None else mutant.source(pool.originals[module])
+                    if mutated is None or mutated == pool.originals[module]:
+                        record(mutant, "no change", 0.0, "")
+                        continue
+                    variant = variant_key(mutant.key(lines[module]), pool.originals[module], mutated)
+                    if variant in judged and not args.all_equivalents:
+                        record(mutant, "equivalent", 0.0, mutated)
+                        continue
+                    yield Task(module, tests[module], mutant, mutated, variant)
+
+        for done, (task, result, seconds) in enumerate(pool.run(tasks(), timeout_of), 1):
+            assert task.mutant is not None
+            record(task.mutant, result, seconds, task.mutated)
+            print(f"  {done} {task.module} {result:8} {task.mutant.operator} line {task.mutant.line} (copy)",
+                  file=sys.stderr, flush=True)
+        for module in modules:  # a module whose every mutant was set aside or made no change
+            report(module, tallies[module], rerun is not None)
     finally:
         pool.stop()
         for slot in pool.slots:
@@ -596,6 +631,60 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run time: {minutes(time.monotonic() - run_started)} with {args.jobs} job(s) "
           f"({sum(t.killed + t.survived for t in tallies.values())} mutants run)")
     return 0
+
+
+def run_in_session(chosen: dict[str, list[Mutant]], tests: dict[str, list[str]], jobs: int,
+                   budget_only: bool) -> dict[Mutant, dict]:
+    """Every chosen mutant through one pytest session (``mutation_session``), in a process forked
+    before the project is imported here; returns each mutant's row (result, seconds, mutated text)."""
+    import pytest
+    from mutation_session import Job, LineRecorder, MutantSession
+
+    order = [mutant for module in chosen for mutant in chosen[module]]
+    jobs_list = [Job(i, m.module, m.operator, m.occurrence, m.line, m.col, tests[m.module])
+                 for i, m in enumerate(order)]
+    scratch = Path(tempfile.mkdtemp(prefix="gpushare-session-"))
+    out = scratch / "results.jsonl"
+    files = sorted({path for module in chosen for path in tests[module]})
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.chdir(ROOT)
+            sys.path.insert(0, str(ROOT))
+            recorder = LineRecorder({str(ROOT / module) for module in chosen})
+            recorder.start()  # before the project is imported: which lines run at import
+            plugin = MutantSession(ROOT, jobs_list, out, jobs, recorder, _mutate, budget_only)
+            deselect = []
+            for entry in _DESELECT:
+                stem, _, name = entry.partition("::")
+                if str(test_file(stem)) in files:
+                    deselect += ["--deselect", f"{test_file(stem)}::{name}"]
+            marker = ["-m", "not processes"] if _has_marker(ROOT, "processes") else []
+            code = pytest.main(["-q", "-s", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header",
+                                "-W", "ignore::pytest.PytestAssertRewriteWarning",
+                                *marker, *deselect, *files], plugins=[plugin])
+            if plugin.failed is not None:
+                print(f"the session stopped: {plugin.failed}", file=sys.stderr)
+                os._exit(2)
+            # 5: no test collected (every test of these modules starts a process); the mutants
+            # were still made and reported, each reached by no test.
+            os._exit(0 if code in (0, 5) else 2)
+        finally:
+            os._exit(70)
+    _, status = os.waitpid(pid, 0)
+    try:
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit("the session failed (above); `--copies` runs every mutant the slow way")
+        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()] if out.exists() else []
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {order[row["index"]]: row for row in rows}
+
+
+def _mutate(source: str, job: object) -> str | None:
+    """The mutated source, made in the session's child for ``job``."""
+    mutant = Mutant(job.module, job.operator, job.occurrence, job.line, job.col)  # type: ignore[attr-defined]
+    return mutant.source(source)
 
 
 def report(module: str, tally: Tally, rerun: bool) -> None:
