@@ -1,18 +1,22 @@
 """The contract with gunicorn: each internal webhook.http.gunicorn_adapter relies on, exercised against
-the installed release (run it under each supported release when changing the pin: constraints.txt,
-pyproject.toml's ``gunicorn>=``). Requests come over a real socket pair."""
+the installed release; CI runs it under every supported release (.ci/gunicorn-contract, the releases
+in .ci/gunicorn-releases.txt: pyproject.toml's ``gunicorn>=``, the newest of each later major, and
+constraints.txt's pin). Requests come over a real socket pair."""
 
 from __future__ import annotations
 
 import logging
 import os
 import socket
+import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from gunicorn.config import Config
 from gunicorn.glogging import Logger
+from packaging.version import Version
 
 from webhook.http import gunicorn_adapter as adapter
 from webhook.server.gunicorn import OPTIONAL_SETTINGS, EmbeddedGunicorn
@@ -141,3 +145,20 @@ def test_the_embedded_application_sets_what_we_ask_and_skips_an_optional_setting
     for key in ("ssl_context", "pre_request", "post_request", "when_ready", "worker_class", "limit_request_line",
                 "forwarder_headers", "secure_scheme_headers", "logconfig_dict"):
         assert key in app.cfg.settings
+
+
+def test_ci_runs_the_contract_under_every_supported_release() -> None:
+    """.ci/gunicorn-contract runs this file under each release of .ci/gunicorn-releases.txt: the list
+    must hold pyproject.toml's lower bound, constraints.txt's pin and a release of every major between."""
+    root = Path(__file__).resolve().parents[2]
+    listed = [line.strip() for line in (root / ".ci" / "gunicorn-releases.txt").read_text(encoding="utf-8").splitlines()
+              if line.strip() and not line.startswith("#")]
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    server = project["optional-dependencies"]["server"]
+    [floor] = [spec.removeprefix("gunicorn>=") for spec in server if spec.startswith("gunicorn>=")]
+    [pin] = [line.split("==")[1].strip() for line in (root / "constraints.txt").read_text(encoding="utf-8").splitlines()
+             if line.startswith("gunicorn==")]
+    releases = [Version(release) for release in listed]
+    assert Version(floor) in releases and Version(pin) in releases
+    assert {release.major for release in releases} == set(range(Version(floor).major, Version(pin).major + 1))
+    assert "bash .ci/gunicorn-contract" in (root / ".ci" / "run").read_text(encoding="utf-8")
