@@ -13,7 +13,11 @@ trainer) is found too: anything with env or resources is found by those leaves.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import hashlib
+import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -31,8 +35,21 @@ FULL = Path(__file__).resolve().parents[1] / "data" / "workload-crds" / "full"
 
 @cache
 def full_crds() -> tuple[dict[str, Any], ...]:
-    """The projects' full CRDs, read once per test process (26 MB of YAML: the C loader)."""
-    return tuple(yaml.load(gzip.open(p), Loader=yaml.CSafeLoader) for p in sorted(FULL.glob("*.yaml.gz")))
+    """The projects' full CRDs, read once per test process. Parsing 26 MB of YAML takes half a minute
+    even with the C loader, so the parsed documents are kept as JSON (a second to read) in the user's
+    cache, keyed by the hash of the compressed files: a changed or added CRD is parsed afresh."""
+    paths = sorted(FULL.glob("*.yaml.gz"))
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in paths)).hexdigest()
+    kept = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpushare-tests" / f"crds-{digest}.json"
+    with contextlib.suppress(OSError, ValueError):
+        return tuple(json.loads(kept.read_bytes()))
+    crds = tuple(yaml.load(gzip.decompress(p.read_bytes()), Loader=yaml.CSafeLoader) for p in paths)
+    with contextlib.suppress(OSError):  # no cache (a read-only home) only costs the time
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(crds), encoding="utf-8")
+        partial.replace(kept)  # whole or absent: parallel test processes may write it at once
+    return crds
 
 
 def served(kind: WorkloadKind, crds: Iterable[dict[str, Any]] | None = None) -> dict[str, Schema]:
