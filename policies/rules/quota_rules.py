@@ -168,25 +168,24 @@ def tree_min_within_max(subject: Subject) -> Iterator[Found]:
           "from, and ACK's examples set its min and max to the same values. A GPU resource whose root min and "
           "max differ gets a warning, naming both.")
 def tree_root_min_is_max(subject: Subject) -> Iterator[Found]:
-    for node in tree_nodes(subject.obj, subject.names):
-        if not node.is_root:
-            continue
-        for resource in sorted(node.min.keys() | node.max.keys()):
-            low, high = node.min.get(resource), node.max.get(resource)
-            if low is not None and high is not None and low.quantity is not None and low.quantity == high.quantity:
-                continue
-            if (low is not None and low.quantity is None) or (high is not None and high.quantity is None):
-                continue
-            paths = [v.path for v in (low, high) if v is not None]
-            if not _written(subject, *paths):
-                continue
-            shown = f"min {low.raw if low else '(not set)'} and max {high.raw if high else '(not set)'}"
-            target = high if high is not None else low
-            assert target is not None
-            yield Found(f"{quota_label(subject)} root quota node {node.name} has {resource} {shown}: the root "
-                        f"stands for what the cluster gives the whole tree and has no parent to borrow from; set "
-                        f"both to {target.raw}", target.path)
+    node = next(tree_nodes(subject.obj, subject.names), None)  # depth first: the root comes first
+    if node is None:
         return
+    for resource in sorted(node.min.keys() | node.max.keys()):
+        low, high = node.min.get(resource), node.max.get(resource)
+        if low is not None and high is not None and low.quantity is not None and low.quantity == high.quantity:
+            continue
+        if (low is not None and low.quantity is None) or (high is not None and high.quantity is None):
+            continue
+        paths = [v.path for v in (low, high) if v is not None]
+        if not _written(subject, *paths):
+            continue
+        shown = f"min {low.raw if low else '(not set)'} and max {high.raw if high else '(not set)'}"
+        target = high if high is not None else low
+        assert target is not None
+        yield Found(f"{quota_label(subject)} root quota node {node.name} has {resource} {shown}: the root "
+                    f"stands for what the cluster gives the whole tree and has no parent to borrow from; set "
+                    f"both to {target.raw}", target.path)
 
 
 # -- GQ005: what the namespace's quotas will do with a workload's pods -----------------------------------
@@ -223,11 +222,9 @@ def pods_made(subject: Subject, pod: SubjectPod) -> int | None:
             completions = job.get("completions")
             return min(parallel, completions) if isinstance(completions, int) and completions >= 0 else parallel
         return None
-    site = pod.site
-    if site is None:
-        return 1
+    site = pod.site  # a custom workload's pods always have one
     # Replica specs keep their count beside the template (Kubeflow's replicas, Volcano's tasks, Ray's groups).
-    if site.path and site.path[-1] == "template":
+    if site is not None and site.path and site.path[-1] == "template":
         holder = _at(subject.obj, site.path[:-1])
         if isinstance(holder, dict):
             return _int(holder.get("replicas"), 1)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from policies.admission.engine import Engine
-from tests.support.manifests import received
+from tests.support.manifests import CORE, MEM, received
 from webhook.state.snapshot import load_snapshot
 
 QUOTAS = Path(__file__).parents[1] / "data" / "quota"
@@ -52,6 +52,8 @@ def objects(name: str) -> list[dict[str, Any]]:
 
 
 def findings(engine: Engine, obj: dict[str, Any], **review: Any) -> list[tuple[str, ...]]:
+    if "operation" in review:  # decoded from the review, as the webhook receives it
+        review["operation"] = received(review["operation"])
     subject = engine.subject(received(obj["kind"]), received(obj), **review)
     return [(f.rule, f.severity, f.message, f.path_text) for f in engine.validate(subject).findings]
 
@@ -156,3 +158,168 @@ def test_gq005_of_a_single_pod(engine, quota_state):
     assert findings(engine, one, state=quota_state) == expected
     one["spec"]["replicas"] = 0  # scaled to zero: no pod is made, so quota has nothing to refuse
     assert findings(engine, one, state=quota_state) == []
+
+
+# -- GQ001-GQ004 on more shapes of quota object ---------------------------------------------------------
+
+def quota(hard: dict[str, Any], name: str = "gpu", namespace: str = "team-a") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"hard": hard}}
+
+
+def tree(root: dict[str, Any], *children: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+            "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
+            "spec": {"root": {"name": "root", **root, "children": list(children)}}}
+
+
+def queue(*resources: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "research", **meta},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": [r["name"] for r in resources],
+                                                                 "flavors": [{"name": "a100",
+                                                                              "resources": list(resources)}]}]}}
+
+
+def test_gq001_names_the_fix_for_each_uncounted_key_of_a_quota(engine):
+    # The counted key comes first; the keys after it are judged too, and the fix depends on whether
+    # the requests. key of the same resource is there already.
+    hard = {"requests.aliyun.com/gpu-mem": "40", "limits.aliyun.com/gpu-mem": "40",
+            "aliyun.com/gpu-core.percentage": "400"}
+    assert findings(engine, quota(hard)) == [
+        ("GQ001", "deny", 'GQ001: ResourceQuota team-a/gpu spec.hard["limits.aliyun.com/gpu-mem"] limits nothing: '
+                          "quota counts aliyun.com/gpu-mem, an extended resource, only under "
+                          "requests.aliyun.com/gpu-mem, so pods asking for it are admitted whatever it says; remove it "
+                          "(requests.aliyun.com/gpu-mem is there and is what quota counts)",
+         'spec.hard["limits.aliyun.com/gpu-mem"]'),
+        ("GQ001", "deny", 'GQ001: ResourceQuota team-a/gpu spec.hard["aliyun.com/gpu-core.percentage"] limits nothing: '
+                          "quota counts aliyun.com/gpu-core.percentage, an extended resource, only under "
+                          "requests.aliyun.com/gpu-core.percentage, so pods asking for it are admitted whatever it "
+                          "says; write requests.aliyun.com/gpu-core.percentage: 400 instead",
+         'spec.hard["aliyun.com/gpu-core.percentage"]')]
+
+
+def test_gq002_judges_gpu_memory_only(engine):
+    # A large count of cards or of compute percent is what an admin writes for "no limit": not bytes.
+    hard = {"requests.nvidia.com/gpu": "1000000", "requests.aliyun.com/gpu": "1000000",
+            "requests.aliyun.com/gpu-core.percentage": "100000000", "requests.aliyun.com/gpu-mem": "1000000"}
+    assert findings(engine, quota(hard)) == []
+
+
+def bytes_message(label: str, where: str, raw: str, shown: str, wanted: int, unit: str = "GiB") -> str:
+    return (f"GQ002: {label} {where} is {raw} ({shown} {unit}, more than a pebibyte of GPU memory): it looks like "
+            f"bytes, but aliyun.com/gpu-mem counts {unit}; write {wanted} ({raw} as {unit}, rounded up), or "
+            f"2147483647 for no limit")
+
+
+def test_gq002_rounds_the_count_of_the_unit_up_and_shows_a_fraction_as_it_is(engine):
+    # 20G is 20,000,000,000 bytes: 18.6 GiB, so 19 holds it. A fractional count (the API server writes
+    # 1048576.25 as 1048576250m) is shown as it is, not rounded; as bytes it is a thousandth of a GiB: 1.
+    found = findings(engine, quota({"requests.aliyun.com/gpu-mem": "20G"}))
+    assert [f[2] for f in found] == [bytes_message("ResourceQuota team-a/gpu",
+                                                   'spec.hard["requests.aliyun.com/gpu-mem"]', "20G",
+                                                   "20,000,000,000", 19)]
+    found = findings(engine, queue({"name": "aliyun.com/gpu-mem", "nominalQuota": "1048576250m",
+                                    "borrowingLimit": "1048576750m"}))
+    assert [f[2] for f in found] == [
+        bytes_message("ClusterQueue research", 'flavor "a100" resource aliyun.com/gpu-mem nominalQuota',
+                      "1048576250m", "1048576.250", 1),
+        bytes_message("ClusterQueue research", 'flavor "a100" resource aliyun.com/gpu-mem borrowingLimit',
+                      "1048576750m", "1048576.750", 1)]
+
+
+def test_gq002_in_mib_starts_at_a_pebibyte_of_gpu_memory():
+    # names.memory_unit MiB (the device plugin's --memory-unit=MiB): 1Gi is 1,073,741,824 MiB, exactly a
+    # pebibyte, so bytes; one MiB less is still a count of MiB (a namespace may hold that much).
+    from webhook.settings import Settings
+
+    mib = Engine(Settings(names={"memory_unit": "MiB"}))
+    found = findings(mib, quota({"requests.aliyun.com/gpu-mem": "1Gi"}))
+    assert [f[2] for f in found] == [bytes_message("ResourceQuota team-a/gpu",
+                                                   'spec.hard["requests.aliyun.com/gpu-mem"]', "1Gi",
+                                                   "1,073,741,824", 1024, unit="MiB")]
+    assert findings(mib, quota({"requests.aliyun.com/gpu-mem": "1073741823"})) == []
+
+
+def test_a_cluster_queue_is_named_without_a_namespace_even_where_one_is_written(engine):
+    # Helm charts often write metadata.namespace on every object; a ClusterQueue is cluster-scoped.
+    found = findings(engine, queue({"name": "aliyun.com/gpu-mem", "nominalQuota": "64Gi"}, namespace="team-c"))
+    assert [f[2] for f in found] == [bytes_message(
+        "ClusterQueue research", 'flavor "a100" resource aliyun.com/gpu-mem nominalQuota', "64Gi",
+        "68,719,476,736", 64)]
+
+
+def test_an_elastic_quota_tree_of_another_api_group_is_not_judged(engine):
+    mistakes = tree({"max": {"aliyun.com/gpu-mem": "120"}, "min": {"aliyun.com/gpu-mem": "100"}},
+                    {"name": "team-a", "namespaces": ["team-a"], "max": {"aliyun.com/gpu-mem": "80Gi"},
+                     "min": {"aliyun.com/gpu-mem": "100Gi"}})
+    assert [f[0] for f in findings(engine, mistakes)] == ["GQ002", "GQ002", "GQ003", "GQ004"]
+    mistakes["apiVersion"] = "example.com/v1"
+    assert findings(engine, mistakes) == []
+
+
+ROOT_WARNING = ("GQ004: ElasticQuotaTree kube-system/elasticquotatree root quota node root has {} {}: the root stands "
+                "for what the cluster gives the whole tree and has no parent to borrow from; set both to {}")
+
+
+@pytest.mark.parametrize(("root", "shown", "target", "path"), [
+    ({"min": {MEM: "100"}}, "min 100 and max (not set)", "100", f'spec.root.min["{MEM}"]'),
+    ({"max": {MEM: "120"}}, "min (not set) and max 120", "120", f'spec.root.max["{MEM}"]'),
+    # compute is the same at the root, memory is not: memory is warned about
+    ({"min": {CORE: "400", MEM: "100"}, "max": {CORE: "400", MEM: "120"}}, "min 100 and max 120", "120",
+     f'spec.root.max["{MEM}"]'),
+    # a value that is no quantity is not compared; the other resource still is
+    ({"min": {CORE: "lots", MEM: "100"}, "max": {CORE: "400", MEM: "120"}}, "min 100 and max 120", "120",
+     f'spec.root.max["{MEM}"]'),
+], ids=["min-only", "max-only", "one-resource-differs", "one-value-unreadable"])
+def test_gq004_warns_of_each_root_resource_whose_min_is_not_its_max(engine, root, shown, target, path):
+    assert findings(engine, tree(root)) == [("GQ004", "warn", ROOT_WARNING.format(MEM, shown, target), path)]
+
+
+def test_a_root_whose_min_is_above_its_max_is_refused_and_warned(engine):
+    found = findings(engine, tree({"min": {"aliyun.com/gpu-mem": "120"}, "max": {"aliyun.com/gpu-mem": "100"}}))
+    assert [f[:3] for f in found] == [
+        ("GQ003", "deny", "GQ003: ElasticQuotaTree kube-system/elasticquotatree quota node root has min "
+                          "aliyun.com/gpu-mem 120 above its max 100: min is guaranteed and max is the most the node "
+                          "may use; set min to at most 100 or max to at least 120"),
+        ("GQ004", "warn", ROOT_WARNING.format("aliyun.com/gpu-mem", "min 120 and max 100", "100"))]
+
+
+def test_gq003_judges_each_gpu_resource_of_a_node(engine):
+    # memory within its max (read first), compute above it
+    child = {"name": "team-a", "namespaces": ["team-a"],
+             "min": {"aliyun.com/gpu-mem": "20", "aliyun.com/gpu-core.percentage": "300"},
+             "max": {"aliyun.com/gpu-mem": "40", "aliyun.com/gpu-core.percentage": "200"}}
+    root = {"min": {"aliyun.com/gpu-mem": "120"}, "max": {"aliyun.com/gpu-mem": "120"}}
+    assert findings(engine, tree(root, child)) == [
+        ("GQ003", "deny", "GQ003: ElasticQuotaTree kube-system/elasticquotatree quota node team-a has min "
+                          "aliyun.com/gpu-core.percentage 300 above its max 200: min is guaranteed and max is the "
+                          "most the node may use; set min to at most 200 or max to at least 300",
+         'spec.root.children[0].min["aliyun.com/gpu-core.percentage"]')]
+
+
+def test_an_update_is_judged_on_each_value_it_writes(engine):
+    # Each resource the update leaves as it was keeps its old mistake unjudged: team-a's memory min above its
+    # max, the root's compute min below its max. What it writes anew is judged: team-a's compute, the
+    # root's memory.
+    old = tree({"min": {CORE: "400", MEM: "120"}, "max": {CORE: "800", MEM: "120"}},
+               {"name": "team-a", "namespaces": ["team-a"], "min": {MEM: "60", CORE: "100"},
+                "max": {MEM: "40", CORE: "200"}})
+    new = copy.deepcopy(old)
+    new["spec"]["root"]["min"][MEM] = "100"
+    new["spec"]["root"]["children"][0]["min"][CORE] = "300"
+    found = findings(engine, new, operation="UPDATE", old=old)
+    assert [f[:2] + f[3:] for f in found] == [("GQ003", "deny", f'spec.root.children[0].min["{CORE}"]'),
+                                              ("GQ004", "warn", f'spec.root.max["{MEM}"]')]
+    assert found[1][2] == ROOT_WARNING.format(MEM, "min 100 and max 120", "120")
+
+
+def test_a_value_in_a_list_the_old_object_did_not_reach_is_written(engine):
+    # The old ClusterQueue had only cpu; the update adds GPU memory after it, at an index the old list has not.
+    cpu = {"name": "cpu", "nominalQuota": 64}
+    bytes_ = {"name": MEM, "nominalQuota": "64Gi"}
+    old = queue(cpu)
+    for resources in ([cpu, bytes_], [cpu, {"name": "memory", "nominalQuota": "256Gi"}, bytes_]):
+        new = queue(*resources)
+        found = findings(engine, new, operation="UPDATE", old=old)
+        assert [(f[0], f[1], f[3]) for f in found] == [
+            ("GQ002", "deny", f"spec.resourceGroups[0].flavors[0].resources[{len(resources) - 1}].nominalQuota")]
