@@ -323,3 +323,172 @@ def test_a_value_in_a_list_the_old_object_did_not_reach_is_written(engine):
         found = findings(engine, new, operation="UPDATE", old=old)
         assert [(f[0], f[1], f[3]) for f in found] == [
             ("GQ002", "deny", f"spec.resourceGroups[0].flavors[0].resources[{len(resources) - 1}].nominalQuota")]
+
+
+# -- GQ005: how many pods a workload makes at once, and what each needs -----------------------------------
+
+REFUSED = ("GQ005: {label}: ResourceQuota team-a/gpu has requests.aliyun.com/gpu-mem 40 GiB, 24 used, 16 left; its "
+           "{pods} {need} GiB ({each}): {missing} of {total} pods will not be created (the API server's quota "
+           "admission refuses them; the controller records FailedCreate events)")
+
+
+def refused(label: str, each: str, missing: int) -> str:
+    sizes = [tuple(map(int, part.split(" x "))) for part in each.split(" + ")]
+    total = sum(count for count, _ in sizes)
+    return REFUSED.format(label=label, pods=f"{total} pods need" if total != 1 else "1 pod needs",
+                          need=sum(count * size for count, size in sizes), each=each, missing=missing, total=total)
+
+
+def gq005(engine: Engine, state: Any, obj: dict[str, Any]) -> list[str]:
+    found = findings(engine, obj, state=state)
+    assert all(f[:2] == ("GQ005", "warn") for f in found)
+    return [f[2] for f in found]
+
+
+def job(spec: dict[str, Any], name: str, gpu_mem: int, **pod: Any) -> dict[str, Any]:
+    template = {"spec": {"restartPolicy": "Never", **pod, "containers": [
+        {"name": "main", "image": "cuda:12", "resources": {"limits": {MEM: gpu_mem}}}]}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {**spec, "template": template}}
+
+
+@pytest.mark.parametrize(("spec", "each", "missing"), [
+    ({}, "1 x 20", 1),  # parallelism defaults to 1 (Kubernetes JobSpec)
+    ({"parallelism": 4, "completions": 2}, "2 x 10", 1),  # no more pods at once than completions
+    ({"parallelism": 2, "completions": -1}, "2 x 10", 1),  # not a count (the API server refuses it): unset
+], ids=["default-parallelism", "fewer-completions", "negative-completions"])
+def test_gq005_counts_the_pods_a_job_runs_at_once(engine, quota_state, spec, each, missing):
+    size = int(each.split(" x ")[1])
+    assert gq005(engine, quota_state, job(spec, "train", size)) == [refused("Job team-a/train", each, missing)]
+
+
+def test_gq005_is_silent_on_a_job_with_nothing_to_complete(engine, quota_state):
+    assert gq005(engine, quota_state, job({"parallelism": 2, "completions": 0}, "done", 20)) == []
+
+
+def test_gq005_reads_a_cron_jobs_job_template(engine, quota_state):
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly", "namespace": "team-a"},
+            "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": job({"parallelism": 3}, "", 8)["spec"]}}}
+    assert gq005(engine, quota_state, cron) == [refused("CronJob team-a/nightly", "3 x 8", 1)]
+
+
+def test_gq005_adds_the_pods_overhead_as_quota_does(engine, quota_state):
+    # PodRequests adds spec.overhead (set from the RuntimeClass): 12 + 6 GiB do not fit in 16.
+    sandboxed = job({}, "sandboxed", 12, runtimeClassName="gpu-sandbox", overhead={MEM: 6})
+    assert gq005(engine, quota_state, sandboxed) == [refused("Job team-a/sandboxed", "1 x 18", 1)]
+
+
+def pytorch_job(**replicas: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "bert", "namespace": "team-a"},
+            "spec": {"pytorchReplicaSpecs": replicas}}
+
+
+def replica(gpu_mem: int | None, **spec: Any) -> dict[str, Any]:
+    limits = {MEM: gpu_mem} if gpu_mem is not None else {"cpu": "4"}
+    return {**spec, "template": {"spec": {"containers": [
+        {"name": "pytorch", "image": "pytorch:2", "resources": {"limits": limits}}]}}}
+
+
+def test_gq005_counts_each_replica_spec_of_a_custom_workload(engine, quota_state):
+    # A replica spec without replicas makes one pod (Kubeflow's ReplicaSpec: "If unspecified, defaults to
+    # 1", kubeflow/training-operator sdk/python/docs/V1ReplicaSpec.md).
+    job_ = pytorch_job(Master=replica(8), Worker=replica(8, replicas=2))
+    assert gq005(engine, quota_state, job_) == [
+        refused("PyTorchJob team-a/bert", "1 x 8 + 2 x 8", 1)]
+
+
+def test_gq005_leaves_out_replica_specs_that_ask_for_no_gpu_or_make_no_pod(engine, quota_state):
+    # The launcher asks for no GPU; the evaluators are scaled to zero: only the workers count.
+    job_ = pytorch_job(Master=replica(None), Evaluator=replica(16, replicas=0), Worker=replica(8, replicas=3))
+    assert gq005(engine, quota_state, job_) == [refused("PyTorchJob team-a/bert", "3 x 8", 1)]
+
+
+def test_gq005_counts_one_pod_per_argo_template(engine, quota_state):
+    flow = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "fit", "namespace": "team-a"},
+            "spec": {"entrypoint": "fit", "templates": [{"name": "fit", "container": {
+                "image": "cuda:12", "resources": {"limits": {MEM: 20}}}}]}}
+    assert gq005(engine, quota_state, flow) == [refused("Workflow team-a/fit", "1 x 20", 1)]
+
+
+def test_gq005_reads_replicas_beside_a_template_only(quota_state):
+    # A configured kind whose pod location holds resources, not a template: it is one pod, whatever else
+    # the object holds beside it (only a replica spec's template has its count there).
+    from webhook.settings import Settings
+
+    configured = Engine(Settings(workloads={"kinds": [{"group": "example.com", "kind": "TrainingRun", "paths": [
+        {"path": "spec.launcher.resources", "holds": "resources"}]}]}))
+    run = {"apiVersion": "example.com/v1", "kind": "TrainingRun", "metadata": {"name": "run-1", "namespace": "team-a"},
+           "spec": {"launcher": {"replicas": 3, "resources": {"limits": {MEM: 20}}}}}
+    assert gq005(configured, quota_state, run) == [refused("TrainingRun team-a/run-1", "1 x 20", 1)]
+
+
+@pytest.fixture(scope="module")
+def cores_state(settings):
+    return load_snapshot(QUOTAS / "cores.yaml", settings.names)
+
+
+def compute_workload(kind: str, namespace: str, count: int) -> dict[str, Any]:
+    limits = {MEM: 8, CORE: 100}
+    template = {"metadata": {"labels": {"app": "infer"}}, "spec": {"restartPolicy": "Never", "containers": [
+        {"name": "main", "image": "cuda:12", "resources": {"limits": limits}}]}}
+    if kind == "Deployment":
+        return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "infer", "namespace": namespace},
+                "spec": {"replicas": count, "selector": {"matchLabels": {"app": "infer"}}, "template": template}}
+    return {"apiVersion": "batch/v1", "kind": kind, "metadata": {"name": "infer", "namespace": namespace},
+            "spec": {"parallelism": count, "template": template}}
+
+
+def test_gq005_judges_gpu_compute_in_percent(engine, cores_state):
+    # team-d's memory (72 GiB left) holds the two pods, its compute (150 % left) holds one of them.
+    assert gq005(engine, cores_state, compute_workload("Deployment", "team-d", 2)) == [
+        "GQ005: Deployment team-d/infer: ResourceQuota team-d/gpu has requests.aliyun.com/gpu-core.percentage "
+        "200 %, 50 used, 150 left; its 2 pods need 200 % (2 x 100): 1 of 2 pods will not be created (the API "
+        "server's quota admission refuses them; the controller records FailedCreate events)"]
+    assert gq005(engine, cores_state, compute_workload("Job", "team-e", 3)) == [
+        'GQ005: Job team-e/infer: ElasticQuotaTree kube-system/elasticquotatree quota node team-e has '
+        'max["aliyun.com/gpu-core.percentage"] 300 %, 100 used, 200 left; its 3 pods need 300 % (3 x 100): 1 of 3 '
+        "pods will wait (Pending) until the quota node's usage falls below its max"]
+
+
+class PodsOnlyState:
+    """A cluster state that keeps no per-namespace sums (``quota_usage``), only its pods and quota objects:
+    GQ005 counts what quota charges from the pods itself."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+
+    def availability(self) -> Any:
+        return self.base.availability()
+
+    def quota_objects(self) -> list[tuple[str, dict[str, Any]]]:
+        return self.base.quota_objects()
+
+    def pods(self) -> list[Any]:
+        return self.base.pods()
+
+
+def test_gq005_counts_the_pods_of_a_state_without_usage_sums(engine, quota_state):
+    serve = objects("workloads.yaml")[0]
+    assert gq005(engine, PodsOnlyState(quota_state), serve) == [GQ005[0][0]]
+
+
+def test_gq005_is_listed_as_needing_cluster_state_for_the_workloads_it_counts(settings):
+    # What `gpushare rules` lists: a PodTemplate makes no pod, so it is not among the kinds.
+    from policies.rules.rule_index import rule_entries
+
+    [entry] = [e for e in rule_entries(settings) if e.id == "GQ005"]
+    assert entry.stateful is True
+    assert entry.kinds[:7] == ("CronJob", "DaemonSet", "Deployment", "Job", "ReplicaSet", "ReplicationController",
+                               "StatefulSet")
+    assert "PyTorchJob.kubeflow.org" in entry.kinds and "PodTemplate" not in entry.kinds
+
+
+def test_the_quota_webhook_is_sent_the_quotas_that_name_a_gpu_resource(settings):
+    # What the generated matchCondition of quotas.validate.gpushare.io answers (its CEL is held to this
+    # in tests/deploy/test_match_conditions.py).
+    from policies.generate.match_conditions import SCOPES, scope_sends, triggers
+
+    [scope] = [s for s in SCOPES if s.name == "quotas.validate.gpushare.io"]
+    sends = triggers(scope, settings)
+    assert [scope_sends(scope, sends, obj["kind"], obj, settings) for obj in objects("unenforced.yaml")] == [True] * 5
+    assert scope_sends(scope, sends, "ResourceQuota", quota({"requests.cpu": "64"}), settings) is False
