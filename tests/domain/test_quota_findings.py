@@ -404,7 +404,8 @@ def test_gq005_leaves_out_replica_specs_that_ask_for_no_gpu_or_make_no_pod(engin
 
 
 def test_gq005_counts_one_pod_per_argo_template(engine, quota_state):
-    flow = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "fit", "namespace": "team-a"},
+    flow = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+            "metadata": {"name": "fit", "namespace": "team-a"},
             "spec": {"entrypoint": "fit", "templates": [{"name": "fit", "container": {
                 "image": "cuda:12", "resources": {"limits": {MEM: 20}}}}]}}
     assert gq005(engine, quota_state, flow) == [refused("Workflow team-a/fit", "1 x 20", 1)]
