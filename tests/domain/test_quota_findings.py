@@ -493,3 +493,20 @@ def test_the_quota_webhook_is_sent_the_quotas_that_name_a_gpu_resource(settings)
     sends = triggers(scope, settings)
     assert [scope_sends(scope, sends, obj["kind"], obj, settings) for obj in objects("unenforced.yaml")] == [True] * 5
     assert scope_sends(scope, sends, "ResourceQuota", quota({"requests.cpu": "64"}), settings) is False
+
+
+def test_gq005_follows_configured_resource_names():
+    # Compute named by another vendor (its name sorts after memory's): units and sizes follow the names.
+    from webhook.settings import Settings
+    from webhook.state.snapshot import snapshot_from_objects, snapshot_objects
+
+    percent = "example.com/gpu-percent"
+    configured = Settings(names={"resources": {"gpu_core": percent}})
+    state = snapshot_from_objects(snapshot_objects((QUOTAS / "cores.yaml").read_text().replace(CORE, percent)),
+                                  configured.names)
+    workload = received(compute_workload("Deployment", "team-d", 2))
+    workload["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {MEM: 8, percent: 100}
+    assert gq005(Engine(configured), state, workload) == [
+        f"GQ005: Deployment team-d/infer: ResourceQuota team-d/gpu has requests.{percent} 200 %, 50 used, 150 left; "
+        f"its 2 pods need 200 % (2 x 100): 1 of 2 pods will not be created (the API server's quota admission "
+        f"refuses them; the controller records FailedCreate events)"]
