@@ -199,8 +199,9 @@ def test_gq001_names_the_fix_for_each_uncounted_key_of_a_quota(engine):
 
 
 def test_gq002_judges_gpu_memory_only(engine):
-    # A large count of cards or of compute percent is what an admin writes for "no limit": not bytes.
-    hard = {"requests.nvidia.com/gpu": "1000000", "requests.aliyun.com/gpu": "1000000",
+    # A count of cards or of compute percent past 2^20 (what GPU memory in GiB may not pass) is what an admin
+    # writes for "no limit", not bytes; a million GiB of GPU memory is a count of GiB.
+    hard = {"requests.nvidia.com/gpu": "10000000", "requests.aliyun.com/gpu": "10000000",
             "requests.aliyun.com/gpu-core.percentage": "100000000", "requests.aliyun.com/gpu-mem": "1000000"}
     assert findings(engine, quota(hard)) == []
 
