@@ -207,6 +207,9 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
 
 
+RAY_WORKER_GROUPS = "workerGroupSpecs"  # of a RayCluster's spec (a RayJob's, a RayService's cluster spec)
+
+
 def pods_made(subject: Subject, pod: SubjectPod) -> int | None:
     """How many pods the controller makes from one template at once; None when that is not known from the
     object (a DaemonSet's: one per matching node)."""
@@ -227,7 +230,10 @@ def pods_made(subject: Subject, pod: SubjectPod) -> int | None:
     if site is not None and site.path and site.path[-1] == "template":
         holder = _at(subject.obj, site.path[:-1])
         if isinstance(holder, dict):
-            return _int(holder.get("replicas"), 1)
+            # Unset, a Ray worker group makes none (KubeRay's WorkerGroupSpec: "+kubebuilder:default:=0",
+            # ray-operator/apis/ray/v1/raycluster_types.go), a Kubeflow replica spec one ("If unspecified,
+            # defaults to 1", kubeflow/training-operator V1ReplicaSpec).
+            return _int(holder.get("replicas"), 0 if RAY_WORKER_GROUPS in site.path else 1)
     return 1
 
 

@@ -511,3 +511,20 @@ def test_gq005_follows_configured_resource_names():
         f"GQ005: Deployment team-d/infer: ResourceQuota team-d/gpu has requests.{percent} 200 %, 50 used, 150 left; "
         f"its 2 pods need 200 % (2 x 100): 1 of 2 pods will not be created (the API server's quota admission "
         f"refuses them; the controller records FailedCreate events)"]
+
+
+def test_gq005_counts_no_pod_for_a_ray_worker_group_without_replicas(engine, quota_state):
+    # KubeRay defaults a worker group's replicas to 0 (ray-operator/apis/ray/v1/raycluster_types.go); the
+    # head group makes its one pod (here without a GPU).
+    def group(gpu_mem: int | None) -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.9.0-gpu", "resources": {
+            "limits": {MEM: gpu_mem} if gpu_mem is not None else {"cpu": "4"}}}]}}
+
+    ray = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "tune", "namespace": "team-a"},
+           "spec": {"headGroupSpec": {"rayStartParams": {}, "template": group(None)},
+                    "workerGroupSpecs": [{"groupName": "autoscaled", "rayStartParams": {}, "template": group(16)},
+                                         {"groupName": "fixed", "replicas": 3, "rayStartParams": {},
+                                          "template": group(8)}]}}
+    assert gq005(engine, quota_state, ray) == [refused("RayCluster team-a/tune", "3 x 8", 1)]
+    ray["spec"]["workerGroupSpecs"][0]["replicas"] = 1
+    assert gq005(engine, quota_state, ray) == [refused("RayCluster team-a/tune", "1 x 16 + 3 x 8", 3)]
