@@ -1,6 +1,8 @@
 """GQ001-GQ005 in process, word for word: the quota mistakes of tests/data/quota judged by the engine
 (CREATE, and on UPDATE only what the change writes), and GQ005 on the workloads of
-tests/data/quota/workloads.yaml against the snapshot tests/data/quota/cluster.yaml. The same verdicts
+tests/data/quota/workloads.yaml against the snapshot tests/data/quota/cluster.yaml (compute quotas:
+tests/data/quota/cores.yaml); then each shape of quota object and each way a workload says how many pods
+it makes at once (Job, CronJob, replica specs, Ray groups, Argo templates, configured kinds). The same verdicts
 through `check`, /dry-run and the real server are tests/server/test_quota_rules.py and
 tests/server/test_quota_at_submit.py."""
 
