@@ -530,3 +530,13 @@ def test_gq005_counts_no_pod_for_a_ray_worker_group_without_replicas(engine, quo
     assert gq005(engine, quota_state, ray) == [refused("RayCluster team-a/tune", "3 x 8", 1)]
     ray["spec"]["workerGroupSpecs"][0]["replicas"] = 1
     assert gq005(engine, quota_state, ray) == [refused("RayCluster team-a/tune", "1 x 16 + 3 x 8", 3)]
+
+
+def test_an_update_from_a_python_caller_is_judged_on_what_it_writes(engine):
+    # Engine.subject called in process with the operation written in the source (not decoded from a review):
+    # the same verdict as over HTTP.
+    old = objects("unenforced.yaml")[1]
+    edited = copy.deepcopy(old)
+    edited["spec"]["hard"]["requests.cpu"] = "128"
+    subject = engine.subject("ResourceQuota", edited, operation="UPDATE", old=old)
+    assert engine.validate(subject).findings == []
