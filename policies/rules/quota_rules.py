@@ -168,25 +168,24 @@ def tree_min_within_max(subject: Subject) -> Iterator[Found]:
           "from, and ACK's examples set its min and max to the same values. A GPU resource whose root min and "
           "max differ gets a warning, naming both.")
 def tree_root_min_is_max(subject: Subject) -> Iterator[Found]:
-    for node in tree_nodes(subject.obj, subject.names):
-        if not node.is_root:
-            continue
-        for resource in sorted(node.min.keys() | node.max.keys()):
-            low, high = node.min.get(resource), node.max.get(resource)
-            if low is not None and high is not None and low.quantity is not None and low.quantity == high.quantity:
-                continue
-            if (low is not None and low.quantity is None) or (high is not None and high.quantity is None):
-                continue
-            paths = [v.path for v in (low, high) if v is not None]
-            if not _written(subject, *paths):
-                continue
-            shown = f"min {low.raw if low else '(not set)'} and max {high.raw if high else '(not set)'}"
-            target = high if high is not None else low
-            assert target is not None
-            yield Found(f"{quota_label(subject)} root quota node {node.name} has {resource} {shown}: the root "
-                        f"stands for what the cluster gives the whole tree and has no parent to borrow from; set "
-                        f"both to {target.raw}", target.path)
+    node = next(tree_nodes(subject.obj, subject.names), None)  # depth first: the root comes first
+    if node is None:
         return
+    for resource in sorted(node.min.keys() | node.max.keys()):
+        low, high = node.min.get(resource), node.max.get(resource)
+        if low is not None and high is not None and low.quantity is not None and low.quantity == high.quantity:
+            continue
+        if (low is not None and low.quantity is None) or (high is not None and high.quantity is None):
+            continue
+        paths = [v.path for v in (low, high) if v is not None]
+        if not _written(subject, *paths):
+            continue
+        shown = f"min {low.raw if low else '(not set)'} and max {high.raw if high else '(not set)'}"
+        target = high if high is not None else low
+        assert target is not None
+        yield Found(f"{quota_label(subject)} root quota node {node.name} has {resource} {shown}: the root "
+                    f"stands for what the cluster gives the whole tree and has no parent to borrow from; set "
+                    f"both to {target.raw}", target.path)
 
 
 # -- GQ005: what the namespace's quotas will do with a workload's pods -----------------------------------
@@ -208,6 +207,9 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else default
 
 
+RAY_WORKER_GROUPS = "workerGroupSpecs"  # of a RayCluster's spec (a RayJob's, a RayService's cluster spec)
+
+
 def pods_made(subject: Subject, pod: SubjectPod) -> int | None:
     """How many pods the controller makes from one template at once; None when that is not known from the
     object (a DaemonSet's: one per matching node)."""
@@ -223,14 +225,15 @@ def pods_made(subject: Subject, pod: SubjectPod) -> int | None:
             completions = job.get("completions")
             return min(parallel, completions) if isinstance(completions, int) and completions >= 0 else parallel
         return None
-    site = pod.site
-    if site is None:
-        return 1
+    site = pod.site  # a custom workload's pods always have one
     # Replica specs keep their count beside the template (Kubeflow's replicas, Volcano's tasks, Ray's groups).
-    if site.path and site.path[-1] == "template":
+    if site is not None and site.path and site.path[-1] == "template":
         holder = _at(subject.obj, site.path[:-1])
         if isinstance(holder, dict):
-            return _int(holder.get("replicas"), 1)
+            # Unset, a Ray worker group makes none (KubeRay's WorkerGroupSpec: "+kubebuilder:default:=0",
+            # ray-operator/apis/ray/v1/raycluster_types.go), a Kubeflow replica spec one ("If unspecified,
+            # defaults to 1", kubeflow/training-operator V1ReplicaSpec).
+            return _int(holder.get("replicas"), 0 if RAY_WORKER_GROUPS in site.path else 1)
     return 1
 
 
