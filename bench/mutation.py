@@ -649,6 +649,8 @@ def run_in_session(chosen: dict[str, list[Mutant]], tests: dict[str, list[str]],
     pid = os.fork()
     if pid == 0:
         try:
+            os.setpgid(0, 0)  # its own process group, with every child it forks: stopped as one
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.chdir(ROOT)
             sys.path.insert(0, str(ROOT))
             recorder = LineRecorder({str(ROOT / module) for module in chosen})
@@ -671,7 +673,14 @@ def run_in_session(chosen: dict[str, list[Mutant]], tests: dict[str, list[str]],
             os._exit(0 if code in (0, 5) else 2)
         finally:
             os._exit(70)
-    _, status = os.waitpid(pid, 0)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # stopped (a kill, Ctrl-C): the session and its children stop too
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     try:
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit("the session failed (above); `--copies` runs every mutant the slow way")
