@@ -41,6 +41,7 @@ import random
 import select
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -405,7 +406,15 @@ class Pool:
 
 
 def prepare_copy() -> Path:
+    """A copy of every file git tracks (tests read docs, deploy files and data), else of ``_COPY``."""
     copy = Path(tempfile.mkdtemp(prefix="gpushare-mutation-"))
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
+        for name in filter(None, listed.decode().split("\0")):
+            if (ROOT / name).is_file():
+                (copy / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / name, copy / name)
+        return copy
     ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
     for name in _COPY:
         source = ROOT / name

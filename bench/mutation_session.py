@@ -158,6 +158,7 @@ class MutantSession:
         self.recorder = recorder
         self.mutate = mutate  # (module source, Job) -> mutated source or None (cosmic-ray's)
         self.budget_only = budget_only
+        self._project_folders = tuple(f"{root / name}{os.sep}" for name in ("policies", "webhook", "certs", "tests"))
         self.failed: str | None = None
 
     # -- the hook ------------------------------------------------------------------------------
@@ -171,21 +172,22 @@ class MutantSession:
             self.failed = "the tests did not collect"
             return True
         items = list(session.items)
+        functions, caches = self._live_objects()
         started = time.monotonic()
-        coverage, seconds, broken = self._baseline(items)
+        coverage, seconds, broken = self._baseline(items, caches)
         print(f"collected {len(items)} tests; ran each once, traced, in {minutes(time.monotonic() - started)}",
               file=sys.stderr, flush=True)
         if broken:
             self.failed = "the unmutated tests fail: " + ", ".join(broken[:5])
             return True
-        functions, caches = self._live_objects()
         with self.out.open("w", encoding="utf-8") as out:
             self._run(items, coverage, seconds, at_import, functions, caches, out)
         return True
 
     # -- the unmutated, traced run --------------------------------------------------------------
-    def _baseline(self, items: list[Any]) -> tuple[dict[str, dict[str, set[int]]], dict[str, float], list[str]]:
-        """Each test once, traced, in ``parallel`` children (by file: a module's fixtures stay whole)."""
+    def _baseline(self, items: list[Any],
+                  caches: list[Any]) -> tuple[dict[str, dict[str, set[int]]], dict[str, float], list[str]]:
+        """Each test once, traced, in ``parallel`` children (by file)."""
         by_file: dict[str, list[Any]] = defaultdict(list)
         for item in items:
             by_file[str(item.path)].append(item)
@@ -201,7 +203,7 @@ class MutantSession:
             if pid == 0:
                 _quiet()
                 try:
-                    os._exit(self._traced(share, target))
+                    os._exit(self._traced(share, target, caches))
                 finally:
                     os._exit(_BASELINE_ERROR)
             pids.append(pid)
@@ -222,20 +224,37 @@ class MutantSession:
             target.unlink()
         return coverage, seconds, broken
 
-    def _traced(self, items: list[Any], target: Path) -> int:
+    def _traced(self, items: list[Any], target: Path, caches: list[Any]) -> int:
+        """Each test in a child of its own, as a mutant's child runs it: fixtures set up afresh and the
+        project's caches empty, so a test that reads a cached or session-wide result is seen to
+        execute the code that makes it (run after another test, it would not)."""
         from _pytest.runner import runtestprotocol
 
         with target.open("w", encoding="utf-8") as out:
             for position, item in enumerate(items):
-                following = items[position + 1] if position + 1 < len(items) else None
-                started = time.monotonic()
-                self.recorder.start()
-                reports = runtestprotocol(item, log=False, nextitem=following)
-                hits = self.recorder.stop()
-                row = {"id": item.nodeid, "seconds": time.monotonic() - started,
-                       "passed": not any(r.failed for r in reports),
-                       "lines": {f: sorted(lines) for f, lines in hits.items()}}
-                out.write(json.dumps(row) + "\n")
+                row_file = target.with_name(f"{target.name}.{position}")
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        for cache in caches:
+                            cache.cache_clear()
+                        started = time.monotonic()
+                        self.recorder.start()
+                        reports = runtestprotocol(item, log=False, nextitem=None)
+                        hits = self.recorder.stop()
+                        row = {"id": item.nodeid, "seconds": time.monotonic() - started,
+                               "passed": not any(r.failed for r in reports),
+                               "lines": {f: sorted(lines) for f, lines in hits.items()}}
+                        row_file.write_text(json.dumps(row), encoding="utf-8")
+                        os._exit(0)
+                    finally:
+                        os._exit(_BASELINE_ERROR)
+                os.waitpid(pid, 0)
+                if row_file.exists():
+                    out.write(row_file.read_text(encoding="utf-8") + "\n")
+                    row_file.unlink()
+                else:  # the test took its process down: it cannot pass unmutated
+                    out.write(json.dumps({"id": item.nodeid, "seconds": 0.0, "passed": False, "lines": {}}) + "\n")
         return 0
 
     # -- the live objects a mutant's code goes into --------------------------------------------
@@ -252,7 +271,8 @@ class MutantSession:
                 wrapped = getattr(obj, "__wrapped__", None)
                 wrapped = getattr(wrapped, "__func__", wrapped)
                 code = getattr(wrapped, "__code__", None)
-                if code is not None and code.co_filename.startswith(str(self.root)):
+                # The project's own caches only (a virtualenv may live inside the project's folder).
+                if code is not None and code.co_filename.startswith(self._project_folders):
                     caches.append(obj)
         return functions, caches
 
