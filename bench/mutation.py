@@ -125,9 +125,12 @@ _FAST = {
     # generate
     "policies/generate/match_conditions.py": "match_conditions update_conditions",
     "policies/generate/workload_conditions.py": "match_conditions workload_crd_coverage",
-    "policies/generate/backstop.py": "backstop_equivalence deploy_backstop",
-    "policies/generate/backstop_isolation.py": "deploy_isolation isolation_round_two",
-    "policies/generate/near_miss_regex.py": "backstop_equivalence",
+    "policies/generate/backstop.py": "backstop backstop_variables backstop_isolation",
+    "policies/generate/backstop_isolation.py": "backstop_isolation backstop",
+    "policies/generate/backstop_variables.py": "backstop_variables backstop backstop_isolation",
+    "policies/generate/near_miss_regex.py": "near_miss_regex backstop",
+    "policies/generate/automata.py": "automata near_miss_regex",
+    "policies/generate/doc_tables.py": "doc_tables workload_schemas",
     # audit
     "policies/audit/audit.py": "audit",
 }
