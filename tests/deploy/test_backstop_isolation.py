@@ -15,7 +15,7 @@ from policies.generate.backstop import backstop_policy
 from policies.model.grants import StaticNamespaces
 from tests.deploy.test_backstop import limits, pod, workload
 from tests.support.policy_cel import PolicyCel
-from tests.support.resource_keys import COUNT, MEM
+from tests.support.resource_keys import COUNT
 from webhook.settings import Settings
 
 SETTINGS = Settings(rules={"GS011": {"severity": "deny"}}, isolation={"env_from": "deny"})
@@ -34,7 +34,8 @@ def engine_first(obj: dict[str, Any], **update: Any) -> list[str]:
     subject = ENGINE.subject(obj["kind"], obj, namespace="default", namespaces=StaticNamespaces({"default": {}}),
                              **update)
     found = [f for f in ENGINE.validate(subject).violations if f.rule in ISOLATION]
-    return [next(f.message for f in found if f.rule == rule) for rule in ISOLATION if any(f.rule == rule for f in found)]
+    return [next(f.message for f in found if f.rule == rule) for rule in ISOLATION
+            if any(f.rule == rule for f in found)]
 
 
 def env(*entries: dict[str, Any], **container: Any) -> dict[str, Any]:
@@ -85,7 +86,8 @@ CASES = [  # (what, pod, how many isolation rules deny it)
     ("isolation lifted", pod({**GPU, **env(var("CGPU_DISABLE", "true"))}), 1),
     ("isolation lifted in capitals", pod({**GPU, **env(var("CGPU_DISABLE", "True"))}), 1),
     ("isolation lifted later", pod({**GPU, **env(var("CGPU_DISABLE", valueFrom={"secretKeyRef": {}}))}), 1),
-    ("isolation kept, or lifted with a space", pod({**GPU, **env(var("CGPU_DISABLE", "false"))}, {**GPU, **env(var("CGPU_DISABLE", " true"))}),
+    ("isolation kept, or lifted with a space", pod({**GPU, **env(var("CGPU_DISABLE", "false"))},
+                                                   {**GPU, **env(var("CGPU_DISABLE", " true"))}),
      1),
     ("isolation lifted without gpu-mem", pod({**limits(cpu="1"), **env(var("CGPU_DISABLE", "true"))}), 0),
     ("both rules", pod({**GPU, **env(var("CGPU_DISABLE", "true"), var("ALIYUN_COM_GPU_MEM_DEV", "8"))},
