@@ -129,7 +129,6 @@ _FAST = {
     "policies/generate/backstop_isolation.py": "backstop_isolation backstop",
     "policies/generate/backstop_variables.py": "backstop_variables backstop backstop_isolation",
     "policies/generate/near_miss_regex.py": "near_miss_regex backstop",
-    "policies/generate/automata.py": "automata near_miss_regex",
     "policies/generate/doc_tables.py": "doc_tables workload_schemas",
     # audit
     "policies/audit/audit.py": "audit",
