@@ -6,7 +6,9 @@ the step function accepts, up to a length."""
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,11 @@ from policies.generate.automata import (
     minimal_dfa,
     symbol_node,
 )
+from policies.generate.backstop import SECTION
+from policies.generate.near_miss_regex import domain_regex, name_part_regex
+from webhook.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 LETTERS = ["a", "b", "c"]
 
@@ -90,24 +97,24 @@ def a(text: str) -> Any:
     return concat(*(symbol_node([c]) for c in text))
 
 
-NODES = [  # (what, node, the words it means)
-    ("one letter", symbol_node(["a"]), {"a"}),
-    ("letters", either(symbol_node(["a"]), symbol_node(["b", "c"])), {"a", "b", "c"}),
-    ("a word", a("abc"), {"abc"}),
-    ("the empty word", EPS, {""}),
-    ("a word or nothing", either(EPS, a("ab")), {"", "ab"}),
-    ("a common first part", either(a("ab"), a("ac"), a("abc")), {"ab", "ac", "abc"}),
-    ("a common last part", either(a("bc"), a("cc"), a("c")), {"bc", "cc", "c"}),
-    ("nested choices", either(a("a"), either(a("b"), a("cc")), EPS), {"a", "b", "cc", ""}),
-    ("words in words", concat(either(a("a"), a("bb")), either(EPS, a("c")), a("a")),
+NODES = [  # (what, the node (built in the test, not at import), the words it means)
+    ("one letter", lambda: symbol_node(["a"]), {"a"}),
+    ("letters", lambda: either(symbol_node(["a"]), symbol_node(["b", "c"])), {"a", "b", "c"}),
+    ("a word", lambda: a("abc"), {"abc"}),
+    ("the empty word", lambda: EPS, {""}),
+    ("a word or nothing", lambda: either(EPS, a("ab")), {"", "ab"}),
+    ("a common first part", lambda: either(a("ab"), a("ac"), a("abc")), {"ab", "ac", "abc"}),
+    ("a common last part", lambda: either(a("bc"), a("cc"), a("c")), {"bc", "cc", "c"}),
+    ("nested choices", lambda: either(a("a"), either(a("b"), a("cc")), EPS), {"a", "b", "cc", ""}),
+    ("words in words", lambda: concat(either(a("a"), a("bb")), either(EPS, a("c")), a("a")),
      {"aa", "aca", "bba", "bbca"}),
-    ("the same choice twice", either(a("ab"), a("ab")), {"ab"}),
+    ("the same choice twice", lambda: either(a("ab"), a("ab")), {"ab"}),
 ]
 
 
 @pytest.mark.parametrize(("what", "node", "meant"), NODES, ids=[n[0] for n in NODES])
 def test_a_regular_expression_value_renders_to_its_words(what, node, meant):
-    regex = f"^(?:{Renderer(symbol).render(node)[0]})$"
+    regex = f"^(?:{Renderer(symbol).render(node())[0]})$"
     assert {w for w in words(4) if re2.search(regex, w)} == meant, regex
 
 
@@ -116,3 +123,18 @@ def test_the_rendering_is_the_same_whatever_the_order_of_choices():
     one = renderer.render(either(a("ab"), a("ca"), a("b"), EPS))[0]
     other = renderer.render(either(EPS, a("b"), a("ca"), a("ab")))[0]
     assert one == other
+
+
+def test_the_backstop_s_near_miss_regexes_are_as_long_as_the_documented_cost_says():
+    """docs/operations.md ("What GS007 costs the API server") works out cel-go's cost from these lengths
+    (ceil(length / 4) units a character of the key): a longer regex, from a worse elimination order or
+    an unfactored choice, costs every pod more and the figures must be worked out again."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    name = re.search(r"\(([\d,]+) characters for the name part\)", text)
+    domain = re.search(r"the look-alike list \(([\d,]+) characters\)", text)
+    assert name and domain, "docs/operations.md no longer gives the regexes' lengths"
+    settings = Settings()
+    r = settings.names.resources
+    lengths = (len(name_part_regex(r.gpu_mem, r.gpu_core, before=SECTION)),
+               len(domain_regex(r.gpu_mem, tuple(settings.near_miss.lookalike_domains), before=SECTION)))
+    assert lengths == (int(name[1].replace(",", "")), int(domain[1].replace(",", "")))
