@@ -8,6 +8,8 @@ import copy
 import functools
 from typing import Any
 
+import pytest
+
 from policies.admission.engine import Engine
 from policies.generate.backstop import backstop_policy
 from policies.model.grants import StaticNamespaces
@@ -103,31 +105,29 @@ CASES = [  # (what, pod, how many isolation rules deny it)
 
 
 def test_the_backstop_says_the_webhooks_first_isolation_finding_word_for_word():
-    """One test over every case: the policy is built once, and a change to the generator is seen by the
-    test that builds it (tests/support/policy_cel.py)."""
-    wrong = []
+    """One test over every case, stopping at the first wrong one: the policy is built once, and a change to
+    the generator is seen by the test that builds it (tests/support/policy_cel.py)."""
     for what, obj, count in CASES:
         policy = hardened().failures(obj, rules=ISOLATION)
         if policy != engine_first(obj) or len(policy) != count:
-            wrong.append((what, policy, engine_first(obj)))
+            pytest.fail(repr((what, policy, engine_first(obj))))
     for value in ("$(X)", "$$", "a$(b"):  # a value the kubelet may expand is left to the webhook
         obj = pod({**GPU, **env(var("ALIYUN_COM_GPU_MEM_DEV", value))})
         if hardened().failures(obj, rules=ISOLATION) != [] or [m[:5] for m in engine_first(obj)] != ["GS010"]:
-            wrong.append(value)
+            pytest.fail(repr(value))
     for kind in ("Deployment", "CronJob", "PodTemplate"):  # a workload: its template, its pods' cards
         obj = workload(kind, pod({**limits(mem="8"), **env(var(MEM_ENV, "2"), var(VISIBLE, "all"))},
                                  labels={COUNT: "4"}))
         expected = [f'GS010: {kind} default/w container "c0": env {VISIBLE}=all exposes GPUs the device plugin did '
                     "not assign to this container; remove it or set none or void"]
         if not hardened().failures(obj, rules=ISOLATION) == engine_first(obj) == expected:
-            wrong.append(kind)
+            pytest.fail(repr(kind))
     for what, (new, old), rules in DEBUG:  # kubectl debug: only the containers it adds
         policy = hardened().failures(new, old=old, sub_resource="ephemeralcontainers")
         engine = engine_first(new, operation="UPDATE", old=old, sub_resource="ephemeralcontainers", admission=True)
         if [m.split(":", 1)[0] for m in policy] != rules or policy != engine or not all(
                 'ephemeral container "debugger' in m for m in policy):
-            wrong.append((what, policy, engine))
-    assert wrong == []
+            pytest.fail(repr((what, policy, engine)))
 
 
 def _debugged(*added: dict[str, Any], before: tuple[dict[str, Any], ...] = ()) -> tuple[dict[str, Any], dict]:
