@@ -125,9 +125,7 @@ _FAST = {
     # generate
     "policies/generate/match_conditions.py": "match_conditions update_conditions",
     "policies/generate/workload_conditions.py": "match_conditions workload_crd_coverage",
-    "policies/generate/backstop.py": "backstop backstop_variables backstop_isolation",
-    "policies/generate/backstop_isolation.py": "backstop_isolation backstop",
-    "policies/generate/backstop_variables.py": "backstop_variables backstop backstop_isolation",
+    "policies/generate/backstop.py": "backstop",
     "policies/generate/near_miss_regex.py": "near_miss_regex backstop",
     "policies/generate/doc_tables.py": "doc_tables workload_schemas",
     # audit
