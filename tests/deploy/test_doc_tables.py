@@ -83,12 +83,14 @@ def test_a_webhook_outside_the_generated_scopes_is_described_by_its_registration
                                                          (["DELETE"], ["pods"])])),
             {"kind": "Service", "metadata": {"name": "s"}},
             _config("MutatingWebhookConfiguration", _hook("many.example.io", "Fail", [
-                (["CREATE"], [r]) for r in ("a", "b", "c", "d")]))]
+                (["CREATE"] if r == "a" else ["UPDATE"], [r]) for r in ("a", "b", "c", "d")]))]
     relaxed = _merged(base, [_config("ValidatingWebhookConfiguration", _hook("extra.example.io", "Ignore", [
         (["CREATE"], ["pods"])]))])
     assert [kind for kind, _ in registrations(base)] == ["validating", "validating", "mutating"]
-    table = outage_table({"base": registrations(base), "relax": registrations(relaxed),
-                          "more": registrations([_config("ValidatingWebhookConfiguration", _hook(
+    # Install names as read at run time (not interned literals); "added" sorts before "base".
+    base_name, added = "".join(["ba", "se"]), "".join(["ad", "ded"])
+    table = outage_table({base_name: registrations(base), "relax": registrations(relaxed),
+                          added: registrations([_config("ValidatingWebhookConfiguration", _hook(
                               "new.example.io", "Ignore", [(["UPDATE"], ["nodes"])]))])}, Settings())
     assert table.splitlines()[2:] == [
         "| `extra.example.io` | CREATE pods: what its matchCondition selects | Fail (Ignore with the relax component) "
@@ -97,7 +99,7 @@ def test_a_webhook_outside_the_generated_scopes_is_described_by_its_registration
         "(no matchCondition) | Ignore | admitted unjudged |",
         "| `many.example.io` | CREATE of every kind of the workload table (4 resources): every request its rules "
         "match (no matchCondition) | Fail | refused |",
-        "| `new.example.io` (component more) | UPDATE nodes: every request its rules match (no matchCondition) "
+        "| `new.example.io` (component added) | UPDATE nodes: every request its rules match (no matchCondition) "
         "| Ignore | admitted unjudged |"]
 
 
