@@ -6,9 +6,7 @@ the step function accepts, up to a length."""
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,11 +22,6 @@ from policies.generate.automata import (
     minimal_dfa,
     symbol_node,
 )
-from policies.generate.backstop import SECTION
-from policies.generate.near_miss_regex import domain_regex, name_part_regex
-from webhook.settings import Settings
-
-ROOT = Path(__file__).resolve().parents[2]
 
 LETTERS = ["a", "b", "c"]
 
@@ -124,17 +117,3 @@ def test_the_rendering_is_the_same_whatever_the_order_of_choices():
     other = renderer.render(either(EPS, a("b"), a("ca"), a("ab")))[0]
     assert one == other
 
-
-def test_the_backstop_s_near_miss_regexes_are_as_long_as_the_documented_cost_says():
-    """docs/operations.md ("What GS007 costs the API server") works out cel-go's cost from these lengths
-    (ceil(length / 4) units a character of the key): a longer regex, from a worse elimination order or
-    an unfactored choice, costs every pod more and the figures must be worked out again."""
-    text = (ROOT / "docs" / "operations.md").read_text()
-    name = re.search(r"\(([\d,]+) characters for the name part\)", text)
-    domain = re.search(r"the look-alike list \(([\d,]+) characters\)", text)
-    assert name and domain, "docs/operations.md no longer gives the regexes' lengths"
-    settings = Settings()
-    r = settings.names.resources
-    lengths = (len(name_part_regex(r.gpu_mem, r.gpu_core, before=SECTION)),
-               len(domain_regex(r.gpu_mem, tuple(settings.near_miss.lookalike_domains), before=SECTION)))
-    assert lengths == (int(name[1].replace(",", "")), int(domain[1].replace(",", "")))
