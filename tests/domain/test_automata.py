@@ -117,3 +117,22 @@ def test_the_rendering_is_the_same_whatever_the_order_of_choices():
     other = renderer.render(either(EPS, a("b"), a("ca"), a("ab")))[0]
     assert one == other
 
+
+
+# docs/operations.md ("What GS007 costs the API server") works out cel-go's cost from these lengths of the
+# backstop's regexes (ceil(length / 4) units a character of the key); a change to either means the figures
+# there must be worked out again (python bench/backstop_cost.py).
+DOCUMENTED_LENGTHS = (1455, 2532)
+
+
+def test_the_backstop_s_near_miss_regexes_are_as_long_as_the_documented_cost_says():
+    """A longer regex, from a worse elimination order or an unfactored choice, costs every pod more."""
+    from policies.generate.backstop import SECTION
+    from policies.generate.near_miss_regex import domain_regex, name_part_regex
+    from webhook.settings import Settings
+
+    settings = Settings()
+    r = settings.names.resources
+    assert (len(name_part_regex(r.gpu_mem, r.gpu_core, before=SECTION)),
+            len(domain_regex(r.gpu_mem, tuple(settings.near_miss.lookalike_domains), before=SECTION))) == \
+        DOCUMENTED_LENGTHS
