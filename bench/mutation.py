@@ -126,9 +126,9 @@ _FAST = {
     # generate
     "policies/generate/match_conditions.py": "match_conditions update_conditions",
     "policies/generate/workload_conditions.py": "match_conditions workload_crd_coverage",
-    "policies/generate/backstop.py": "backstop_equivalence deploy_backstop",
-    "policies/generate/backstop_isolation.py": "deploy_isolation isolation_round_two",
-    "policies/generate/near_miss_regex.py": "backstop_equivalence",
+    "policies/generate/backstop.py": "backstop",
+    "policies/generate/near_miss_regex.py": "near_miss_regex backstop",
+    "policies/generate/doc_tables.py": "doc_tables workload_schemas",
     # audit
     "policies/audit/audit.py": "audit",
 }

@@ -80,10 +80,8 @@ def either(*choices: Node) -> Node:
 
 
 def _star(node: Node) -> Node:
-    if node == EPS or node[0] == "star":
-        return node
-    if node[0] == "alt" and EPS in node[1]:
-        return _star(either(*(c for c in node[1] if c != EPS)))
+    # Only a state's self-loop is starred: symbols and paths through other states, never the empty word,
+    # an alternative holding it or a star (only the edges from "begin" and to "end" are empty).
     return ("star", node)
 
 

@@ -89,10 +89,12 @@ def _words(scope: WebhookScope, settings: PolicySettings) -> str:
             shows.append("created on a node (`spec.nodeName`) with whole GPUs")
         if t.annotations:
             shows.append(f"carrying {', '.join(f'`{a}`' for a in sorted(t.annotations))}")
+        if t.gpu_quotas:  # match_conditions._quota_condition: every UPDATE of such a quota is sent
+            shows.append("naming a GPU resource (every ElasticQuotaTree: CEL cannot walk its tree)")
     text = "only those " + "; ".join(shows) if shows else "every request its rules match"
     if scope.controlled is not None:
         text += "; only those a controller made" if scope.controlled else "; none a controller made"
-    if "UPDATE" in scope.operations and not t.node_labels:
+    if "UPDATE" in scope.operations and not t.node_labels and not t.gpu_quotas:
         text += "; an UPDATE only when it changes a judged part (docs/design.md) of an object not being deleted"
     return text
 

@@ -405,6 +405,15 @@ def test_the_checked_in_conditions_are_what_the_generator_gives(tmp_path):
     assert stale(tmp_path) == [], "stale: run `gpushare generate`"
 
 
+def test_the_checked_in_conditions_are_what_the_generator_gives_in_this_process():
+    from webhook.cli.policy import webhook_conditions_text
+
+    stale = [str(path.relative_to(ROOT)) for target, path in (("kustomize", KUSTOMIZE_FILE), ("helm", HELM_FILE),
+                                                             ("custom-workloads", COMPONENT_FILE))
+             if webhook_conditions_text(Settings(), target, "yaml") != path.read_text()]
+    assert stale == [], "stale: run `gpushare generate`"
+
+
 @pytest.mark.processes
 def test_a_new_resource_name_changes_the_conditions_and_the_check_fails_until_they_are_regenerated(tmp_path):
     renamed = {"names": {"resources": {"gpu_mem": "example.com/gpu-memory"}}}
@@ -612,3 +621,53 @@ def test_custom_workloads_no_rule_judges_are_not_sent(what, obj):
 def test_the_custom_workloads_condition_stays_far_below_the_parsers_limit():
     # cel-go refuses expressions over 100,000 code points by default (cel.ParserExpressionSizeLimit).
     assert len(conditions()[CUSTOM][0]["expression"]) < 50_000
+
+
+# -- what the configuration turns off is not sent ----------------------------------------------------------
+
+EVERY_ID = [*sorted(REGISTRY), "GM001", "GM002", "GM003"]
+GPU_POD = {**_pod({"resources": {"limits": {MEM: "2", "aliyun.com/gpu-memory": "1"}}, "env": [
+    {"name": "CGPU_DISABLE", "value": "true"}]}), "metadata": {"name": "gpushare-device-plugin-ds", "namespace": "x",
+                                                               "annotations": {"gpushare.io/exempt": "GS003"}}}
+QUOTA = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "x"},
+         "spec": {"hard": {f"requests.{MEM}": "8"}}}
+SAMPLES = {"Pod": GPU_POD, "Node": gpu_node("share-1", "share"), "ResourceQuota": QUOTA}
+
+
+@pytest.mark.parametrize("scope", SCOPES, ids=[s.name for s in SCOPES])
+def test_a_webhook_whose_rules_are_all_disabled_is_sent_nothing(scope):
+    settings = Settings(rules={rule_id: {"enabled": False} for rule_id in EVERY_ID})
+    (condition,) = match_conditions(settings)[scope.name]
+    obj = SAMPLES.get(scope.kinds[0], as_deployment(GPU_POD))
+    for operation, old in (("CREATE", None), ("UPDATE", {**obj, "metadata": {"name": "old"}})):
+        request = {"operation": operation, "kind": {"group": "", "kind": obj["kind"]}, "subResource": scope.subresource,
+                   "resource": {"resource": "daemonsets" if scope.daemonsets else "resourcequotas"}}
+        verdict = _ENV.program(_ENV.compile(condition["expression"])).evaluate({
+            "object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
+            "request": celpy.json_to_cel(request)})
+        assert verdict is not True and bool(verdict) is False, scope.name
+    # and with every rule on, each of these samples is sent to its webhooks
+    assert sent(POD_VALIDATE, GPU_POD) and sent(POD_MUTATE, GPU_POD)
+    assert sent("quotas.validate.gpushare.io", QUOTA, resource="resourcequotas")
+
+
+def test_the_custom_workloads_component_is_registered_where_it_is_told():
+    from policies.generate.match_conditions import custom_workloads_patch
+
+    patch = custom_workloads_patch(Settings(), namespace="gpu-admission", excluded=("kube-system",))
+    (webhook,) = patch["webhooks"]
+    assert webhook["clientConfig"]["service"]["namespace"] == "gpu-admission"
+    assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+    assert webhook["matchConditions"] == match_conditions(Settings())[CUSTOM]
+    assert {("kubeflow.org", "pytorchjobs"), ("ray.io", "rayclusters")} <= {
+        (rule["apiGroups"][0], rule["resources"][0]) for rule in webhook["rules"]}
+
+
+def test_kinds_that_keep_their_pod_spec_in_different_places_cannot_share_a_condition():
+    from dataclasses import replace
+
+    from policies.generate.match_conditions import condition
+
+    mixed = replace(SCOPE[WORKLOADS], kinds=("Deployment", "CronJob"))
+    with pytest.raises(ValueError, match="different paths"):
+        condition(mixed, SETTINGS)
