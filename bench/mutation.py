@@ -129,7 +129,7 @@ _FAST = {
     "policies/generate/backstop_isolation.py": "deploy_isolation isolation_round_two",
     "policies/generate/near_miss_regex.py": "backstop_equivalence",
     # audit
-    "policies/audit/audit.py": "audit",
+    "policies/audit/audit.py": "audit_findings audit",
 }
 # Tests that start a process: they check the command line, not the module, and cost a second each
 # (stem::name). Tests marked `processes` are left out the same way.
