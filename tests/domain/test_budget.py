@@ -197,3 +197,30 @@ def test_the_engine_judges_no_rule_on_an_object_over_its_budget(outcome, severit
     assert planned.patch == [] and [f.rule for f in planned.findings] == [BUDGET_ID]  # not patched either
     within = engine.validate(engine.subject("Pod", pod(2), namespace="default"))
     assert within.findings == [] and engine.mutate(engine.subject("Pod", pod(2))).patch
+
+
+def test_the_affinity_terms_counted_are_those_seen_until_the_count_passed_the_limit(engine):
+    terms = [{"matchExpressions": [expression(f"k{i}")]} for i in range(50)]
+    obj = pod(1, affinity=node_affinity(required=terms))
+    # Counting stops once past one more than the limit: 4 of the 50 counted, against the 2 allowed.
+    assert overrun("Pod", obj, None, limits(max_affinity_terms=2)) == Overrun(
+        "affinity terms", "budget.max_affinity_terms", 2, 1, 1, 4)
+    job = volcano(3)
+    for task in job["spec"]["tasks"]:
+        task["template"]["spec"]["affinity"] = node_affinity(required=terms)
+    # The first template's 50 are all counted; the second's only until past one more than is left (10 + 1).
+    found = overrun("Job", job, engine.workload("Job", "batch.volcano.sh"), limits(max_affinity_terms=60))
+    assert found == Overrun("affinity terms", "budget.max_affinity_terms", 60, 2, 2, 62)
+
+
+def test_with_an_odd_container_limit_one_more_item_than_the_limit_is_read():
+    obj = pod(5)
+    obj["spec"]["containers"][3] = "the fourth"  # index 3: read under a limit of 3
+    with pytest.raises(ShapeError, match=r"spec.containers\[3\]"):
+        overrun("Pod", obj, None, limits(max_containers=3))
+
+
+def test_the_outcome_is_read_from_a_configuration_file():
+    budget = BudgetSettings(**yaml.safe_load("max_templates: 1\nwhen_exceeded: admit\n"))
+    _, brief = describe(Overrun("pod templates", "budget.max_templates", 1, 2, 2, 0), "Job default/j", budget)
+    assert brief.endswith("; admitted without evaluation (budget.when_exceeded: admit)")

@@ -252,3 +252,28 @@ def test_the_state_is_not_changed_by_a_dry_run(dry, demo_state):
     assert first.verdict.findings == again.verdict.findings == []  # the 12 GiB were not taken by the first
     share = next(s for s in again.ranking if s.node == SHARE_NODE)
     assert ranking_entry(share, again.request.demand)["cards"][0]["gpu_mem_before"] == "3/15"
+
+
+def test_a_location_that_is_no_whole_pod_is_skipped_and_the_next_shown(dry):
+    obj = CASE["rayjob.yaml"].manifest()
+    cluster = obj["spec"]["rayClusterSpec"]
+    cluster["autoscalerOptions"] = {"image": "rayproject/ray:2.9.0", "resources": {"limits": {"cpu": "1"}}}
+    obj["spec"]["submitterPodTemplate"] = {"spec": {"restartPolicy": "Never", "containers": [
+        {"name": "submit", "image": "rayproject/ray:2.9.0"}]}}
+    report = dry.report("RayJob", obj, None)
+    assert [p.path for p in report.pod_previews] == [
+        "spec.rayClusterSpec.headGroupSpec.template", "spec.rayClusterSpec.workerGroupSpecs[0].template",
+        "spec.submitterPodTemplate"]  # the autoscaler's options are a container of the head pod, not a pod
+    assert report.pod_previews[-1].pod["spec"]["containers"][0]["name"] == "submit"
+
+
+def test_a_disabled_rule_s_problem_is_left_out_and_the_others_kept(settings):
+    names = settings.names
+    state = snapshot(gpu_node("n1", "cgpu", 1, 15, labels={"gpushare.io/cpu-manager-policy": "static"}),
+                     gpu_node("n2", "cgpu", 1, 31), names=names)
+    engine = Engine(Settings(rules={"GB005": {"enabled": False}}))
+    report = DryRun(engine, Scorer(names)).report("Pod", pod("big", mem=20), state, node="n1")
+    assert [f.rule for f in report.verdict.findings] == ["GB004"]  # GB005 (first on n1) is disabled
+    assert report.verdict.findings[0].message.endswith("needs 20; nodes that fit: n2")
+    both = DryRun(Engine(Settings()), Scorer(names)).report("Pod", pod("big", mem=20), state, node="n1")
+    assert [f.rule for f in both.verdict.findings] == ["GB005", "GB004"]
