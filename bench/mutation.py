@@ -83,8 +83,8 @@ _FAST = {
     "policies/model/sources.py": "rule_tables user_words",
     "policies/model/warning_text.py": "warning_limit fair_evaluation",
     # quota
-    "policies/quota/quota_objects.py": "quota_rules quota_oracle live_quotas",
-    "policies/quota/quota_usage.py": "quota_oracle quota_rules",
+    "policies/quota/quota_objects.py": "quota_findings quota_rules quota_oracle live_quotas",
+    "policies/quota/quota_usage.py": "quota_oracle quota_findings quota_rules",
     # rules
     "policies/rules/base.py": _RULES + " exemption_grants",
     "policies/rules/relevance.py": "match_conditions rule_families",
