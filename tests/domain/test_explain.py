@@ -255,3 +255,52 @@ def test_a_quota_node_s_compute_is_said_in_percent_and_with_no_node_that_fits(se
 def _pod_and_state(objects: list[dict[str, Any]], names, pod: str) -> tuple[PodInfo, ClusterState]:
     state = snapshot_from_objects(objects, names)
     return state.get_pod("default", pod), state
+
+
+@pytest.mark.parametrize(("objects", "changes"), [
+    ([gpu_node("n1", "core_mem", 2, 15), *holders("m", "n1", 4), gpu_pod("p", mem=2, core=30)],
+     ["the mem-only pods on node n1 (default/m0, default/m1, default/m2 and 1 more) would have to finish or move"]),
+    ([gpu_node("n1", "cgpu", 1, 15), *holders("h", "n1", 4, 3, annotations=allocation(0, 3)), gpu_pod("p", mem=4)],
+     ["1 GiB more would have to be free on node n1 GPU0 (3/15 GiB free; held by default/h0, default/h1, "
+      'default/h2 and 1 more), or container "p" ask for at most 3 GiB']),
+    # A node without shared cards: its reason as the ranking says it.
+    ([gpu_node("n1", "cgpu", 0, 15), gpu_pod("p", mem=2)],
+     ['GB004: node n1: container "p" fits no card: the node has no shared GPU cards']),
+], ids=["four-mem-only-pods", "four-holders", "no-cards"])
+def test_four_pods_are_three_named_and_one_more(settings, objects, changes):
+    assert explained(settings.names, *objects).changes == changes
+
+
+def test_a_container_that_fits_the_freest_card_by_itself_is_asked_to_change_nothing(settings):
+    pod = gpu_pod("p", mem=10, core=30)
+    pod["spec"]["containers"].append({"name": "d", "resources": {"limits": {"aliyun.com/gpu-mem": 10,
+                                                                             "aliyun.com/gpu-core.percentage": 30}}})
+    explanation = explained(settings.names, gpu_node("n1", "core_mem", 1, 15), pod)
+    assert explanation.closest == "n1" and not any("compute" in change for change in explanation.changes)
+
+
+def test_a_container_over_two_cards_is_said_so(settings):
+    explanation = explained(settings.names, gpu_node("n1", "cgpu", 1, 15), pod_with(2, 10))
+    assert explanation.summary.startswith('Pod default/p ("p" 10 GiB over 2 cards) fits none of 1 node(s)')
+
+
+@pytest.mark.parametrize(("cardless", "closest"), [("a", "a"), ("z", "b")])
+def test_among_nodes_no_eviction_cures_a_node_without_cards_has_no_shortfall(settings, cardless, closest):
+    # Both unresolvable with one problem and no memory short: the name decides.
+    objects = [gpu_node(cardless, "cgpu", 0, 15),
+               gpu_node("b", "cgpu", 1, 15, labels={"gpushare.io/cpu-manager-policy": "static"}), gpu_pod("p", mem=2)]
+    assert explained(settings.names, *objects).closest == closest
+
+
+def test_the_shortfall_is_what_the_freest_card_lacks_and_never_below_zero(settings):
+    names = settings.names
+    # a lacks 1 GiB; b runs core+mem pods (one problem, like a) with memory to spare: b is closer.
+    short = [gpu_node("a", "cgpu", 1, 15), gpu_pod("ha", "a", mem=12, annotations=allocation(0, 12)),
+             gpu_node("b", "core_mem", 1, 15), gpu_pod("hb", "b", mem=2, core=20, annotations=allocation(0, 2)),
+             gpu_pod("p", mem=4)]
+    assert explained(names, *short).closest == "b"
+    # Exactly enough on a, more than enough on b: neither lacks anything, so the name decides.
+    spare = [gpu_node("a", "core_mem", 1, 15), gpu_pod("ha", "a", mem=11, core=20, annotations=allocation(0, 11)),
+             gpu_node("b", "core_mem", 1, 15), gpu_pod("hb", "b", mem=2, core=20, annotations=allocation(0, 2)),
+             gpu_pod("p", mem=4)]
+    assert explained(names, *spare).closest == "a"
