@@ -13,6 +13,7 @@ from policies.scoring.explain import explain_pod, pending, quota_holds
 from policies.scoring.scoring import Scorer
 from tests.support.cluster_builders import allocation, gpu_node, gpu_pod, snapshot
 from tests.support.helpers import DATA
+from webhook.settings import Settings
 from webhook.state.snapshot import load_snapshot, snapshot_from_objects
 
 MODE_NOTE = "(a node's mode changes only while it runs no GPU pods)"
@@ -68,8 +69,8 @@ def holders(prefix: str, node: str, count: int, mem: int = 1, **kw: Any) -> list
      ["more whole GPUs would have to be free on node n1: node n1 has 2 of 2 GPUs free, needs 4"]),
     ([gpu_node("n1", "cgpu", 2, 15, labels={"gpushare.io/cpu-manager-policy": "static"}), gpu_pod("p", mem=2)],
      None, ["node n1 would need the CPU manager policy none"]),
-    ([gpu_node("n1", "core_mem", 2, 15), *holders("m", "n1", 5), gpu_pod("p", mem=2, core=30)], None,
-     ["the mem-only pods on node n1 (default/m0, default/m1, default/m2 and 2 more) would have to finish or move"]),
+    ([gpu_node("n1", "core_mem", 2, 15), *holders("m", "n1", 7), gpu_pod("p", mem=2, core=30)], None,
+     ["the mem-only pods on node n1 (default/m0, default/m1, default/m2 and 4 more) would have to finish or move"]),
     ([gpu_node("n1", "core_mem", 2, 15), *holders("m", "n1", 3), gpu_pod("p", mem=2, core=30)], None,
      ["the mem-only pods on node n1 (default/m0, default/m1, default/m2) would have to finish or move"]),
     ([gpu_node("n1", "core_mem", 2, 15), *holders("c", "n1", 2, core=10), gpu_pod("p", mem=2)], None,
@@ -81,9 +82,13 @@ def holders(prefix: str, node: str, count: int, mem: int = 1, **kw: Any) -> list
     ([gpu_node("n1", "cgpu", 1, 15), *holders("h", "n1", 3, 4, annotations=allocation(0, 4)), gpu_pod("p", mem=5)],
      None, ["2 GiB more would have to be free on node n1 GPU0 (3/15 GiB free; held by default/h0, default/h1, "
             'default/h2), or container "p" ask for at most 3 GiB']),
-    ([gpu_node("n1", "cgpu", 1, 15), *holders("h", "n1", 5, 2, annotations=allocation(0, 2)), gpu_pod("p", mem=6)],
-     None, ["1 GiB more would have to be free on node n1 GPU0 (5/15 GiB free; held by default/h0, default/h1, "
-            'default/h2 and 2 more), or container "p" ask for at most 5 GiB']),
+    ([gpu_node("n1", "cgpu", 1, 15), *holders("h", "n1", 7, 1, annotations=allocation(0, 1)),
+      gpu_pod("h7", "n1", mem=5, annotations=allocation(0, 5)), gpu_pod("p", mem=6)],
+     None, ["3 GiB more would have to be free on node n1 GPU0 (3/15 GiB free; held by default/h0, default/h1, "
+            'default/h2 and 5 more), or container "p" ask for at most 3 GiB']),
+    ([gpu_node("n1", "cgpu", 1, 15), gpu_pod("h", "n1", mem=12, annotations=allocation(0, 12)), gpu_pod("p", mem=7)],
+     None, ["4 GiB more would have to be free on node n1 GPU0 (3/15 GiB free; held by default/h), or container "
+            '"p" ask for at most 3 GiB']),
     # Two cards equally free: the first is named.
     ([gpu_node("n1", "cgpu", 2, 15), gpu_pod("a", "n1", mem=12, annotations=allocation(0, 12)),
       gpu_pod("b", "n1", mem=12, annotations=allocation(1, 12)), gpu_pod("p", mem=4)],
@@ -102,7 +107,8 @@ def holders(prefix: str, node: str, count: int, mem: int = 1, **kw: Any) -> list
      ["the pod's node selector or required node affinity would have to admit node n1 (nodeSelector x=y: node has "
       "no label x)"]),
 ], ids=["core-mem-mode", "shared-mode", "topology-mode", "whole-gpus", "cpu-manager", "mixing-many", "mixing-three",
-        "mixing-core-mem", "larger-than-a-card", "free-memory", "free-memory-many-holders", "first-card",
+        "mixing-core-mem", "larger-than-a-card", "free-memory", "free-memory-many-holders", "free-memory-7-of-3",
+        "first-card",
         "free-compute", "pods-per-card", "node-affinity"])
 def test_the_closest_node_and_what_would_have_to_change_there(settings, objects, summary, changes):
     explanation = explained(settings.names, *objects)
@@ -304,3 +310,41 @@ def test_the_shortfall_is_what_the_freest_card_lacks_and_never_below_zero(settin
              gpu_node("b", "core_mem", 1, 15), gpu_pod("hb", "b", mem=2, core=20, annotations=allocation(0, 2)),
              gpu_pod("p", mem=4)]
     assert explained(names, *spare).closest == "a"
+    roomy_first = [gpu_node("a", "core_mem", 1, 15), gpu_pod("ha", "a", mem=2, core=20, annotations=allocation(0, 2)),
+                   gpu_node("b", "core_mem", 1, 15), gpu_pod("hb", "b", mem=11, core=20, annotations=allocation(0, 11)),
+                   gpu_pod("p", mem=4)]
+    assert explained(names, *roomy_first).closest == "a"
+
+
+@pytest.mark.parametrize(("used", "asked", "more"), [(80, 45, 25), (40, 70, 10), (90, 25, 15)])
+def test_the_compute_a_card_lacks(settings, used, asked, more):
+    objects = [gpu_node("n1", "core_mem", 1, 15), gpu_pod("h", "n1", mem=2, core=used, annotations=allocation(0, 2)),
+               gpu_pod("p", mem=2, core=asked)]
+    changes = explained(settings.names, *objects).changes
+    assert changes == [f"{more}% more compute would have to be free on node n1 GPU0"]
+
+
+def test_no_compute_is_asked_of_a_card_that_has_enough_for_each_container(settings):
+    pod = gpu_pod("p", mem=5, core=40)
+    pod["spec"]["containers"].append({"name": "d", "resources": {"limits": {"aliyun.com/gpu-mem": 5,
+                                                                             "aliyun.com/gpu-core.percentage": 40}}})
+    objects = [gpu_node("n1", "core_mem", 1, 15), gpu_pod("h", "n1", mem=2, core=50, annotations=allocation(0, 2)), pod]
+    explanation = explained(settings.names, *objects)
+    assert explanation.closest == "n1" and not any("compute" in change for change in explanation.changes)
+
+
+def test_a_quota_node_s_compute_under_other_resource_names(settings):
+    names = Settings(names={"resources": {"gpu_core": "example.com/z-core"}}).names
+    tree = {"apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+            "metadata": {"name": "t", "namespace": "kube-system"},
+            "spec": {"root": {"name": "root", "namespaces": ["default"], "max": {"example.com/z-core": "100"}}}}
+    running = gpu_pod("run", "n1", mem=2, annotations=allocation(0, 2))
+    running["spec"]["containers"][0]["resources"]["limits"]["example.com/z-core"] = 80
+    pending = gpu_pod("p", mem=9)
+    pending["spec"]["containers"][0]["resources"]["limits"]["example.com/z-core"] = 30
+    node = gpu_node("n1", "core_mem", 1, 15)
+    node["status"]["allocatable"]["example.com/z-core"] = node["status"]["capacity"]["example.com/z-core"] = "100"
+    explanation = explain_pod(*_pod_and_state([node, running, pending, tree], names, "p"), Scorer(names))
+    assert explanation.quota == [
+        'ElasticQuotaTree kube-system/t quota node root has max["example.com/z-core"] 100 %, 80 used, 20 left; the '
+        "pod needs 30 %: it waits until the quota node's usage falls below its max"]
