@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from policies.model.cluster import ClusterState, NodeInfo, PodInfo
+from policies.model.cluster_manifests import pod_from_manifest
 from policies.scoring.explain import explain_pod, pending, quota_holds
 from policies.scoring.scoring import Scorer
 from tests.support.cluster_builders import allocation, gpu_node, gpu_pod, snapshot
@@ -324,15 +325,6 @@ def test_the_compute_a_card_lacks(settings, used, asked, more):
     assert changes == [f"{more}% more compute would have to be free on node n1 GPU0"]
 
 
-def test_no_compute_is_asked_of_a_card_that_has_enough_for_each_container(settings):
-    pod = gpu_pod("p", mem=5, core=40)
-    pod["spec"]["containers"].append({"name": "d", "resources": {"limits": {"aliyun.com/gpu-mem": 5,
-                                                                             "aliyun.com/gpu-core.percentage": 40}}})
-    objects = [gpu_node("n1", "core_mem", 1, 15), gpu_pod("h", "n1", mem=2, core=50, annotations=allocation(0, 2)), pod]
-    explanation = explained(settings.names, *objects)
-    assert explanation.closest == "n1" and not any("compute" in change for change in explanation.changes)
-
-
 def test_a_quota_node_s_compute_under_other_resource_names(settings):
     names = Settings(names={"resources": {"gpu_core": "example.com/z-core"}}).names
     tree = {"apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
@@ -348,3 +340,38 @@ def test_a_quota_node_s_compute_under_other_resource_names(settings):
     assert explanation.quota == [
         'ElasticQuotaTree kube-system/t quota node root has max["example.com/z-core"] 100 %, 80 used, 20 left; the '
         "pod needs 30 %: it waits until the quota node's usage falls below its max"]
+
+
+def test_a_resource_quota_holds_no_created_pod_back(settings):
+    names = settings.names
+    state = load_snapshot(DATA / QUOTA_CLUSTER, names)
+    # team-a's ResourceQuota has less than 20 GiB left; a pod already created waits on nodes, not on it.
+    pod = gpu_pod("late", mem=20, namespace="team-a")
+    state.upsert_pod(pod_from_manifest(pod, names))
+    assert quota_holds(state.get_pod("team-a", "late"), state, names) == []
+
+
+@pytest.mark.parametrize(("holder", "asked", "core", "change"), [
+    (2, 15, None, '2 GiB more would have to be free on node n1 GPU0 (13/15 GiB free; held by default/h), or container '
+                  '"p" ask for at most 13 GiB'),  # a whole card's worth is not more than a card
+    (11, 4, 30, "10% more compute would have to be free on node n1 GPU0"),  # the memory is there exactly
+])
+def test_a_request_equal_to_the_limit_fits_it(settings, holder, asked, core, change):
+    objects = [gpu_node("n1", "core_mem", 1, 15),
+               gpu_pod("h", "n1", mem=holder, core=80, annotations=allocation(0, holder)),
+               gpu_pod("p", mem=asked, core=core)]
+    if core is None:
+        objects[0] = gpu_node("n1", "cgpu", 1, 15)
+        objects[1] = gpu_pod("h", "n1", mem=holder, annotations=allocation(0, holder))
+    assert explained(settings.names, *objects).changes == [change]
+
+
+@pytest.mark.parametrize("used", [50, 60])
+def test_no_compute_is_asked_of_a_card_with_as_much_as_each_container_needs(settings, used):
+    pod = gpu_pod("p", mem=5, core=40)
+    pod["spec"]["containers"].append({"name": "d", "resources": {"limits": {"aliyun.com/gpu-mem": 5,
+                                                                             "aliyun.com/gpu-core.percentage": 40}}})
+    objects = [gpu_node("n1", "core_mem", 1, 15), gpu_pod("h", "n1", mem=2, core=used, annotations=allocation(0, 2)),
+               pod]
+    explanation = explained(settings.names, *objects)
+    assert explanation.closest == "n1" and not any("compute" in change for change in explanation.changes)

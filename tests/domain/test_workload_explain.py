@@ -223,3 +223,92 @@ def test_owner_references_name_the_creator():
     assert not owned_by(pod, "ReplicaSet", "other") and not owned_by(pod, "Job", "rs")
     assert not owned_by({"metadata": {"ownerReferences": "rs"}}, "ReplicaSet", "rs")
     assert not owned_by({"metadata": "x"}, "ReplicaSet", "rs")
+
+
+def test_only_a_failed_create_event_is_a_refusal_whatever_its_reason_sorts_as():
+    assert quota_refusal({**refusal("j"), "reason": "BackOff"}) is None
+    assert quota_refusal({**refusal("j"), "reason": "Created"}) is None
+
+
+def test_only_the_named_owner_and_the_named_namespace_count():
+    assert not owned_by({"metadata": {"ownerReferences": [{"kind": "Deployment", "name": "rs"}]}}, "ReplicaSet", "rs")
+    assert not owned_by({"metadata": {"ownerReferences": [{"kind": "ReplicaSet", "name": "a"}]}}, "ReplicaSet", "rs")
+    events = [refusal("a", namespace="aaa"), refusal("a", namespace="zzz"), refusal("a", namespace="ns")]
+    assert events_for(events, "ns", "Job", "a") == [events[2]]
+
+
+def test_the_last_refusal_may_carry_only_an_event_time(settings):
+    names = settings.names
+    obj = job(parallelism=2)
+    later = EXCEEDED.replace("used: requests.aliyun.com/gpu-mem=40", "used: requests.aliyun.com/gpu-mem=36")
+    events = [refusal("j", eventTime="2026-01-01T11:00:00.000000Z", message=f"Error creating: {later}"),
+              refusal("j", when="2026-01-01T10:00:00Z")]
+    [said] = explain_workload(WorkloadView("Job", obj, [obj], {"j": events}), snapshot_from_objects([], names),
+                              names).refused
+    assert f'the last with "{later}"' in said
+
+
+def test_a_creator_that_is_whole_again_is_history_and_the_next_is_still_said(settings):
+    names = settings.names
+    old = {"kind": "ReplicaSet", "metadata": {"name": "old", "namespace": "ns"}, "spec": {"replicas": 2},
+           "status": {"replicas": 3}}  # more pods than wanted while it scales down: nothing missing
+    new = {"kind": "ReplicaSet", "metadata": {"name": "new", "namespace": "ns"}, "spec": {"replicas": 2},
+           "status": {"replicas": 1}}
+    events = {"old": [refusal("old", kind="ReplicaSet")], "new": [refusal("new", kind="ReplicaSet")]}
+    deployment = {"kind": "Deployment", "metadata": {"name": "d", "namespace": "ns"}}
+    found = explain_workload(WorkloadView("Deployment", deployment, [old, new], events),
+                             snapshot_from_objects([], names), names)
+    assert [r.split(":")[0] for r in found.refused] == ["ReplicaSet ns/new"]
+    assert found.refused[0].startswith("ReplicaSet ns/new: 1 of 2 pods are missing")
+
+
+@pytest.mark.parametrize(("kind", "labels", "spec"), [
+    ("Deployment", {"kueue.x-k8s.io/queue-name": "main"}, {"suspend": True}),
+    ("ReplicaSet", {"kueue.x-k8s.io/queue-name": "main"}, {"suspend": True}),
+    ("Job", {"kueue.x-k8s.io/queue-name": "main"}, {}),  # not suspended (Kueue admitted it)
+    ("Job", {"kueue.x-k8s.io/queue-name": "main"}, {"suspend": 1}),  # suspend is a boolean
+])
+def test_only_a_suspended_job_waits_for_kueue(settings, kind, labels, spec):
+    names = settings.names
+    obj = {"kind": kind, "metadata": {"name": "w", "namespace": "team-c", "labels": labels}, "spec": spec}
+    state = snapshot_from_objects(ITEMS, names)
+    assert explain_workload(WorkloadView(kind, obj, [obj]), state, names).waiting == []
+
+
+def test_only_the_local_queue_of_that_name_in_the_job_s_namespace_counts(settings):
+    names = settings.names
+
+    def decoy(kind: str, namespace: str, name: str, api: str = "kueue.x-k8s.io/v1beta1") -> dict[str, Any]:
+        return {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterQueue": "decoy"}}
+    decoys = [decoy("ResourceQuota", "team-c", "main", "v1"),
+              decoy("ElasticQuotaTree", "team-c", "main", "scheduling.sigs.k8s.io/v1beta1"),
+              decoy("LocalQueue", "team-a", "main"), decoy("LocalQueue", "team-z", "main"),
+              decoy("LocalQueue", "team-c", "a"), decoy("LocalQueue", "team-c", "zz")]
+    items = decoys + ITEMS
+    assert explain("team-c", "train", names, items).waiting == explain("team-c", "train", names).waiting
+
+
+def test_a_cluster_queue_s_compute_is_said_in_percent(settings):
+    names = settings.names
+    queue = next(i for i in ITEMS if i["kind"] == "ClusterQueue")
+    with_core = copy.deepcopy(queue)
+    with_core["spec"]["resourceGroups"][0]["flavors"][0]["resources"].append(
+        {"name": "aliyun.com/gpu-core.percentage", "nominalQuota": 400})
+    items = [i if i is not queue else with_core for i in ITEMS]
+    [said] = explain("team-c", "train", names, items).waiting
+    assert ('nominalQuota["aliyun.com/gpu-mem"] 64 GiB, 60 reserved, 4 left; '
+            'nominalQuota["aliyun.com/gpu-core.percentage"] 400 %, 0 reserved, 400 left;') in said
+
+
+def test_a_cluster_queue_s_compute_under_other_resource_names():
+    from webhook.settings import Settings
+
+    names = Settings(names={"resources": {"gpu_core": "example.com/z-core"}}).names
+    queue = next(i for i in ITEMS if i["kind"] == "ClusterQueue")
+    with_core = copy.deepcopy(queue)
+    with_core["spec"]["resourceGroups"][0]["flavors"][0]["resources"] = [
+        {"name": "example.com/z-core", "nominalQuota": 400}]
+    items = [i if i is not queue else with_core for i in ITEMS]
+    [said] = explain("team-c", "train", names, items).waiting
+    assert 'nominalQuota["example.com/z-core"] 400 %, 0 reserved, 400 left;' in said
