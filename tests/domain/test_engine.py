@@ -243,3 +243,59 @@ def test_warm_reads_the_shipped_catalog_once(settings):
     assert engine.catalog is catalog
     overridden = Engine(Settings(catalog={"regions": {"cn-test": ["ecs.gn7i-c8g1.2xlarge"]}}))
     assert overridden.catalog is not None and overridden.catalog is not catalog
+
+
+def test_findings_come_in_rule_order_whatever_family_a_rule_belongs_to(engine):
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "default"},
+                  "spec": {"template": {"spec": pod(core=33, mem="2Gi")["spec"]}}}
+    # GC001 and GS003 test for GPU memory, GS001 between them for compute: the order stays the ids'.
+    assert [f.rule for f in judge(engine, deployment).findings] == ["GS001", "GS003"]
+
+
+def test_the_namespace_labels_given_win_over_the_state_s(engine):
+    class Labelled(ClusterSnapshot):
+        def namespace_labels(self, namespace: str) -> dict[str, str]:
+            return {}  # the state does not allow exemptions here...
+
+    class Allowed:
+        def namespace_labels(self, namespace: str) -> dict[str, str]:
+            return {"gpushare.io/exemptions": "allowed"}  # ...the labels the caller read do
+
+    exempt = pod("p", core=33, namespace="research",
+                 annotations={"gpushare.io/exempt": "GS001", "gpushare.io/exempt-reason": "vendor image"})
+    verdict = engine.validate(engine.subject("Pod", exempt, namespace="research", state=Labelled(),
+                                             namespaces=Allowed()))
+    assert [f.rule for f in verdict.exempted] == ["GS001"] and "GS001" not in {f.rule for f in verdict.findings}
+
+
+def test_a_custom_workload_s_update_is_judged_on_its_replicas(engine):
+    from tests.support.workload_cases import CASES
+
+    case = next(c for c in CASES if c.file == "pytorchjob.yaml")
+    verdict = engine.validate(engine.subject("PyTorchJob", case.with_mistake(), operation="UPDATE",
+                                             old=case.manifest()))
+    [finding] = verdict.findings
+    assert (finding.rule, finding.severity) == ("GS003", "deny") and not finding.message.endswith(EXISTING)
+    unchanged = case.with_mistake()
+    relabelled = copy.deepcopy(unchanged)
+    relabelled["metadata"]["labels"] = {"team": "a"}
+    [kept] = engine.validate(engine.subject("PyTorchJob", relabelled, operation="UPDATE", old=unchanged)).findings
+    assert kept.severity == "warn" and kept.message.endswith(EXISTING)
+
+
+def test_a_finding_s_brief_is_named_by_its_rule_and_absent_when_the_rule_gives_none(engine, settings):
+    [plain] = judge(engine, pod(core=33)).findings
+    assert plain.brief == ""
+    state = state_of(settings, [node(mode="cgpu", cards=1, card_gib=15)], [])
+    [capacity] = judge(engine, pod(mem=20), state=state).findings
+    assert capacity.rule == "GC001" and capacity.brief.startswith("GC001: Pod default/p cannot run on any node")
+    assert len(capacity.brief) < len(capacity.message)
+
+
+def test_an_honoured_exemption_sets_its_mutations_aside_too():
+    engine = Engine(Settings(exemptions={"annotation_namespaces": ["research"]}))
+    exempt = pod("p", namespace="research",
+                 annotations={"gpushare.io/exempt": "GM001", "gpushare.io/exempt-reason": "its own scheduler"})
+    assert engine.mutate(engine.subject("Pod", exempt, namespace="research")).patch_ids == ["GM003"]
+    assert engine.mutate(engine.subject("Pod", pod("q", namespace="research"), namespace="research")).patch_ids == [
+        "GM001", "GM003"]
