@@ -209,6 +209,8 @@ def test_admission_records_what_it_admitted(engine, settings):
     del other["metadata"]["namespace"]
     engine.admit(engine.subject("Pod", other, namespace="team", state=view), ledger)
     assert view.has_pod("team", "core-other") and not view.has_pod("default", "core-other")
+    engine.admit(engine.subject("Pod", copy.deepcopy(other), namespace="apps", state=view), ledger)
+    assert view.has_pod("apps", "core-other")  # a namespace that sorts before "default" too
     own = gpu_pod("core-own", core=25, namespace="elsewhere")
     engine.admit(engine.subject("Pod", own, namespace="team", state=view), ledger)
     assert view.has_pod("elsewhere", "core-own") and not view.has_pod("team", "core-own")
