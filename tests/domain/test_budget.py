@@ -224,3 +224,9 @@ def test_the_outcome_is_read_from_a_configuration_file():
     budget = BudgetSettings(**yaml.safe_load("max_templates: 1\nwhen_exceeded: admit\n"))
     _, brief = describe(Overrun("pod templates", "budget.max_templates", 1, 2, 2, 0), "Job default/j", budget)
     assert brief.endswith("; admitted without evaluation (budget.when_exceeded: admit)")
+
+
+def test_an_odd_affinity_limit_counts_one_past_it_too():
+    terms = [{"matchExpressions": [expression(f"k{i}")]} for i in range(50)]
+    assert overrun("Pod", pod(1, affinity=node_affinity(required=terms)), None, limits(max_affinity_terms=3)) == \
+        Overrun("affinity terms", "budget.max_affinity_terms", 3, 1, 1, 5)

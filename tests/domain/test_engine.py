@@ -301,3 +301,110 @@ def test_an_honoured_exemption_sets_its_mutations_aside_too():
     assert engine.mutate(engine.subject("Pod", exempt, namespace="research")).patch_ids == ["GM003"]
     assert engine.mutate(engine.subject("Pod", pod("q", namespace="research"), namespace="research")).patch_ids == [
         "GM001", "GM003"]
+
+
+def test_a_node_update_without_state_still_runs_the_rules_after_the_stateful_one(engine):
+    from tests.support.cluster_objects import with_mode
+
+    old = node(mode="cgpu")
+    verdict = engine.validate(engine.subject("Node", with_mode(old, "mps"), operation="UPDATE", old=old))
+    assert [f.rule for f in verdict.findings] == ["GN005", "GN008"]  # GN008 after GN006, which needs the state
+
+
+def test_the_user_reviewed_is_the_one_the_rules_see(engine):
+    from policies.model.subject import UserInfo
+    from tests.support.cluster_objects import with_mode
+
+    old = node(mode="cgpu")
+    verdict = engine.validate(engine.subject("Node", with_mode(old, "core_mem"), operation="UPDATE", old=old,
+                                             user=UserInfo("alice", ("system:authenticated",))))
+    [finding] = [f for f in verdict.findings if f.rule == "GN005"]
+    assert " -> core_mem by alice relabels an existing node" in finding.message
+
+
+def test_two_exemptions_covering_a_pod_are_both_named():
+    engine = Engine(Settings(exemptions={
+        "annotation_namespaces": ["research"],
+        "grants": [{"name": "legacy", "namespace": "research", "names": "p*", "rules": ["GS001"],
+                    "reason": "old images", "expires": "2099-01-01"}]}))
+    exempt = pod("p", core=33, namespace="research",
+                 annotations={"gpushare.io/exempt": "GS001", "gpushare.io/exempt-reason": "vendor image"})
+    verdict = engine.validate(engine.subject("Pod", exempt, namespace="research"))
+    assert verdict.exempted_by == ["annotation", "grant:legacy"]
+    assert verdict.exemption_reason == "annotation: vendor image; grant:legacy: old images"
+
+
+def test_a_configuration_read_from_yaml_is_applied_word_for_word():
+    import yaml
+
+    settings = Settings(**yaml.safe_load("""
+rules: {GS002: {severity: deny}, GS001: {severity: warn}}
+budget: {max_containers: 1, when_exceeded: admit}
+state: {when_unavailable: {placement: closed}}
+"""))
+    engine = Engine(settings)
+    compute_only = pod(core=1)
+    del compute_only["spec"]["containers"][0]["resources"]["limits"][MEM]
+    verdict = judge(engine, compute_only)  # GS001 (not a multiple of 5) and GS002 (compute without memory)
+    assert found(verdict) == [("GS001", "warn"), ("GS002", "deny")]
+    assert not verdict.allowed and [f.rule for f in verdict.violations] == ["GS002"]
+    assert [f.rule for f in verdict.warnings] == ["GS001"]
+    same = copy.deepcopy(compute_only)
+    same["metadata"]["labels"] = {"a": "b"}
+    assert found(judge(engine, same, operation="UPDATE", old=compute_only)) == [("GS001", "warn"), ("GS002", "warn")]
+    two = pod()
+    two["spec"]["containers"].append({"name": "d", "image": "x"})
+    assert found(judge(engine, two)) == [("budget", "warn")]
+    stale = engine.validate(engine.subject("Binding", binding("p", NODE), namespace="default", state=Stale()))
+    assert found(stale) == [("GB001", "deny")]
+
+
+def test_a_review_s_kind_and_operation_as_the_api_server_sends_them(engine, settings):
+    import json
+
+    kind, create, update = json.loads('["Pod", "CREATE", "UPDATE"]')  # parsed, as from an AdmissionReview
+    ledger = PlacementLedger()
+    view = ledger.view(state_of(settings, [node(mode="core_mem")], []))
+    assert engine.admit(engine.subject(kind, gpu_pod("fresh", core=25), namespace="default", state=view,
+                                       operation=create), ledger).allowed
+    assert view.has_pod("default", "fresh")
+    old = pod(core=33)
+    same = copy.deepcopy(old)
+    same["metadata"]["labels"] = {"a": "b"}
+    assert found(judge(engine, same, operation=update, old=old)) == [("GS001", "warn")]
+
+
+def test_only_a_pod_created_is_recorded(engine, settings):
+    ledger = PlacementLedger()
+    view = ledger.view(state_of(settings, [node(mode="core_mem")], []))
+    workload = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "sts", "namespace": "default"},
+                "spec": {"template": {"spec": gpu_pod("x", core=25)["spec"]}}}
+    assert engine.admit(engine.subject("StatefulSet", workload, namespace="default", state=view), ledger).allowed
+    assert not view.has_pod("default", "sts")
+    going = gpu_pod("going", core=25)
+    engine.admit(engine.subject("Pod", going, namespace="default", state=view, operation="DELETE"), ledger)
+    assert not view.has_pod("default", "going")
+    bare = gpu_pod("bare", core=25)
+    del bare["metadata"]["namespace"]
+    assert engine.admit(engine.subject("Pod", bare, state=view), ledger).allowed  # a review without a namespace
+    assert view.has_pod("default", "bare")
+
+
+def test_an_update_leaves_an_existing_warning_as_it_was(engine):
+    env = [{"name": "CGPU_DISABLE", "value": "true"}]
+    old = pod(core=30)
+    old["spec"]["containers"][0]["env"] = env
+    new = pod(core=33)
+    new["spec"]["containers"][0]["env"] = env
+    verdict = judge(engine, new, operation="UPDATE", old=old)
+    assert found(verdict) == [("GS001", "deny"), ("GS011", "warn")]
+    assert not any(f.message.endswith(EXISTING) for f in verdict.findings)
+
+
+def test_no_workload_admitted_is_recorded_as_a_pod(engine, settings):
+    ledger = PlacementLedger()
+    view = ledger.view(state_of(settings, [node(mode="core_mem")], []))
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job", "namespace": "default"},
+           "spec": {"template": {"spec": gpu_pod("x", core=25)["spec"]}}}
+    assert engine.admit(engine.subject("Job", job, namespace="default", state=view), ledger).allowed
+    assert not view.has_pod("default", "job")
