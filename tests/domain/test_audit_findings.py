@@ -338,3 +338,35 @@ def test_the_auditor_judges_each_pod_shape_once_between_runs(settings):
     again = auditor.audit(state, time.time())
     assert found(first) == found(again) == audit_cluster.EXPECTED
     assert auditor.engine.settings is config and auditor.names is config.names
+
+
+def test_pods_alike_but_for_their_exemption_are_judged_apart():
+    def exempt(name: str, ids: str, reason: str) -> dict[str, Any]:
+        pod = gpu_pod(name, mem=1, core=33, node_name="n1", namespace="research")
+        pod["metadata"]["annotations"] = {"gpushare.io/exempt": ids, "gpushare.io/exempt-reason": reason}
+        return pod
+    objects = [node("n1", mode="core_mem", cards=2), exempt("a", "GS001", "vendor image"),
+               exempt("b", "GS003", "vendor image"), exempt("c", "GS001", "migrating")]
+    result = audited(objects, exemptions={"annotation_namespaces": ["research"]})
+    assert [(f.name, f.rule, f.exempted, f.exemption_reason) for f in result.findings] == [
+        ("a", "GS001", True, "vendor image"), ("b", "GS001", False, ""), ("c", "GS001", True, "migrating")]
+
+
+def test_the_first_card_index_past_the_node_s_cards_is_named():
+    pod = annotated(gpu_pod("two", node_name="n1"),
+                    scheduler_dot_framework_dot_gpushare_dot_allocation='{"0": {"5": 1, "7": 1}}')
+    [finding] = [f for f in audited([node("n1", cards=2), pod]).findings if f.rule == "GA005"]
+    assert "is recorded on GPU5, but node n1 has 2 cards (GPU0..GPU1)" in finding.message
+    lone = annotated(gpu_pod("lone", node_name="n0"), ALIYUN_COM_GPU_MEM_IDX="0")
+    [finding] = [f for f in audited([node("n0", cards=0, card_name=None), lone]).findings if f.rule == "GA005"]
+    assert finding.message.endswith("is recorded on GPU0, but node n0 has 0 cards (GPU0..GPU0)")
+
+
+def test_a_pod_s_other_findings_are_kept_whole_beside_its_variables():
+    pod = gpu_pod("forged", mem=1, core=33, node_name="n1")
+    pod["spec"]["containers"][0]["env"] = [{"name": "ALIYUN_COM_GPU_MEM_CONTAINER", "value": "15"},
+                                           {"name": "ALIYUN_COM_GPU_MEM_DEV", "value": "15"}]
+    result = audited([node("n1", mode="core_mem", cards=2), pod])
+    messages = {f.rule: f.message for f in result.findings if f.kind == "Pod"}
+    assert set(messages) == {"GS001", "GS010"}
+    assert messages["GS010"].endswith("(and 1 more in this pod)") and "more in this pod" not in messages["GS001"]
