@@ -370,3 +370,54 @@ def test_a_pod_s_other_findings_are_kept_whole_beside_its_variables():
     messages = {f.rule: f.message for f in result.findings if f.kind == "Pod"}
     assert set(messages) == {"GS001", "GS010"}
     assert messages["GS010"].endswith("(and 1 more in this pod)") and "more in this pod" not in messages["GS001"]
+
+
+def on_card(name: str, node_name: str = "n1", card: int = 0, gib: int = 1, **kw: Any) -> dict[str, Any]:
+    return annotated(gpu_pod(name, node_name=node_name, mem=gib, **kw),
+                     scheduler_dot_framework_dot_gpushare_dot_allocation=f'{{"0": {{"{card}": {gib}}}}}')
+
+
+def test_a_card_exactly_full_is_not_over_committed_and_seven_holders_are_three_and_four_more():
+    assert audited([node("n1", mode="cgpu", cards=1, card_gib=2), on_card("a"), on_card("b")]).findings == []
+    crowded = audited([node("n1", mode="cgpu", cards=1, card_gib=6), *(on_card(f"p{i}") for i in range(7))])
+    [finding] = crowded.findings
+    assert finding.message == ("GA001: node n1 GPU0: 7 GiB of gpu-mem assigned on a 6 GiB card (default/p0, "
+                               "default/p1, default/p2 and 4 more)")
+
+
+def test_a_card_index_past_three_cards():
+    pod = annotated(gpu_pod("far", node_name="n1"), ALIYUN_COM_GPU_MEM_IDX="3")
+    [finding] = [f for f in audited([node("n1", cards=3), pod]).findings if f.rule == "GA005"]
+    assert finding.message.endswith("is recorded on GPU3, but node n1 has 3 cards (GPU0..GPU2)")
+
+
+@pytest.mark.parametrize("mode", ["cgpu", "share"])
+def test_compute_over_a_card_counts_only_on_core_mem_nodes(mode):
+    import json
+
+    objects = json.loads(json.dumps([node("n1", mode=mode, cards=1), on_card("a", core=60), on_card("b", core=50)]))
+    assert not [f for f in audited(objects).findings if f.rule == "GA001"]
+    core_mem = json.loads(json.dumps([node("n1", mode="core_mem", cards=1), on_card("a", core=60),
+                                      on_card("b", core=50)]))  # as read from the API server's JSON
+    assert [f.rule for f in audited(core_mem).findings if f.rule == "GA001"] == ["GA001"]
+
+
+def test_the_assignment_wait_is_measured_to_the_fraction_and_its_bound_is_allowed():
+    ns = int(NOW * 1e9)
+
+    def pod(name: str, waited: float, assigned: str = "false") -> dict[str, Any]:
+        return annotated(gpu_pod(name, node_name="n1"), ALIYUN_COM_GPU_MEM_ASSIGNED=assigned,
+                         ALIYUN_COM_GPU_MEM_ASSUME_TIME=str(ns - int(waited * 1e9)))
+    objects = [node("n1", cards=2), pod("exact", 600), pod("half", 599.5), pod("done", 900, assigned="done")]
+    result = audited(objects, NOW, rules={"GA007": {"enabled": False}},
+                     audit={**AUDIT, "unassigned_after_seconds": 599.8})
+    assert {f.name for f in result.findings if f.rule == "GA006"} == {"exact"}
+    at_bound = audited(objects, NOW, rules={"GA007": {"enabled": False}})
+    assert {f.name for f in at_bound.findings if f.rule == "GA006"} == set()  # 600 s is not past a bound of 600
+
+
+def test_any_other_scheduler_is_reported_whatever_its_name_sorts_as():
+    pod = gpu_pod("early", node_name="n1")
+    pod["spec"]["schedulerName"] = "abc-scheduler"
+    [finding] = [f for f in audited([node("n1", cards=2), pod]).findings if f.rule == "GA007"]
+    assert "has schedulerName abc-scheduler" in finding.message
