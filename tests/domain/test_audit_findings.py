@@ -421,3 +421,16 @@ def test_any_other_scheduler_is_reported_whatever_its_name_sorts_as():
     pod["spec"]["schedulerName"] = "abc-scheduler"
     [finding] = [f for f in audited([node("n1", cards=2), pod]).findings if f.rule == "GA007"]
     assert "has schedulerName abc-scheduler" in finding.message
+
+
+def test_finished_pods_are_not_judged_and_init_containers_are():
+    done = gpu_pod("done", mem=1, core=33, phase="Succeeded", node_name="gone")  # on a node the state lacks
+    done["spec"]["schedulerName"] = "default-scheduler"
+    warm = gpu_pod("warm", mem=None, node_name="n1")
+    warm["spec"]["initContainers"] = [{"name": "init", "image": "x",
+                                       "resources": {"limits": {"aliyun.com/gpu-mem": 1,
+                                                                "aliyun.com/gpu-core.percentage": 33}}}]
+    whole = gpu_pod("whole", mem=None, extra_limits={"aliyun.com/gpu": 1})
+    whole["spec"]["schedulerName"] = "default-scheduler"
+    result = audited([node("n1", mode="core_mem", cards=2), done, warm, whole])
+    assert [(f.rule, f.name) for f in result.findings] == [("GS001", "warm"), ("GS008", "warm")]  # GS008: init GPU
