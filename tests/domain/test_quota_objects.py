@@ -62,6 +62,7 @@ def test_the_gpu_resources_a_quota_may_limit_and_the_unit_of_memory():
     (CLUSTER_QUEUE, "kueue.x-k8s.io/v1beta1", True),
     (LOCAL_QUEUE, "kueue.x-k8s.io/v1beta1", True),
     (LOCAL_QUEUE, "kueue.x-k8s.io", False),  # no version: not an apiVersion of the group
+    (LOCAL_QUEUE, "kueue.x-k8s.io/extra/v1beta1", False),  # the group is all before the last "/"
     (CLUSTER_QUEUE, None, False),
     (CLUSTER_QUEUE, 5, False),
     ("Pod", "v1", False),
@@ -72,8 +73,8 @@ def test_an_object_is_the_quota_kind_its_name_says_only_in_that_kind_s_group(kin
 
 def test_a_resource_quota_s_gpu_keys_with_their_prefix_and_parsed_values():
     keys = resource_quota_keys(resource_quota({
-        f"requests.{MEM}": "40", f"limits.{CORE}": "200", MEM: "1Gi", f"requests.{WHOLE}": "two",
-        "requests.cpu": "64", "requests.nvidia.com/gpu": "4", 5: "x", f"requests.{MEM}x": "1"}), NAMES)
+        5: "x", f"requests.{MEM}": "40", f"limits.{CORE}": "200", MEM: "1Gi", f"requests.{WHOLE}": "two",
+        "requests.cpu": "64", "requests.nvidia.com/gpu": "4", f"requests.{MEM}x": "1"}), NAMES)
     assert [(k.key, k.prefix, k.resource) for k in keys] == [
         (f"requests.{MEM}", "requests.", MEM), (f"limits.{CORE}", "limits.", CORE), (MEM, "", MEM),
         (f"requests.{WHOLE}", "requests.", WHOLE), ("requests.nvidia.com/gpu", "requests.", "nvidia.com/gpu")]
@@ -188,3 +189,25 @@ def test_what_the_quota_webhook_is_sent():
     assert not quota_sent(RESOURCE_QUOTA, resource_quota({"requests.cpu": "40"}), NAMES)
     assert not names_gpu(LOCAL_QUEUE, {"spec": {"clusterQueue": "research"}}, NAMES)
     assert not quota_sent("Pod", resource_quota({f"requests.{MEM}": "40"}), NAMES)
+
+
+def test_a_key_is_read_with_its_first_matching_prefix_only():
+    names = Names(resources={"gpu_mem": "example.com/gpu", "gpu_core": "limits.example.com/gpu"})
+    keys = resource_quota_keys(resource_quota({"limits.example.com/gpu": "4"}), names)
+    assert [(k.prefix, k.resource) for k in keys] == [("limits.", "example.com/gpu")]
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Secret", "StatefulSet", "LocalQueue", "Namespace"])
+def test_only_a_quota_kind_is_read_as_one(kind):
+    shaped = {"apiVersion": "v1", "spec": {"hard": {f"requests.{MEM}": "4"}, "root": {"name": "r", "max": {MEM: "4"}},
+                                           "resourceGroups": GROUPS}}
+    assert not names_gpu(kind, shaped, NAMES) and not quota_sent(kind, shaped, NAMES)
+
+
+def test_kinds_as_parsed_from_the_api_server_s_json():
+    import json
+
+    rq, tree_kind, queue = json.loads('["ResourceQuota", "ElasticQuotaTree", "ClusterQueue"]')
+    assert names_gpu(rq, resource_quota({f"requests.{MEM}": "40"}), NAMES)
+    assert names_gpu(tree_kind, tree(ROOT), NAMES) and quota_sent(tree_kind, {"spec": {}}, NAMES)
+    assert names_gpu(queue, cluster_queue(GROUPS), NAMES)

@@ -193,3 +193,66 @@ def test_quota_shares_cover_every_limit_with_the_namespaces_below_it():
         (("team-a", "team-a2"), "ElasticQuotaTree kube-system/t quota node team-a", f'max["{MEM}"]', 40, 15),
         (("team-a",), "ResourceQuota team-a/gpu", f"requests.{MEM}", 40, 10)]
     assert quota_shares([], pods, NAMES, NOW) == []
+
+
+def test_quota_objects_as_parsed_from_the_api_server_s_json():
+    import json
+
+    quotas = [resource_quota("team-a", {f"requests.{MEM}": "40"}), tree(TREE),
+              local_queue("team-a", "main", "research"), cluster_queue([flavor("a100", **{MEM: {"nominalQuota": 64}})])]
+    parsed = [tuple(pair) for pair in json.loads(json.dumps(quotas))]  # kinds and names are fresh strings
+    pods = [usage("team-a", 10)]
+    assert limits("team-a", parsed, pods, queue="main") == limits("team-a", quotas, pods, queue="main")
+    assert len(limits("team-a", parsed, pods, queue="main")) == 6
+    shares = quota_shares(parsed, pods, NAMES, NOW)
+    assert [(s.limit.label, s.namespaces) for s in shares] == [
+        (s.limit.label, s.namespaces) for s in quota_shares(quotas, pods, NAMES, NOW)]
+    assert len(shares) == 6
+
+
+def test_a_limit_above_the_unlimited_mark_is_a_limit():
+    big = {"name": "root", "namespaces": ["a"], "max": {MEM: "3000000000"}}
+    assert [hard for *_, hard, _, _ in limits("a", [tree(big)])] == [3000000000]
+    queue = [local_queue("a", "main", "research"), cluster_queue([flavor("f", **{MEM: {"nominalQuota": 3000000000}})])]
+    assert [hard for *_, hard, _, _ in limits("a", queue, queue="main")] == [3000000000]
+
+
+def test_other_kinds_and_other_gpus_are_not_read_as_these_quotas():
+    weird_queue = ("LocalQueue", {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                                  "metadata": {"name": "q", "namespace": "a"},
+                                  "spec": {"root": {"name": "r", "namespaces": ["a"], "max": {MEM: "4"}}}})
+    assert limits("a", [weird_queue]) == []
+    queue = [local_queue("a", "main", "research"),
+             cluster_queue([flavor("f", **{MEM: {"nominalQuota": 8, "borrowingLimit": 2},
+                                           "nvidia.com/gpu": {"nominalQuota": 4, "borrowingLimit": 4}})],
+                           cohort="c")]
+    assert [(key, hard) for _, _, key, hard, _, _ in limits("a", queue, queue="main")] == [
+        (f'nominalQuota["{MEM}"] + borrowingLimit["{MEM}"]', 10)]
+
+
+def test_only_the_local_queue_and_cluster_queue_of_those_names_count():
+    def named(kind: str, namespace: str, name: str, api: str, **spec: Any) -> tuple[str, dict]:
+        return (kind, {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": namespace},
+                       "spec": spec})
+    decoys = [named("ResourceQuota", "team-c", "main", "v1", clusterQueue="decoy"),
+              named("LocalQueue", "team-z", "main", "kueue.x-k8s.io/v1beta1", clusterQueue="decoy"),
+              named("LocalQueue", "team-c", "zz", "kueue.x-k8s.io/v1beta1", clusterQueue="decoy"),
+              named("ElasticQuotaTree", "", "research", "scheduling.sigs.k8s.io/v1beta1"),
+              named("LocalQueue", "", "research", "kueue.x-k8s.io/v1beta1")]
+    real = [local_queue("team-c", "main", "research"), cluster_queue([flavor("a", **{MEM: {"nominalQuota": 8}})]),
+            cluster_queue([flavor("a", **{MEM: {"nominalQuota": 99}})], name="decoy")]
+    assert [hard for *_, hard, _, _ in limits("team-c", decoys + real, queue="main")] == [8]
+
+
+def test_a_reservation_without_a_total_reserves_nothing():
+    reserved = [{"name": "a", "resources": [{"name": MEM, "total": "6"}, {"name": MEM}]}]
+    quotas = [local_queue("c", "main", "research"),
+              cluster_queue([flavor("a", **{MEM: {"nominalQuota": 8}})], reserved)]
+    assert [used for *_, used, _ in limits("c", quotas, queue="main")] == [6]
+
+
+def test_a_resource_quota_alone_in_its_namespace_is_shared_too():
+    quotas = [resource_quota("team-q", {f"requests.{MEM}": "12"})]
+    shares = quota_shares(quotas, [usage("team-q", 5)], NAMES, NOW)
+    assert [(s.namespaces, s.limit.label, s.limit.used) for s in shares] == [
+        (("team-q",), "ResourceQuota team-q/gpu", 5)]
