@@ -408,3 +408,10 @@ def test_no_workload_admitted_is_recorded_as_a_pod(engine, settings):
            "spec": {"template": {"spec": gpu_pod("x", core=25)["spec"]}}}
     assert engine.admit(engine.subject("Job", job, namespace="default", state=view), ledger).allowed
     assert not view.has_pod("default", "job")
+
+
+def test_a_pod_s_update_of_its_multi_gpu_label_is_judged(engine):
+    old = pod(core=30)
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"aliyun.com/gpu-count": "abc"}  # only the label changed: judged, and new
+    assert found(judge(engine, new, operation="UPDATE", old=old)) == [("GS009", "deny")]

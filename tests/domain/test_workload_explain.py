@@ -312,3 +312,17 @@ def test_a_cluster_queue_s_compute_under_other_resource_names():
     items = [i if i is not queue else with_core for i in ITEMS]
     [said] = explain("team-c", "train", names, items).waiting
     assert 'nominalQuota["example.com/z-core"] 400 %, 0 reserved, 400 left;' in said
+
+
+def test_a_queue_no_local_queue_of_the_job_s_namespace_holds_is_said_missing(settings):
+    names = settings.names
+    elsewhere = [{"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+                  "metadata": {"name": name, "namespace": namespace}, "spec": {"clusterQueue": "research"}}
+                 for namespace, name in (("team-z", "other"), ("team-c", "zz"))]
+    train = next(i for i in ITEMS if i["kind"] == "Job" and i["metadata"]["name"] == "train")
+    relabelled = copy.deepcopy(train)
+    relabelled["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "other"}
+    items = elsewhere + [i if i is not train else relabelled for i in ITEMS]
+    assert explain("team-c", "train", names, items).waiting == [
+        "it is suspended and names LocalQueue team-c/other, which the cluster state does not hold: Kueue admits it "
+        "only once that queue exists"]
