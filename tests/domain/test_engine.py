@@ -415,3 +415,10 @@ def test_a_pod_s_update_of_its_multi_gpu_label_is_judged(engine):
     new = copy.deepcopy(old)
     new["metadata"]["labels"] = {"aliyun.com/gpu-count": "abc"}  # only the label changed: judged, and new
     assert found(judge(engine, new, operation="UPDATE", old=old)) == [("GS009", "deny")]
+
+
+def test_an_exemption_never_brings_back_a_disabled_mutation():
+    engine = Engine(Settings(rules={"GM001": {"enabled": False}}, exemptions={"annotation_namespaces": ["research"]}))
+    exempt = pod("p", namespace="research",
+                 annotations={"gpushare.io/exempt": "GM001", "gpushare.io/exempt-reason": "its own scheduler"})
+    assert engine.mutate(engine.subject("Pod", exempt, namespace="research")).patch_ids == ["GM003"]
