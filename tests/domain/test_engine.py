@@ -247,7 +247,8 @@ def test_warm_reads_the_shipped_catalog_once(settings):
     assert overridden.catalog is not None and overridden.catalog is not catalog
 
 
-def test_findings_come_in_rule_order_whatever_family_a_rule_belongs_to(engine):
+def test_findings_come_in_rule_order_whatever_family_a_rule_belongs_to():
+    engine = Engine(Settings())  # its own: the plan of runs is built on a kind's first review
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "default"},
                   "spec": {"template": {"spec": pod(core=33, mem="2Gi")["spec"]}}}
     # GC001 and GS003 test for GPU memory, GS001 between them for compute: the order stays the ids'.

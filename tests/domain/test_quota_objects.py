@@ -197,7 +197,7 @@ def test_a_key_is_read_with_its_first_matching_prefix_only():
     assert [(k.prefix, k.resource) for k in keys] == [("limits.", "example.com/gpu")]
 
 
-@pytest.mark.parametrize("kind", ["Pod", "Secret", "StatefulSet", "LocalQueue", "Namespace"])
+@pytest.mark.parametrize("kind", ["Pod", "Secret", "StatefulSet", "LocalQueue", "Namespace", "Binding"])
 def test_only_a_quota_kind_is_read_as_one(kind):
     shaped = {"apiVersion": "v1", "spec": {"hard": {f"requests.{MEM}": "4"}, "root": {"name": "r", "max": {MEM: "4"}},
                                            "resourceGroups": GROUPS}}
