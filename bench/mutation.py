@@ -84,8 +84,8 @@ _FAST = {
     "policies/model/sources.py": "rule_tables user_words",
     "policies/model/warning_text.py": "warning_limit fair_evaluation",
     # quota
-    "policies/quota/quota_objects.py": "quota_rules quota_oracle live_quotas",
-    "policies/quota/quota_usage.py": "quota_oracle quota_rules",
+    "policies/quota/quota_objects.py": "quota_findings quota_rules quota_oracle live_quotas",
+    "policies/quota/quota_usage.py": "quota_oracle quota_findings quota_rules",
     # rules
     "policies/rules/base.py": _RULES + " exemption_grants",
     "policies/rules/relevance.py": "match_conditions rule_families",
@@ -130,7 +130,7 @@ _FAST = {
     "policies/generate/near_miss_regex.py": "near_miss_regex backstop",
     "policies/generate/doc_tables.py": "doc_tables workload_schemas",
     # audit
-    "policies/audit/audit.py": "audit",
+    "policies/audit/audit.py": "audit_findings audit",
 }
 # Tests that start a process: they check the command line, not the module, and cost a second each
 # (stem::name). Tests marked `processes` are left out the same way.

@@ -41,7 +41,6 @@ SHOWN = 3  # pods named in one message before "and N more"
 # Rules reported once per running pod (policies/model/isolation.py: every env entry is one finding at admission).
 ONE_PER_POD = frozenset({"GS010", "GS011"})
 _PLACEHOLDER_NS, _PLACEHOLDER_NAME = "gpushare-audit-ns", "gpushare-audit-pod"
-_PLACEHOLDER_LABEL = f"Pod {_PLACEHOLDER_NS}/{_PLACEHOLDER_NAME}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,22 +159,28 @@ class Auditor:
         if not (pod.gpus or pod.init_gpus or pod.env) or pod.terminated:
             return
         exempt = self.names.exempt_annotation, self.names.exempt_reason_annotation
-        shape = (pod.gpus, pod.init_gpus, pod.env, pod.annotations.get(exempt[0]), pod.annotations.get(exempt[1]))
+        # Whether an exemption annotation is honoured depends on the pod's namespace
+        # (exemptions.annotation_namespaces, the namespace's label): a pod carrying one is judged in
+        # its own namespace; the others in a placeholder one, so that a shape is judged once.
+        namespace = pod.namespace if exempt[0] in pod.annotations else _PLACEHOLDER_NS
+        shape = (pod.gpus, pod.init_gpus, pod.env, pod.annotations.get(exempt[0]), pod.annotations.get(exempt[1]),
+                 namespace)
         judged = self._shapes.get(shape)
         if judged is None:
-            subject = self.engine.subject("Pod", pod_manifest(pod, self.names, exempt), namespace=_PLACEHOLDER_NS)
-            verdict = self.engine.validate(subject)
+            manifest = pod_manifest(pod, self.names, exempt)
+            manifest["metadata"]["namespace"] = namespace
+            verdict = self.engine.validate(self.engine.subject("Pod", manifest, namespace=namespace))
             judged = self._shapes[shape] = (one_per_pod(verdict.findings), one_per_pod(verdict.exempted),
                                             verdict.exemption_reason)
         findings, exempted, reason = judged
         if not findings and not exempted:
             return
-        label = f"Pod {pod.key}"
+        placeholder, label = f"Pod {namespace}/{_PLACEHOLDER_NAME}", f"Pod {pod.key}"
         for f in findings:
-            out.append(AuditFinding(f.rule, f.severity, f.message.replace(_PLACEHOLDER_LABEL, label), "Pod",
+            out.append(AuditFinding(f.rule, f.severity, f.message.replace(placeholder, label), "Pod",
                                     pod.name, pod.namespace, pod.node_name))
         for f in exempted:
-            out.append(AuditFinding(f.rule, f.severity, f.message.replace(_PLACEHOLDER_LABEL, label), "Pod",
+            out.append(AuditFinding(f.rule, f.severity, f.message.replace(placeholder, label), "Pod",
                                     pod.name, pod.namespace, pod.node_name, True, reason))
 
     def _workload_rules(self, obj: dict[str, Any], state: ClusterState, out: list[AuditFinding],

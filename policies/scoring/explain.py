@@ -128,7 +128,7 @@ def _changes(score: NodeScore, demand: PodDemand, names: Names) -> list[str]:
                     out.append(f"{core - (CORE_PER_CARD - card.used_core)}% more compute would have to be "
                                f"free on node {node} GPU{card.index}")
         elif rule == "GB004" and demand.topology_gpus:
-            out.append(f"more whole GPUs would have to be free on node {node}: {message.split(': ', 1)[-1]}")
+            out.append(f"more whole GPUs would have to be free on node {node}: {message}")
         elif rule == "GB003":
             out.append(f"a card of node {node} would need fewer pods (the cGPU limit of pods per card)")
         else:

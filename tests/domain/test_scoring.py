@@ -271,3 +271,18 @@ def test_one_scorer_over_two_states_ranks_each_by_its_own_nodes(settings):
                      names=names)
     assert [(s.node, s.fits) for s in scorer.rank(request, first)] == [("n1", True), ("n3", True)]
     assert [(s.node, s.fits) for s in scorer.rank(request, later)] == [("n2", True), ("n4", True), ("n1", False)]
+
+
+def test_a_container_spread_over_two_cards_fills_both_with_its_share(settings):
+    names = settings.names
+    pod = gpu_pod("p", mem=8)
+    pod["metadata"]["labels"] = {"aliyun.com/gpu-count": "2"}  # 4 GiB on each of two cards
+    state = snapshot(gpu_node("bin", "cgpu", 2, 15, placement="binpack"),
+                     gpu_node("spr", "cgpu", 2, 15, placement="spread"), names=names)
+    ranked = Scorer(names).rank(request_for(pod, names), state)
+    # 8 of the two cards' 30 GiB: binpack scores how full, spread how empty.
+    assert [(s.node, s.score, s.cards) for s in ranked] == [("spr", 73, [0, 1]), ("bin", 27, [0, 1])]
+    core = gpu_pod("p", mem=8, core=40)
+    core["metadata"]["labels"] = {"aliyun.com/gpu-count": "2"}  # 20 % of each card
+    [scored] = Scorer(names).rank(request_for(core, names), snapshot(gpu_node("cm", "core_mem", 2, 15), names=names))
+    assert scored.score == round(100 * (8 / 30 + 40 / 200) / 2)
