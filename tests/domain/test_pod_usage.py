@@ -135,7 +135,7 @@ def test_the_index_sums_charged_and_placed_pods_per_namespace():
     ])
     assert [index.charged_usage("team-a", i, 0.0) for i in (0, 1)] == [6, 55]
     assert [index.charged_usage("team-b", i, 0.0) for i in (0, 1)] == [8, 10]
-    assert index.charged_usage("team-c", 0, 0.0) == 0
+    assert [index.charged_usage("team-c", i, 0.0) for i in (0, 1)] == [0, 0]
     assert [index.placed_usage(["team-a"], i) for i in (0, 1)] == [4, 55]
     assert [index.placed_usage(["team-a", "team-b"], i) for i in (0, 1)] == [12, 65]
     assert index.placed_usage(["team-c"], 0) == 0
@@ -149,6 +149,10 @@ def test_pods_being_deleted_are_charged_until_their_grace_period_ends():
     assert index.charged_usage("team-a", 0, 150.0) == 9     # the first one's grace period is over
     assert index.charged_usage("team-a", 1, 150.0) == 0
     assert index.charged_usage("team-a", 0, 250.0) == 4
+    # A namespace whose only pods are being deleted.
+    only = UsageIndex([usage(namespace="team-b", mem=2, core=15, deadline=100.0)])
+    assert [only.charged_usage("team-b", i, 50.0) for i in (0, 1)] == [2, 15]
+    assert [only.charged_usage("team-b", i, 150.0) for i in (0, 1)] == [0, 0]
     # Capacity scheduling counts what is placed, deleting or not.
     assert index.placed_usage(["team-a"], 0) == 7
 
