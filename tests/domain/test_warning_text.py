@@ -1,0 +1,114 @@
+"""Admission warnings and denial messages held to what the API server passes on (policies/model/
+warning_text.py; k8s.io/api admission/v1 AdmissionResponse.Warnings: over 256 characters may be
+truncated; k8s.io/apiserver pkg/endpoints/filters/warning.go: 4,096 runes in all), word for word:
+what is kept, what is shortened, folded or dropped first, and the line that counts what was left out."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.model.warning_text import bounded, brief, fold_ids, joined
+
+LIMIT = 90
+N41 = "n" + "0123456789" * 4  # a 41-character name: longer than a reader needs
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        # What fits is kept as it is, even at the limit exactly.
+        ("x" * 90, "x" * 90),
+        ("GS001: " + "word " * 16 + "end", "GS001: " + "word " * 16 + "end"),
+        # A long name is shortened in its middle; one of 40 characters is not.
+        (f"GS003: Pod default/{N41}: a gpu-mem value that is not a whole number; use 6",
+         "GS003: Pod default/n012345678901234567890…67890123456789: a gpu-mem value that is…; use 6"),
+        (f"GS003: Pod default/{N41[:40]}: a gpu-mem value that is not whole at all; use 6",
+         f"GS003: Pod default/{N41[:40]}: a gpu-mem value that…; use 6"),
+        # Runs of rule ids of one family are folded.
+        ("GB001, GB002, GB003, GC001: placement " + "not checked " * 6 + "; admitted",
+         "GB001-GB003, GC001: placement not checked not checked not checked not checked…; admitted"),
+        # The last clause is kept whole while shorter than a third of the limit (29 < 30)...
+        ("GS001: " + "w " * 40 + "; " + "k" * 29,
+         "GS001: " + "w " * 24 + "w…; " + "k" * 29),
+        # ... and cut with the rest once it is not.
+        ("GS001: " + "w " * 40 + "; " + "k " * 15, "GS001: " + "w " * 39 + "w…"),
+        # Parenthesised details are dropped longest first, only as many as needed.
+        ("GS001: Pod p (first detail) (a much longer second detail here) (third) is refused; admitted (open)",
+         "GS001: Pod p (first detail) (…) (third) is refused; admitted (open)"),
+        ("GS001: Pod p (first detail) (a much longer second detail here) (third detail, longer) is refused (…) ok; "
+         "admitted", "GS001: Pod p (first detail) (…) (third detail, longer) is refused (…) ok; admitted"),
+        ("GS001: (one) (two) " + "z " * 60, "GS001: (…) (…) " + "z " * 36 + "z…"),
+        # Cut at a word, without a trailing comma; where no word ends late enough, at the limit.
+        ("GS001: " + "abcd, " * 20, "GS001: " + "abcd, " * 12 + "abcd…"),
+        ("GS001: " + "ab~" * 40, "GS001: " + "ab~" * 27 + "a…"),
+    ],
+)
+def test_brief(message, expected):
+    assert brief(message, LIMIT) == expected
+    assert len(expected) <= LIMIT
+
+
+def test_brief_holds_a_warning_to_256_characters_by_default():
+    out = brief("GS001: " + "x " * 200)
+    assert out == "GS001: " + "x " * 123 + "x…" and len(out) == 255
+
+
+@pytest.mark.parametrize(
+    ("ids", "folded"),
+    [
+        (["GB001", "GB002", "GB003", "GC001", "GC003", "GS009", "GS010", "GS011"],
+         ["GB001-GB003", "GC001", "GC003", "GS009-GS011"]),
+        (["GS009", "GS010", "GS012", "GS013"], ["GS009-GS010", "GS012-GS013"]),
+        (["GSX14", "GSX15", "GA001"], ["GSX14", "GSX15", "GA001"]),  # not numbered: never folded
+        (["GA001", "GB002"], ["GA001", "GB002"]),  # consecutive numbers of two families
+        (["GA002", "GA001"], ["GA002", "GA001"]),
+        ([], []),
+    ],
+)
+def test_fold_ids(ids, folded):
+    assert fold_ids(ids) == folded
+
+
+HUNDRED = [f"GW00{i}: " + "t" * 93 for i in range(3)]  # three warnings of 100 characters
+
+
+def test_bounded_keeps_what_fits_with_room_for_the_count_of_the_rest():
+    assert bounded(HUNDRED, 456) == HUNDRED  # 100 + 100, and 256 left for the line if more followed
+    assert bounded(HUNDRED, 455) == [
+        HUNDRED[0], "… and 2 more warnings (GW001 x1, GW002 x1); the audit annotations name every rule"]
+    assert bounded([*HUNDRED, HUNDRED[0], HUNDRED[1]], 456) == HUNDRED  # repeats said once
+    assert bounded(HUNDRED, 456, what="findings")[-1] == HUNDRED[2]
+    assert bounded(HUNDRED, 300, what="findings") == [
+        "… and 3 more findings (GW000 x1, GW001 x1, GW002 x1); the audit annotations name every rule"]
+
+
+def test_bounded_holds_each_warning_to_its_item_limit():
+    assert bounded(["GS001: " + "x " * 200], 4096, item=60) == ["GS001: " + "x " * 25 + "x…"]
+    assert bounded(["GS001: " + "x " * 200], 4096) == ["GS001: " + "x " * 123 + "x…"]
+
+
+def test_the_count_of_what_was_left_out_names_rules_by_their_ids():
+    texts = ["a: x", "b: y", "a long warning: z", "GS001234567890123: w", "GS00123456789012: v", "b: y2"]
+    assert bounded(texts, 262) == [
+        "a: x", "… and 5 more warnings (b x2, other x2, GS00123456789012 x1); the audit annotations name every rule"]
+
+
+DENIALS = [f"GS00{i}: " + "u" * 93 for i in range(5)]  # five denials of 100 characters
+
+
+def test_joined_keeps_whole_texts_then_counts_the_rest():
+    # 100 + 2 + 100 + 2 + 100 = 304 fits in 560 - 256, not in 559 - 256.
+    assert joined(DENIALS, 560, what="denials") == "; ".join(
+        [*DENIALS[:3], "… and 2 more denials (GS003 x1, GS004 x1); the audit annotations name every rule"])
+    assert joined(DENIALS, 559, what="denials") == "; ".join(
+        [*DENIALS[:2], "… and 3 more denials (GS002 x1, GS003 x1, GS004 x1); the audit annotations name every rule"])
+    assert joined(DENIALS, 561, what="denials", sep=" | ") == " | ".join(
+        [*DENIALS[:2], "… and 3 more denials (GS002 x1, GS003 x1, GS004 x1); the audit annotations name every rule"])
+    assert joined(DENIALS[:2], 4096, what="denials") == "; ".join(DENIALS[:2])
+    assert joined([], 4096, what="denials") == ""
+
+
+def test_joined_shortens_a_first_text_too_long_alone():
+    assert joined(["GS001: " + "w " * 300], 400, what="denials") == "GS001: " + "w " * 67 + "w…"
+    assert joined(["GS001: " + "w " * 300, "GS002: short"], 400, what="denials") == (
+        "GS001: " + "w " * 67 + "w…; … and 1 more denials (GS002 x1); the audit annotations name every rule")
