@@ -286,3 +286,73 @@ def test_pod_spec_patches_written_as_strings():
         patch_strings(kind_of(obj), obj)
     assert patch_strings(kind_of(obj), obj, strict=False) == [(("spec", "podSpecPatch"), "{}"),
                                                               (("spec", "templateDefaults", "podSpecPatch"), "x")]
+
+
+def test_unnamed_containers_are_named_by_their_field_wherever_it_is():
+    kind = configured({"path": "spec.tools.launcher", "holds": "container"},
+                      {"path": "spec.extra.sidecars", "holds": "containers"})
+    obj = {"spec": {"tools": {"launcher": {"image": "x"}}, "extra": {"sidecars": [{"image": "y"}, {"image": "z"}]}}}
+    assert [[(c.name, render_path(c.path)) for c in site.containers] for site in pod_sites(kind, obj)] == [
+        [("launcher", "spec.tools.launcher")],
+        [("sidecars[0]", "spec.extra.sidecars[0]"), ("sidecars[1]", "spec.extra.sidecars[1]")]]
+
+
+def test_a_configured_containers_path_that_holds_no_list_and_a_template_with_other_keys():
+    kind = configured({"path": "spec.sidecars", "holds": "containers"}, {"path": "spec.workers[]", "holds": "podSpec"},
+                      "spec.template")
+    template = {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "main"}]}}
+    assert [len(s.containers) for s in pod_sites(kind, {"spec": {"template": template}})] == [1]
+    with pytest.raises(WorkloadConfigError, match=r"\(holds: containers\): spec\.sidecars is an object, not a list "
+                                                  r"of containers; fix"):
+        pod_sites(kind, {"spec": {"sidecars": {"name": "x"}}})
+    with pytest.raises(WorkloadConfigError, match=r"\(holds: podSpec\): spec\.workers\[0\] is a list, not a podSpec; "):
+        pod_sites(kind, {"spec": {"workers": [["x"]]}})
+
+
+def test_every_location_and_container_is_read_past_one_of_another_shape():
+    kind = configured({"path": "spec.tools[]", "holds": "container"}, {"path": "spec.sidecars", "holds": "containers"})
+    obj = {"spec": {"tools": ["x", {"name": "t"}], "sidecars": ["y", {"name": "s"}, {"image": "z"}]}}
+    assert [[c.name for c in site.containers] for site in pod_sites(kind, obj, strict=False)] == [
+        [], ["t"], ["s", "sidecars[2]"]]
+    assert list(pod_locations(kind, obj)) == [(None, 0), (None, 1), (None, 3)]
+
+
+def test_requests_of_containers_past_one_without_resources():
+    kind = configured({"path": "spec.sidecars", "holds": "containers"})
+    obj = {"spec": {"sidecars": [{"name": "a"}, {"name": "b", "resources": {"limits": {MEM: "1"}}}]}}
+    [site] = pod_sites(kind, obj)
+    assert [(r.name, r.index, r.count(MEM)) for r in site_requests(site.containers, NAMES)] == [("b", 1, 1)]
+
+
+def test_only_an_init_container_is_a_sidecar():
+    # As the API server sends it (decoded JSON, so no string is the code's own constant).
+    obj = yaml.safe_load(f"""
+spec:
+  tasks:
+  - template:
+      spec:
+        containers:
+        - {{name: main, restartPolicy: Always, resources: {{limits: {{{MEM}: 1}}}}}}
+        initContainers:
+        - {{name: proxy, restartPolicy: Always, resources: {{limits: {{{MEM}: 1}}}}}}
+        - {{name: warm, restartPolicy: OnFailure, resources: {{limits: {{{MEM}: 1}}}}}}
+""")
+    kind = TABLE.lookup("batch.volcano.sh", "Job")
+    assert kind is not None
+    [site] = pod_sites(kind, obj)
+    assert [(r.name, r.sidecar) for r in site_requests(site.containers, NAMES)] == [
+        ("main", False), ("proxy", True), ("warm", False)]
+
+
+def test_a_trainers_own_resources_field_is_not_its_resources():
+    obj = sample("trainjob")
+    obj["spec"]["trainer"].update(yaml.safe_load(f"resources: {{limits: {{{MEM}: 2}}}}\nvolumeMounts: []"))
+    kind = kind_of(obj)
+    [site] = pod_sites(kind, obj)
+    view = site.containers[0].container
+    assert sorted(view) == ["command", "numNodes", "resources", "resourcesPerNode", "volumeMounts"]
+    assert view["resources"] == {"limits": {MEM: 8}}
+    del obj["spec"]["trainer"]["resourcesPerNode"]
+    [site] = pod_sites(kind, obj)
+    assert "resources" not in site.containers[0].container
+    assert site_requests(site.containers, NAMES) == []
