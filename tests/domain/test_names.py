@@ -91,6 +91,10 @@ def test_names_the_configuration_accepts(tmp_path):
                              "  ecs_provider_id_pattern: '(?P<region>[a-z-]+)/(?P<instance>i-[0-9]+)'\n").names
     assert names.scheduler_name == "s" and names.env.device_plugin == ("A_1",)
     assert names.ecs_provider_id_pattern == "(?P<region>[a-z-]+)/(?P<instance>i-[0-9]+)"
+    # More named groups than the two it needs are fine.
+    pattern = "(?P<cloud>alicloud)://(?P<region>[a-z-]+)[.](?P<instance>i-[0-9a-z]+)"
+    names = loaded(tmp_path, f"names: {{ecs_provider_id_pattern: '{pattern}'}}\n").names
+    assert names.ecs_provider_id_pattern == pattern
 
 
 @pytest.mark.parametrize(("unit", "most"), [("GiB", 1024), ("MiB", 1024 * 1024)])
