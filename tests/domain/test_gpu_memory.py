@@ -75,6 +75,8 @@ def test_a_whole_count_up_to_what_the_cards_hold_passes(names, cards, raw):
         # Bytes that are still more than the cards hold: no count to suggest, the range instead.
         (GIB, 1, "2Ti", ("is more than any card holds (at most 1024 GiB)", "use a whole number of GiB up to 1024",
                          None)),
+        (GIB, 1, str(int(1024.5 * 2**30)), ("is more than any card holds (at most 1024 GiB)",
+                                            "use a whole number of GiB up to 1024", None)),
         (GIB, 1, "1e30", ("is more than any card holds (at most 1024 GiB)", "use a whole number of GiB up to 1024",
                           None)),
         (GIB, 2, "3Ti", ("is more than 2 cards hold (2 cards hold at most 1024 GiB each, 2048 GiB in all)",

@@ -41,6 +41,8 @@ N41 = "n" + "0123456789" * 4  # a 41-character name: longer than a reader needs
         # Cut at a word, without a trailing comma; where no word ends late enough, at the limit.
         ("GS001: " + "abcd, " * 20, "GS001: " + "abcd, " * 12 + "abcd…"),
         ("GS001: " + "ab~" * 40, "GS001: " + "ab~" * 27 + "a…"),
+        # A word that ends before half the limit is not cut at: that would drop too much.
+        ("GS001: " + "a" * 28 + " " + "b~" * 40, "GS001: " + "a" * 28 + " " + "b~" * 26 + "b…"),
     ],
 )
 def test_brief(message, expected):
@@ -62,6 +64,10 @@ def test_brief_holds_a_warning_to_256_characters_by_default():
         (["GSX14", "GSX15", "GA001"], ["GSX14", "GSX15", "GA001"]),  # not numbered: never folded
         (["GA001", "GB002"], ["GA001", "GB002"]),  # consecutive numbers of two families
         (["GA002", "GA001"], ["GA002", "GA001"]),
+        (["GS099", "GS100"], ["GS099-GS100"]),
+        (["GS108", "GS109"], ["GS108-GS109"]),
+        (["GSX14", "GS015"], ["GSX14", "GS015"]),
+        (["GS014", "GSX15"], ["GS014", "GSX15"]),
         ([], []),
     ],
 )
@@ -80,6 +86,13 @@ def test_bounded_keeps_what_fits_with_room_for_the_count_of_the_rest():
     assert bounded(HUNDRED, 456, what="findings")[-1] == HUNDRED[2]
     assert bounded(HUNDRED, 300, what="findings") == [
         "… and 3 more findings (GW000 x1, GW001 x1, GW002 x1); the audit annotations name every rule"]
+
+
+def test_the_last_warning_needs_no_room_for_a_count_after_it():
+    first, last = "GW001: " + "t" * 93, "GW002: " + "s" * 293
+    assert bounded([first, last], 400, item=400) == [first, last]
+    assert bounded([first, last], 399, item=400) == [
+        first, "… and 1 more warnings (GW002 x1); the audit annotations name every rule"]
 
 
 def test_bounded_holds_each_warning_to_its_item_limit():
@@ -106,6 +119,20 @@ def test_joined_keeps_whole_texts_then_counts_the_rest():
         [*DENIALS[:2], "… and 3 more denials (GS002 x1, GS003 x1, GS004 x1); the audit annotations name every rule"])
     assert joined(DENIALS[:2], 4096, what="denials") == "; ".join(DENIALS[:2])
     assert joined([], 4096, what="denials") == ""
+
+
+def test_joined_counts_each_separator_once():
+    texts = [f"GS00{i}: " + "u" * 96 for i in range(4)]  # 103 characters each
+    # 103 + 2 + 103 = 208 fits in 464 - 256; a third (313) does not fit in 568 - 256 = 312.
+    for limit in (464, 568):
+        assert joined(texts, limit, what="denials") == "; ".join(
+            [*texts[:2], "… and 2 more denials (GS002 x1, GS003 x1); the audit annotations name every rule"])
+    assert joined(texts, 569, what="denials").startswith("; ".join(texts[:3]) + "; … and 1 more")
+
+
+def test_joined_shortens_only_the_first_text():
+    assert joined(["GS001: a", "GS002: b (" + "d" * 400 + ") end"], 556, what="denials") == (
+        "GS001: a; … and 1 more denials (GS002 x1); the audit annotations name every rule")
 
 
 def test_joined_shortens_a_first_text_too_long_alone():
