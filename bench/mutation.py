@@ -69,7 +69,7 @@ _FAST = {
     "policies/model/modes.py": "node_messages node_rules placement",
     "policies/model/selectors.py": "selectors scoring_numbers scoring",
     "policies/model/cluster.py": "state_views placement cards node_rules scheduler_counting",
-    "policies/model/workloads.py": "workloads workload_schemas",
+    "policies/model/workloads.py": "workloads workload_sites workload_schemas workload_rules",
     "policies/model/subject.py": "rule_base rule_families pod_rules gs_rules",
     "policies/model/exemptions.py": "exemptions exemption_grants",
     "policies/model/grants.py": "exemption_grants exemptions",
