@@ -50,6 +50,12 @@ def test_brief(message, expected):
     assert len(expected) <= LIMIT
 
 
+def test_a_last_clause_of_a_third_of_the_limit_is_not_kept_whole():
+    # 91 // 3 is 30: a last clause of 30 characters is cut with the rest.
+    assert brief("GS001: " + "w " * 40 + "; " + "k" * 30, 91) == "GS001: " + "w " * 39 + "w…"
+    assert brief("GS001: " + "w " * 40 + "; " + "k" * 29, 91) == "GS001: " + "w " * 25 + "w…; " + "k" * 29
+
+
 def test_brief_holds_a_warning_to_256_characters_by_default():
     out = brief("GS001: " + "x " * 200)
     assert out == "GS001: " + "x " * 123 + "x…" and len(out) == 255
@@ -137,5 +143,6 @@ def test_joined_shortens_only_the_first_text():
 
 def test_joined_shortens_a_first_text_too_long_alone():
     assert joined(["GS001: " + "w " * 300], 400, what="denials") == "GS001: " + "w " * 67 + "w…"
+    assert joined(["GS001: " + "w " * 300], 556, what="denials") == "GS001: " + "w " * 145 + "w…"
     assert joined(["GS001: " + "w " * 300, "GS002: short"], 400, what="denials") == (
         "GS001: " + "w " * 67 + "w…; … and 1 more denials (GS002 x1); the audit annotations name every rule")
