@@ -214,6 +214,7 @@ def test_only_the_watched_resources_are_read():
                                 c("t", {GPU: "1"}, restartPolicy="Always")], 5),
         ([c("a", {GPU: "0"}), c("b", {MEM: "4"})], [c("i", {GPU: "0"})], 0),
         ([c("a", {GPU: "2.5"})], [], 0),  # not a whole count: its value rule refuses it
+        ([c("a", {MEM: "4"}), c("b", {GPU: "2"})], [c("i", {MEM: "1"}), c("j", {GPU: "1"})], 2),
         ([], [c("i", {GPU: "2"}), c("j", {GPU: "1"})], 2),
     ],
 )
