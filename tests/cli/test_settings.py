@@ -192,3 +192,18 @@ def test_a_grants_selector_by_its_kubernetes_name_or_its_field_name(tmp_path, ke
     assert grant.selector is not None and grant.selector.match_labels == {"team": "a"}
     with pytest.raises(ValueError, match="frozen"):
         grant.selector.match_labels = {}
+
+
+def test_two_grants_of_one_name_are_refused_naming_each_name_once(tmp_path):
+    def grant(name: str, names: str) -> str:
+        return f"{{name: {name}, namespace: ml, rules: [GS001], reason: trial, expires: 2030-01-01, names: '{names}'}}"
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"exemptions:\n  grants: [{grant('b', 'x*')}, {grant('a', 'y')}, {grant('c', 'v')}]\n")
+    assert [g.name for g in load_settings(config).exemptions.grants] == ["b", "a", "c"]
+    config.write_text(f"exemptions:\n  grants: [{grant('b', 'x*')}, {grant('a', 'y')}, {grant('b', 'z')}, "
+                      f"{grant('a', 'w')}, {grant('c', 'v')}]\n")
+    with pytest.raises(ConfigFileError) as raised:
+        load_settings(config)
+    assert str(raised.value).startswith(f"{config}: exemptions: ")
+    assert str(raised.value).endswith(": value error, exemption grant names must be unique: a, b")
