@@ -101,6 +101,13 @@ def test_the_last_warning_needs_no_room_for_a_count_after_it():
         first, "… and 1 more warnings (GW002 x1); the audit annotations name every rule"]
 
 
+def test_bounded_leaves_the_count_its_room_whatever_the_total():
+    long = [f"GW00{i}: " + "x" * 293 for i in range(3)]  # 300 characters each, kept whole with item=400
+    assert bounded(long, 530, item=400) == [
+        "… and 3 more warnings (GW000 x1, GW001 x1, GW002 x1); the audit annotations name every rule"]
+    assert bounded(long, 1500, item=400) == long
+
+
 def test_bounded_holds_each_warning_to_its_item_limit():
     assert bounded(["GS001: " + "x " * 200], 4096, item=60) == ["GS001: " + "x " * 25 + "x…"]
     assert bounded(["GS001: " + "x " * 200], 4096) == ["GS001: " + "x " * 123 + "x…"]
@@ -134,6 +141,12 @@ def test_joined_counts_each_separator_once():
         assert joined(texts, limit, what="denials") == "; ".join(
             [*texts[:2], "… and 2 more denials (GS002 x1, GS003 x1); the audit annotations name every rule"])
     assert joined(texts, 569, what="denials").startswith("; ".join(texts[:3]) + "; … and 1 more")
+
+
+def test_joined_leaves_room_for_the_count_after_a_first_text_of_middling_length():
+    first = "GS001: " + "w " * 96 + "x"  # 200 characters: more than 400 - 256
+    assert joined([first, "GS002: x"], 400, what="denials") == (
+        "GS001: " + "w " * 67 + "w…; … and 1 more denials (GS002 x1); the audit annotations name every rule")
 
 
 def test_joined_shortens_only_the_first_text():
