@@ -207,3 +207,23 @@ def test_two_grants_of_one_name_are_refused_naming_each_name_once(tmp_path):
         load_settings(config)
     assert str(raised.value).startswith(f"{config}: exemptions: ")
     assert str(raised.value).endswith(": value error, exemption grant names must be unique: a, b")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("name", "''", '"": string should have at least 1 character'),
+        ("namespace", "''", '"": string should have at least 1 character'),
+        ("rules", "[]", "[]: tuple should have at least 1 item after validation, not 0"),
+        ("reason", "''", '"": string should have at least 1 character'),
+    ],
+)
+def test_a_grant_names_itself_its_namespace_its_rules_and_its_reason(tmp_path, field, value, why):
+    grant = {"name": "g", "namespace": "ml", "rules": "[GS001]", "reason": "trial", "expires": "2030-01-01",
+             "names": "x"}
+    grant[field] = value
+    config = tmp_path / "c.yaml"
+    config.write_text("exemptions:\n  grants:\n  - {" + ", ".join(f"{k}: {v}" for k, v in grant.items()) + "}\n")
+    with pytest.raises(ConfigFileError) as raised:
+        load_settings(config)
+    assert str(raised.value) == f"{config}: exemptions.grants.0.{field}: {why}"

@@ -31,6 +31,7 @@ N41 = "n" + "0123456789" * 4  # a 41-character name: longer than a reader needs
         ("GS001: " + "w " * 40 + "; " + "k" * 29,
          "GS001: " + "w " * 24 + "w…; " + "k" * 29),
         # ... and cut with the rest once it is not.
+        ("GS001: " + "w " * 40 + "; " + "k " * 20, "GS001: " + "w " * 39 + "w…"),
         ("GS001: " + "w " * 40 + "; " + "k " * 15, "GS001: " + "w " * 39 + "w…"),
         # Parenthesised details are dropped longest first, only as many as needed.
         ("GS001: Pod p (first detail) (a much longer second detail here) (third) is refused; admitted (open)",
@@ -72,6 +73,8 @@ def test_brief_holds_a_warning_to_256_characters_by_default():
         (["GA002", "GA001"], ["GA002", "GA001"]),
         (["GS099", "GS100"], ["GS099-GS100"]),
         (["GS108", "GS109"], ["GS108-GS109"]),
+        (["GS300", "GS301", "GS302"], ["GS300-GS302"]),
+        (["GB002", "GA003"], ["GB002", "GA003"]),
         (["GSX14", "GS015"], ["GSX14", "GS015"]),
         (["GS014", "GSX15"], ["GS014", "GSX15"]),
         ([], []),
