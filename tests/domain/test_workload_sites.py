@@ -22,6 +22,7 @@ DATA = Path(__file__).parents[1] / "data" / "workloads"
 NAMES = Names()
 MEM = NAMES.resources.gpu_mem
 TABLE = workload_table(PolicySettings())
+FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where installed: the CRDs are long
 
 
 def sample(name: str) -> dict[str, Any]:
@@ -356,3 +357,20 @@ def test_a_trainers_own_resources_field_is_not_its_resources():
     [site] = pod_sites(kind, obj)
     assert "resources" not in site.containers[0].container
     assert site_requests(site.containers, NAMES) == []
+
+
+def test_every_built_in_kind_is_registered_as_its_crd_declares_it():
+    """Kind, plural, versions and scope (what the webhook registration and the live audit use) against
+    the vendored CRDs of tests/data/workload-crds (origins in its ORIGIN.md)."""
+    crds = DATA.parent / "workload-crds"
+    for kind in TABLE.kinds():
+        files = sorted(crds.glob(f"{kind.group}_{kind.plural}*.yaml"))
+        docs = [yaml.load(p.read_text(), Loader=FAST_LOADER) for p in files]
+        assert docs, kind.name
+        for crd in docs:
+            spec = crd["spec"]
+            assert (spec["group"], spec["names"]["kind"], spec["names"]["plural"]) == (
+                kind.group, kind.kind, kind.plural), kind.name
+            assert kind.namespaced is (spec["scope"] == "Namespaced"), kind.name
+        served = {v["name"] for crd in docs for v in crd["spec"]["versions"]}
+        assert set(kind.versions) <= served, kind.name
