@@ -374,3 +374,25 @@ def test_every_built_in_kind_is_registered_as_its_crd_declares_it():
             assert kind.namespaced is (spec["scope"] == "Namespaced"), kind.name
         served = {v["name"] for crd in docs for v in crd["spec"]["versions"]}
         assert set(kind.versions) <= served, kind.name
+
+
+def test_single_containers_of_argo_scripts_trainjob_initializers_and_kserve_explainers():
+    workflow = sample("workflow")
+    workflow["spec"]["templates"][1]["script"] = workflow["spec"]["templates"][1].pop("container")
+    assert sites(workflow)[1][3] == [
+        ("containers", 0, "spec.templates[1].script", "main", "spec.templates[1].script.resources")]
+    trainjob = sample("trainjob")
+    trainjob["spec"]["initializer"] = {"dataset": {"env": [{"name": "A", "value": "1"}]},
+                                       "model": {"storageUri": "hf://x"}}
+    assert [c[3] for s in sites(trainjob) for c in s[3]] == ["node", "dataset-initializer", "model-initializer"]
+    service = sample("inferenceservice")
+    service["spec"]["explainer"] = {"art": {"image": "art", "resources": {"limits": {MEM: "1"}}}}
+    [explainer] = [s for s in sites(service) if s[0] == "spec.explainer"]
+    assert explainer[3] == [("containers", 0, "spec.explainer.art", "art", "spec.explainer.art.resources")]
+
+
+def test_the_table_is_kept_per_settings_section():
+    settings = PolicySettings()
+    first = workload_table(settings)
+    assert workload_table(settings) is first
+    assert workload_table(settings).lookup("batch.volcano.sh", "Job") is first.lookup("batch.volcano.sh", "Job")
