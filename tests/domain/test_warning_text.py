@@ -162,3 +162,14 @@ def test_joined_shortens_a_first_text_too_long_alone():
     assert joined(["GS001: " + "w " * 300], 556, what="denials") == "GS001: " + "w " * 145 + "w…"
     assert joined(["GS001: " + "w " * 300, "GS002: short"], 400, what="denials") == (
         "GS001: " + "w " * 67 + "w…; … and 1 more denials (GS002 x1); the audit annotations name every rule")
+
+
+def test_a_text_that_fits_once_its_details_are_dropped_is_not_cut():
+    message = ("GS001: " + "w " * 40)[:87] + "(" + "d " * 20 + ")"
+    assert brief(message, 90) == ("GS001: " + "w " * 40)[:87] + "(…)"
+
+
+def test_bounded_keeps_the_last_of_hundreds_of_warnings_without_room_for_a_count():
+    texts = [f"a:{i:03}" for i in range(300)]
+    assert bounded(texts, 1751) == texts
+    assert bounded(texts, 1750)[-1] == "… and 2 more warnings (a x2); the audit annotations name every rule"
