@@ -396,3 +396,21 @@ def test_the_table_is_kept_per_settings_section():
     first = workload_table(settings)
     assert workload_table(settings) is first
     assert workload_table(settings).lookup("batch.volcano.sh", "Job") is first.lookup("batch.volcano.sh", "Job")
+
+
+def test_argo_init_containers_sidecars_and_container_sets_and_a_serving_runtimes_containers():
+    workflow = sample("workflow")
+    template = workflow["spec"]["templates"][1]
+    template["initContainers"] = [{"name": "fetch"}]
+    template["sidecars"] = [{"name": "proxy"}]
+    template["containerSet"] = {"containers": [{"name": "a"}, {"name": "b"}]}
+    assert [(c[0], c[2], c[3]) for c in sites(workflow)[1][3]] == [
+        ("containers", "spec.templates[1].container", "main"),
+        ("containers", "spec.templates[1].containerSet.containers[0]", "a"),
+        ("containers", "spec.templates[1].containerSet.containers[1]", "b"),
+        ("initContainers", "spec.templates[1].initContainers[0]", "fetch"),
+        ("containers", "spec.templates[1].sidecars[0]", "proxy"),
+    ]
+    runtime = sample("servingruntime")
+    assert [c[2] for c in sites(runtime)[0][3]] == [
+        f"spec.containers[{i}]" for i in range(len(runtime["spec"]["containers"]))]
