@@ -64,13 +64,13 @@ _RULES = "rule_base pod_rules gs_rules exemptions node_messages node_rules place
 _FAST = {
     # model
     "policies/model/settings.py": "settings exemption_grants",
-    "policies/model/field_paths.py": "workloads workload_schemas",
+    "policies/model/field_paths.py": "workload_sites workload_settings",
     "policies/model/quantity.py": "quantity gs_rules",
     "policies/model/resources.py": "pod_rules gs_rules workloads scoring_numbers",
     "policies/model/modes.py": "node_messages node_rules placement",
     "policies/model/selectors.py": "selectors scoring_numbers scoring",
     "policies/model/cluster.py": "state_views placement cards node_rules scheduler_counting",
-    "policies/model/workloads.py": "workloads workload_schemas",
+    "policies/model/workloads.py": "workloads workload_sites workload_rules workload_settings",
     "policies/model/subject.py": "rule_base rule_families pod_rules gs_rules",
     "policies/model/exemptions.py": "exemptions exemption_grants",
     "policies/model/grants.py": "exemption_grants exemptions",

@@ -55,9 +55,7 @@ def memory_problem(value: ResourceValue, names: Names, cards: int = 1) -> Memory
         return MemoryProblem(f"is not a quantity ({value.error})", anything, None)
     if quantity <= 0:
         return MemoryProblem(f"is not 1 or more {unit}", anything, None)
-    if quantity <= most:
-        if quantity == quantity.to_integral_value():
-            return None
+    if quantity <= most:  # a whole count up to the most was accepted above (read_values sets whole_count)
         wanted = ceil_whole(quantity)
         return MemoryProblem(f"is not a whole number of {unit}", f"use {wanted}", str(wanted))
     holds = (f"at most {names.max_card_memory} {unit}" if cards == 1 else

@@ -12,7 +12,7 @@ Values are exact ``Decimal``s, so "2500m" is 2.5 and never a float rounding erro
 from __future__ import annotations
 
 import re
-from decimal import Context, Decimal, InvalidOperation
+from decimal import Context, Decimal
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"m": Decimal("0.001"), "": Decimal(1), "k": Decimal(10**3), "M": Decimal(10**6),
@@ -67,10 +67,7 @@ def _parse_text(value: str) -> Decimal:
     match = _QUANTITY.match(text)
     if match is None:
         raise QuantityError(f"{value!r} is not a quantity")
-    try:
-        number = Decimal(match["number"])
-    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
-        raise QuantityError(f"{value!r} is not a quantity") from None
+    number = Decimal(match["number"])  # the regex admits only valid decimals
     suffix = match["suffix"] or ""
     if suffix in _BINARY:
         return _EXACT.multiply(number, _BINARY[suffix])

@@ -12,7 +12,15 @@ from typing import Any
 from policies.model.field_paths import EVERY_ITEM, EVERY_VALUE, Pattern, render_pattern
 from policies.model.resources import ContainerRequest, Path, ShapeError, read_values, render_path, watched_resources
 from policies.model.settings import Names
-from policies.model.workloads import CONTAINER, TEMPLATE, Holder, Location, WorkloadConfigError, WorkloadKind
+from policies.model.workloads import (
+    CONTAINER,
+    CONTAINERS,
+    TEMPLATE,
+    Holder,
+    Location,
+    WorkloadConfigError,
+    WorkloadKind,
+)
 
 
 @dataclass(slots=True)
@@ -88,8 +96,11 @@ class _Reader:
 
     def pod(self, node: Any, path: Path) -> PodSite:
         shape = self.location.shape
-        what = "a pod template (metadata and spec)" if shape is TEMPLATE else f"a {shape.name}"
-        if not self.fits(path, node, dict, what):
+        # A containers location is the list itself (as pod_locations counts it); every other shape an object.
+        listed = shape is CONTAINERS
+        what = ("a pod template (metadata and spec)" if shape is TEMPLATE else
+                "a list of containers" if listed else f"a {shape.name}")
+        if not self.fits(path, node, list if listed else dict, what):
             return PodSite(path, self.location, None, path, None)
         if self.strict and self.kind.configured and shape.keys is not None and not set(node) <= shape.keys:
             extra = ", ".join(sorted(set(node) - shape.keys)[:3])

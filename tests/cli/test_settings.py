@@ -96,3 +96,134 @@ def test_config_errors_in_plain_words_name_their_source(tmp_path, env, text, exp
         [line] = done.stderr.splitlines()
         assert line.startswith(f"gpushare: error: {expected.replace('CONFIG', str(config))}"), line
         assert "pydantic" not in done.stderr and "None" not in done.stderr
+
+
+# The domain's defaults, as docs/state.md ("Configuration"), docs/audit.md, docs/operations.md ("What one
+# review may cost", "When the webhook is down") and docs/check.md state them.
+DOMAIN_DEFAULTS = [
+    ("state.stale_after_seconds", 30.0), ("state.assume_ttl_seconds", 60.0), ("state.assume_max_entries", 20000),
+    ("state.recent_pods_ttl_seconds", 60.0), ("state.recent_pods_max_entries", 20000),
+    ("state.list_page_size", 500), ("state.watch_timeout_seconds", 300), ("state.connect_timeout_seconds", 10.0),
+    ("state.backoff_initial_seconds", 0.5), ("state.backoff_max_seconds", 30.0),
+    ("state.kubelet_configz.enabled", False), ("state.kubelet_configz.refresh_seconds", 600.0),
+    ("state.kubelet_configz.timeout_seconds", 5.0), ("state.kubelet_configz.concurrency", 4),
+    ("audit.interval_seconds", 300.0), ("audit.unassigned_after_seconds", 600.0),
+    ("audit.run_timeout_seconds", 120.0), ("audit.max_results_per_report", 200), ("audit.max_reports", 100),
+    ("capacity.max_work", 100_000), ("budget.max_templates", 256), ("budget.max_containers", 1024),
+    ("budget.max_affinity_terms", 4096), ("backstop.scheduler_rule", False), ("exemptions.allow_on_nodes", False),
+]
+
+
+def _setting(settings, path: str):
+    for part in path.split("."):
+        settings = getattr(settings, part)
+    return settings
+
+
+def _yaml_of(path: str, value: object) -> str:
+    *sections, key = path.split(".")
+    heads = "".join(f"{'  ' * i}{section}:\n" for i, section in enumerate(sections))
+    return f"{heads}{'  ' * len(sections)}{key}: {value}\n"
+
+
+@pytest.mark.parametrize(("path", "default"), DOMAIN_DEFAULTS)
+def test_the_domains_defaults(path, default):
+    assert _setting(load_settings(), path) == default
+
+
+# Each bound of the domain's settings: the last value accepted, the first refused and what is said.
+@pytest.mark.parametrize(
+    ("path", "accepted", "refused", "why"),
+    [
+        ("state.kubelet_configz.refresh_seconds", 0, -1, "must be at least 0.0"),
+        ("state.kubelet_configz.timeout_seconds", 0.5, 0, "must be more than 0.0"),
+        ("state.kubelet_configz.timeout_seconds", 60, 61, "must be at most 60.0"),
+        ("state.kubelet_configz.concurrency", 1, 0, "must be at least 1"),
+        ("state.kubelet_configz.concurrency", 32, 33, "must be at most 32"),
+        ("state.stale_after_seconds", 0.5, 0, "must be more than 0.0"),
+        ("state.assume_ttl_seconds", 0.5, 0, "must be more than 0.0"),
+        ("state.assume_max_entries", 1, 0, "must be at least 1"),
+        ("state.recent_pods_ttl_seconds", 0.5, 0, "must be more than 0.0"),
+        ("state.recent_pods_max_entries", 1, 0, "must be at least 1"),
+        ("state.list_page_size", 1, 0, "must be at least 1"),
+        ("state.watch_timeout_seconds", 1, 0, "must be at least 1"),
+        ("state.connect_timeout_seconds", 0.5, 0, "must be more than 0.0"),
+        ("state.backoff_initial_seconds", 0.5, 0, "must be more than 0.0"),
+        ("state.backoff_max_seconds", 0.5, 0, "must be more than 0.0"),
+        ("audit.interval_seconds", 0, -1, "must be at least 0.0"),
+        ("audit.unassigned_after_seconds", 0.5, 0, "must be more than 0.0"),
+        ("audit.run_timeout_seconds", 0.5, 0, "must be more than 0.0"),
+        ("audit.max_results_per_report", 1, 0, "must be at least 1"),
+        ("audit.max_results_per_report", 5000, 5001, "must be at most 5000"),
+        ("audit.max_reports", 1, 0, "must be at least 1"),
+        ("audit.max_reports", 5000, 5001, "must be at most 5000"),
+        ("capacity.max_work", 1000, 999, "must be at least 1000"),
+        ("budget.max_templates", 1, 0, "must be at least 1"),
+        ("budget.max_containers", 1, 0, "must be at least 1"),
+        ("budget.max_affinity_terms", 1, 0, "must be at least 1"),
+    ],
+)
+def test_the_bounds_of_the_domains_settings(tmp_path, path, accepted, refused, why):
+    config = tmp_path / "c.yaml"
+    config.write_text(_yaml_of(path, accepted))
+    assert _setting(load_settings(config), path) == accepted
+    config.write_text(_yaml_of(path, refused))
+    with pytest.raises(ConfigFileError) as raised:
+        load_settings(config)
+    assert str(raised.value) == f"{config}: {path}: {refused} {why}"
+
+
+def test_a_rule_override_that_only_sets_the_severity_keeps_the_rule_on(tmp_path):
+    from policies.rules.rule_index import rule_entries
+
+    config = tmp_path / "c.yaml"
+    config.write_text("rules:\n  GS001: {severity: warn}\n  GS003: {enabled: false}\n")
+    entries = {e.id: e for e in rule_entries(load_settings(config))}
+    assert (entries["GS001"].enabled, entries["GS001"].severity) == (True, "warn")
+    assert (entries["GS003"].enabled, entries["GS003"].severity) == (False, "deny")
+
+
+@pytest.mark.parametrize("key", ["matchLabels", "match_labels"])
+def test_a_grants_selector_by_its_kubernetes_name_or_its_field_name(tmp_path, key):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"exemptions:\n  grants:\n  - {{name: g, namespace: ml, rules: [GS001], reason: trial, "
+                      f"expires: 2030-01-01, selector: {{{key}: {{team: a}}}}}}\n")
+    [grant] = load_settings(config).exemptions.grants
+    assert grant.selector is not None and grant.selector.match_labels == {"team": "a"}
+    with pytest.raises(ValueError, match="frozen"):
+        grant.selector.match_labels = {}
+
+
+def test_two_grants_of_one_name_are_refused_naming_each_name_once(tmp_path):
+    def grant(name: str, names: str) -> str:
+        return f"{{name: {name}, namespace: ml, rules: [GS001], reason: trial, expires: 2030-01-01, names: '{names}'}}"
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"exemptions:\n  grants: [{grant('b', 'x*')}, {grant('a', 'y')}, {grant('c', 'v')}]\n")
+    assert [g.name for g in load_settings(config).exemptions.grants] == ["b", "a", "c"]
+    config.write_text(f"exemptions:\n  grants: [{grant('b', 'x*')}, {grant('a', 'y')}, {grant('b', 'z')}, "
+                      f"{grant('a', 'w')}, {grant('c', 'v')}]\n")
+    with pytest.raises(ConfigFileError) as raised:
+        load_settings(config)
+    assert str(raised.value).startswith(f"{config}: exemptions: ")
+    assert str(raised.value).endswith(": value error, exemption grant names must be unique: a, b")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("name", "''", '"": string should have at least 1 character'),
+        ("namespace", "''", '"": string should have at least 1 character'),
+        ("rules", "[]", "[]: tuple should have at least 1 item after validation, not 0"),
+        ("reason", "''", '"": string should have at least 1 character'),
+    ],
+)
+def test_a_grant_names_itself_its_namespace_its_rules_and_its_reason(tmp_path, field, value, why):
+    grant = {"name": "g", "namespace": "ml", "rules": "[GS001]", "reason": "trial", "expires": "2030-01-01",
+             "names": "x"}
+    grant[field] = value
+    config = tmp_path / "c.yaml"
+    config.write_text("exemptions:\n  grants:\n  - {" + ", ".join(f"{k}: {v}" for k, v in grant.items()) + "}\n")
+    with pytest.raises(ConfigFileError) as raised:
+        load_settings(config)
+    assert str(raised.value) == f"{config}: exemptions.grants.0.{field}: {why}"

@@ -26,8 +26,9 @@ def test_parses_kubernetes_quantities(raw, expected):
     assert parse_quantity(raw) == expected
 
 
+# The grammar's digits are ASCII: "١٢" (Arabic-Indic digits, which Python's Decimal would read as 12) is refused.
 @pytest.mark.parametrize("raw", ["", "abc", "2 Gi", "2GB", "1e", "--1", True, None, [1], {"a": 1}, "9" * 100,
-                                 float("nan"), "1e999"])
+                                 float("nan"), "1e999", "\u0661\u0662", "\u00b2"])
 def test_refuses_what_is_not_a_quantity(raw):
     with pytest.raises(QuantityError):
         parse_quantity(raw)
