@@ -121,7 +121,8 @@ def test_a_bound_pod_keeps_its_shared_gpu_and_card_annotations():
 def test_a_pod_spread_over_cards_and_its_init_containers():
     spec = pod_spec(container("a", limits={MEM: 8, CORE: 40}), container("b", limits={MEM: 3000}),
                     container("c", requests={MEM: "2"}),
-                    init=[container("warm", limits={MEM: 4}), container("side", limits={MEM: 2}, restartPolicy="Always")])
+                    init=[container("warm", limits={MEM: 4}),
+                          container("side", limits={MEM: 2}, restartPolicy="Always")])
     obj = pod(spec, "spread", labels={"aliyun.com/gpu-count": "2"})
     info = pod_from_manifest(obj, NAMES)
     # b asks more than two cards hold: refused by GS003, never a card demand
