@@ -13,7 +13,7 @@ import pytest
 from policies.model.cluster import PodGPU
 from policies.model.cluster_manifests import is_gpu_node, node_from_manifest, pod_from_manifest
 from tests.support.cluster_objects import gpu_pod, node, plain_pod
-from tests.support.manifests import CORE, MEM, container, pod, pod_spec
+from tests.support.manifests import CORE, MEM, container, pod, pod_spec, received
 from webhook.settings import Settings
 
 NAMES = Settings().names
@@ -21,7 +21,8 @@ WHOLE, EXCLUSIVE = "aliyun.com/gpu", "nvidia.com/gpu"
 
 
 def test_a_node_keeps_its_gpu_resources_address_and_versions():
-    info = node_from_manifest(node("cn-beijing.192.168.1.10", mode="core_mem", cards=2), NAMES)
+    # as decoded from the API server's JSON: its strings are not the literals of this file
+    info = node_from_manifest(received(node("cn-beijing.192.168.1.10", mode="core_mem", cards=2)), NAMES)
     assert info.name == "cn-beijing.192.168.1.10"
     assert info.labels["ack.node.gpu.schedule"] == "core_mem"
     assert info.annotations["node.alpha.kubernetes.io/ttl"] == "0"
@@ -57,10 +58,14 @@ def _node(**changes: Any) -> dict[str, Any]:
                               {"type": "InternalIP", "address": "10.0.0.2"},
                               {"type": "InternalIP", "address": "10.0.0.3"}]), "internal_ip", "10.0.0.2"),
     (_node(status__addresses=[{"type": "InternalIP"}]), "internal_ip", ""),
+    (_node(status__addresses=[{"type": "internalIP", "address": "10.0.0.9"}, {"type": "Zone", "address": "10.0.0.8"},
+                              {"type": "InternalIP", "address": "10.0.0.2"}]), "internal_ip", "10.0.0.2"),
     (_node(status__addresses=[{"type": "ExternalIP", "address": "47.0.0.1"}]), "internal_ip", ""),
     (_node(status__allocatable={MEM: "60", "aliyun.com/gpu-count": "lots", CORE: "1500m"}), "allocatable",
      {MEM: 60, CORE: 1}),
     (_node(status__capacity=["60"]), "capacity", {}),
+    (_node(status__capacity={MEM: "lots", CORE: "400", "aliyun.com/gpu-count": "4"}), "capacity",
+     {CORE: 400, "aliyun.com/gpu-count": 4}),  # a value that is no quantity is skipped, the others kept
     (_node(status__nodeInfo="x"), "kubelet_version", ""),
     (_node(status__nodeInfo={"kubeletVersion": None}), "kubelet_version", ""),
     (_node(status__nodeInfo={"containerRuntimeVersion": "docker://19.3.15"}), "container_runtime",
@@ -184,6 +189,7 @@ def test_the_env_record_is_kept_for_the_audit_unless_asked_not_to():
     assert pod_from_manifest(obj, NAMES, with_env=False).env is None
     # the requests the caller parsed are the ones read: here, none
     assert pod_from_manifest(obj, NAMES, []).gpus == ()
+    assert pod_from_manifest(obj, names=NAMES, requests=[], with_env=False).env is None
 
 
 def test_a_pod_being_deleted_is_charged_until_its_grace_period_ends():

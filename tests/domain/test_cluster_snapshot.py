@@ -64,6 +64,11 @@ def test_a_pod_without_gpus_is_known_by_key_only():
     # and back again: in full, no longer by key only
     state.record_pod(_pod("web"))
     assert state.get_pod("default", "web") is not None and state.pod_keys() == {"default/web", "default/train-0"}
+    # stored straight away (as a snapshot file is read) after being known by key: known once
+    state.record_pod(pod_from_manifest(plain_pod("sidecar", A), NAMES))
+    state.upsert_pod(_pod("sidecar"))
+    assert state.pod_keys() == {"default/web", "default/train-0", "default/sidecar"}
+    state.remove_pod("default", "sidecar")
     state.remove_pod("default", "web")
     state.remove_pod("default", "train-0")
     assert state.pod_keys() == set() and not state.has_pod("default", "web") and state.pods_on_node(A) == []
