@@ -28,6 +28,11 @@ def test_a_container_spread_over_cards_holds_a_share_on_each(mem, core, cards, p
     assert (gpu.mem_per_card, gpu.core_per_card) == per_card
 
 
+def test_a_container_is_on_one_card_unless_spread():
+    gpu = PodGPU("cuda", 8, 40)
+    assert (gpu.cards, gpu.index, gpu.mem_per_card, gpu.core_per_card) == (1, None, 8, 40)
+
+
 def _pod(**fields: Any) -> PodInfo:
     base: dict[str, Any] = {"namespace": "team-a", "name": "train", "uid": "u", "node_name": NODE,
                             "phase": "Running", "gpus": (), "annotations": {}}
