@@ -47,6 +47,18 @@ def test_more_expansion_cases_kubernetes_lists(text, expanded):
     assert expand(text, {"X": "true", "Y": "1", "EMPTY": ""}, ResolveMissing((), service_links=False)) == expanded
 
 
+def test_a_long_value_ending_in_an_operator_keeps_it():
+    text = "x" * 300 + "$(X)$"
+    assert expand(text, {"X": "1"}, ResolveMissing((), False)) == "x" * 300 + "1$"
+
+
+def test_an_empty_reference_names_nothing_an_env_from_source_sets():
+    resolve = ResolveMissing(("",), service_links=True)  # envFrom without a prefix: any key it has
+    assert expand("$()", {}, resolve) == "$()"
+    assert expand("$())", {}, resolve) == "$())"
+    assert expand("$(A)", {}, resolve) == Unknown("A", "envFrom")
+
+
 def test_a_value_of_unclosed_references_is_read_once_through():
     """200,000 "$(" with no ")": each is incomplete and stays; the text is not searched again for each."""
     text = "$(" * 200_000
