@@ -128,6 +128,10 @@ def test_the_settings_decide_what_is_a_near_miss():
     assert near_misses(spec, ("spec",), renamed.names, renamed.near_miss) == []  # the real name now
     assert [m.key for m in near_misses(pod_spec(container("a", limits={MEM: 1})), ("spec",), renamed.names,
                                        renamed.near_miss)] == [MEM]
+    # the names alone change, the near-miss section is the same object: the names decide
+    assert [m.key for m in near_misses(spec, ("spec",), NAMES, NEAR)] == ["aliyun.com/gpu-memory"]
+    assert near_misses(spec, ("spec",), renamed.names, NEAR) == []
+    assert [m.key for m in near_misses(spec, ("spec",), NAMES, NEAR)] == ["aliyun.com/gpu-memory"]
 
 
 def test_many_distinct_keys_are_each_judged():
@@ -146,3 +150,7 @@ def test_the_keys_the_regexes_never_try():
     close = Settings(names={"resources": {"gpu_mem": "example.com/cpu1"}})
     assert "cpu" not in skipped_keys(close) and "memory" in skipped_keys(close)
     assert "example.com/cpu1" in skipped_keys(close)
+    # a standard resource on the allow-list is skipped once, as both
+    listed = Settings(near_miss={"allowed": ["cpu", "aliyun.com/fpga"]})
+    assert skipped_keys(listed) == sorted({*NAMES.resources.names(), "cpu", "aliyun.com/fpga", "memory",
+                                           "ephemeral-storage"})
