@@ -98,6 +98,7 @@ def test_a_spec_without_judged_env_has_none(spec):
      "CGPU_DISABLE=$(F) (expands to true)"),
     ([{"name": "CGPU_DISABLE", "value": "$(UNSET)"}], "CGPU_DISABLE=$(UNSET)"),
     ([{"name": "CGPU_DISABLE", "value": "$$1"}], "CGPU_DISABLE=$$1 (expands to $1)"),
+    ([{"name": "F", "value": "!x"}, {"name": "CGPU_DISABLE", "value": "$(F)"}], "CGPU_DISABLE=$(F) (expands to !x)"),
     ([{"name": "S", "valueFrom": {"secretKeyRef": {}}}, {"name": "CGPU_DISABLE", "value": "$(S)"}],
      "CGPU_DISABLE=$(S) (expands to <S from secretKeyRef>)"),
     ([{"name": "L", "value": "y" * 70}, {"name": "CGPU_DISABLE", "value": "$(L)"}],
@@ -163,6 +164,7 @@ def test_what_a_gpu_free_container_envfrom_may_do():
 @pytest.mark.parametrize(("spec", "links"), [
     (None, True), ({}, True), ({"enableServiceLinks": True}, True), ({"enableServiceLinks": None}, True),
     ({"enableServiceLinks": False}, False), ({"enableServiceLinks": "false"}, True),
+    ({"enableServiceLinks": 0}, True),  # only false itself turns them off (the API server refuses a 0)
 ], ids=str)
 def test_service_links_are_on_unless_turned_off(spec, links):
     assert service_links(spec) is links
@@ -195,6 +197,20 @@ def test_an_expansion_reads_the_pods_service_links():
     unlinked = container_envs(pod_spec(container("app", env=env), enableServiceLinks=False), ("spec",), NAMES)
     assert linked[0].value is None and linked[0].source == "<WEB_SERVICE_PORT from a service link>"
     assert unlinked[0].entries[0].value == "$(WEB_SERVICE_PORT)"
+
+
+def test_a_value_read_at_run_time_beside_an_expanded_one():
+    entries = _entries([{"name": "CGPU_DISABLE", "valueFrom": {"secretKeyRef": {}}}, {"name": "X", "value": "0"},
+                        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "$(X)"}, {"name": "ALIYUN_COM_GPU_MEM_IDX",
+                                                                               "value": "2"}])
+    assert [e.shown for e in entries] == ["CGPU_DISABLE=<from secretKeyRef>",
+                                          "NVIDIA_VISIBLE_DEVICES=$(X) (expands to 0)", "ALIYUN_COM_GPU_MEM_IDX=2"]
+
+
+def test_containers_after_one_without_env_or_malformed_are_read():
+    spec = {"containers": ["x", {"name": "quiet", "image": "busybox"}, {"name": "empty", "env": []},
+                          container("app", env=[{"name": "CGPU_DISABLE", "value": "1"}])]}
+    assert [(c.name, c.index) for c in _envs(spec)] == [("app", 3)]
 
 
 def test_the_same_name_twice_is_kept_twice():
