@@ -50,7 +50,7 @@ def test_a_pod_sums_its_containers_shared_gpu():
 @pytest.mark.parametrize(("fields", "uses_gpu", "kept"), [
     ({}, False, False),
     ({"topology_gpus": 1}, True, True),
-    ({"exclusive_gpus": 2}, True, True),
+    ({"exclusive_gpus": 1}, True, True),
     ({"init_gpus": (PodGPU("warm", 2, 0),)}, True, True),
     ({"env": PodEnv((), (), None)}, False, True),  # a GPU-free pod that exposes GPUs to itself
     ({"quota_mem": 1}, False, True),  # its overhead is charged
@@ -139,6 +139,17 @@ def test_a_view_counts_usage_from_the_pods_when_its_state_keeps_no_index():
     # a view of a view: the same counts
     nested = StateView(StateView(PodsOnly(_state()))).quota_usage()
     assert nested.charged_usage("default", 0, 0.0) == 6
+
+
+def test_a_gpu_free_pod_kept_for_its_env_charges_no_quota():
+    monitor = gpu_pod("gpu-monitor", mem=None, node_name=NODE, namespace="monitoring")
+    monitor["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    state = state_of(Settings(), [node(NODE)], [monitor])
+    [kept] = state.pods()
+    assert kept.kept and (kept.quota_mem, kept.quota_core) == (0, 0)
+    usage = StateView(state).quota_usage()
+    assert [usage.charged_usage("monitoring", i, 0.0) for i in (0, 1)] == [0, 0]
+    assert [usage.placed_usage(["monitoring"], i) for i in (0, 1)] == [0, 0]
 
 
 def test_a_pod_record_is_what_its_manifest_says():

@@ -152,6 +152,10 @@ def test_grants_and_the_annotation_set_rules_aside(granting):
     assert subject.exempted_by({"GS003"}) == [("grant:legacy", "old image")]
     assert subject.exempted_by({"GS005", "GS007"}) == [("annotation", REASON), ("grant:by-label", "vendor names")]
     assert subject.exempted_by({"GS001", "GS002"}) == []
+    # the annotation and a grant setting the same rule aside: set aside once, named by both
+    both = _subject(granting, _legacy(annotations={"gpushare.io/exempt": "GS003", "gpushare.io/exempt-reason": REASON}))
+    assert both.set_aside == {"GS003", "GS004"}
+    assert both.exempted_by({"GS003"}) == [("annotation", REASON), ("grant:legacy", "old image")]
 
 
 def test_without_an_honoured_annotation_only_grants_set_rules_aside(engine, granting):
