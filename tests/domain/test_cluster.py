@@ -54,7 +54,7 @@ def test_a_pod_sums_its_containers_shared_gpu():
     ({"init_gpus": (PodGPU("warm", 2, 0),)}, True, True),
     ({"env": PodEnv((), (), None)}, False, True),  # a GPU-free pod that exposes GPUs to itself
     ({"quota_mem": 1}, False, True),  # its overhead is charged
-    ({"quota_core": 5}, False, True),
+    ({"quota_core": 1}, False, True),
     ({"topology_gpus": -1, "exclusive_gpus": -1, "quota_mem": -1, "quota_core": -1}, False, False),
 ], ids=str)
 def test_which_pods_use_gpus_and_are_kept_in_full(fields, uses_gpu, kept):

@@ -252,6 +252,10 @@ def test_a_nameless_container_is_named_by_its_place():
     [named] = envs_of([("containers", 0, {"name": 5, "env": [{"name": "CGPU_DISABLE", "value": "1"}]}, (), "n")],
                       NAMES)
     assert named.name == "5"
+    # the pod's service-link variables are assumed unless the caller says otherwise
+    [linked] = envs_of([("containers", 0, {"env": [{"name": "CGPU_DISABLE", "value": "$(WEB_SERVICE_HOST)"}]}, (),
+                         "c")], NAMES)
+    assert linked.entries[0].source == "<WEB_SERVICE_HOST from a service link>"
 
 
 def _debug_request() -> dict[str, Any]:

@@ -43,7 +43,8 @@ def meant(key: str, *, mem: str = MEM, core: str = CORE) -> str | None:
     ("aliyun.com/gpu-mems", MEM), ("aliyun.com/gpu-me", MEM), ("aliyun.com/gpu-mex", MEM),  # one edit
     ("aliyun.com/gpu-memss", None), ("aliyun.com/gpu-m", None),  # two edits
     ("aliyun.com/cpu-mem", MEM), ("aliyun.com/gpx-mem", MEM),  # the "gpu" prefix within one edit
-    ("aliyun.com/xyz-mem", None), ("aliyun.com/cpx-mem", None), ("aliyun.com/mem", None),
+    ("aliyun.com/xyz-mem", None), ("aliyun.com/xgpu-mem", None),  # "xgp" is two edits from "gpu"
+    ("aliyun.com/cpx-mem", None), ("aliyun.com/mem", None),
     ("aliyun.com/gpu-core", CORE), ("aliyun.com/gpu_core_percent", CORE), ("aliyun.com/GPU.Core.Percentage", CORE),
     ("aliyun.com/gpu-core-percent-value", CORE), ("aliyun.com/gpucores", CORE),  # the compute share's stem
     ("aliyun.com/gpu-cor", None),  # not the whole stem, and two edits from gpu-mem
@@ -77,7 +78,8 @@ def test_a_name_part_is_compared_without_case_punctuation_or_long_words():
     ("gpumem", "gpumem", 1, 0), ("gpumem", "gpumems", 1, 1), ("gpumem", "cpumem", 1, 1), ("gpumem", "gpmem", 2, 1),
     ("kitten", "sitting", 3, 3), ("kitten", "sitting", 2, 3), ("", "abc", 3, 3), ("abc", "", 5, 3),
     ("abc", "abcdef", 2, 3), ("abcdef", "abc", 2, 3), ("abcd", "wxyz", 2, 3), ("abcd", "wxyz", 4, 4),
-    ("ab", "ba", 2, 2), ("flaw", "lawn", 2, 2), ("aliyum.com", "aliyun.com", 2, 1), ("xyz", "gpu", 1, 2),
+    ("ab", "ba", 2, 2), ("", "abcd", 1, 2), ("abcd", "", 0, 1),
+    ("flaw", "lawn", 2, 2), ("aliyum.com", "aliyun.com", 2, 1), ("xyz", "gpu", 1, 2),
 ])
 def test_the_edit_distance_stops_once_past_its_limit(a, b, limit, distance):
     assert edit_distance(a, b, limit) == distance
@@ -90,6 +92,7 @@ def test_near_misses_are_found_in_every_container_and_section():
         {"image": "x", "resources": {"limits": {"gpu_mem": 1}}},
         "not a container", container("none"), {"name": "r", "resources": "x"},
         {"name": "s", "resources": {"limits": ["aliyun.com/gpumem"], "requests": None}},
+        {"name": "t", "resources": {"limits": {"aliyun.com/gpu-mems": 1}}},
         init=[container("warm", requests={"alibaba.com/gpu-mem": 1, 7: 1})])
     assert near_misses(spec, ("spec", "template", "spec"), NAMES, NEAR) == [
         NearMiss("warm", "initContainers", "alibaba.com/gpu-mem", MEM,
@@ -100,15 +103,17 @@ def test_near_misses_are_found_in_every_container_and_section():
                  ("spec", "template", "spec", "containers", 0, "resources", "requests",
                   "aliyun.com/gpu-core-percentage")),
         NearMiss("containers[1]", "containers", "gpu_mem", MEM,
-                 ("spec", "template", "spec", "containers", 1, "resources", "limits", "gpu_mem"))]
+                 ("spec", "template", "spec", "containers", 1, "resources", "limits", "gpu_mem")),
+        NearMiss("t", "containers", "aliyun.com/gpu-mems", MEM,
+                 ("spec", "template", "spec", "containers", 6, "resources", "limits", "aliyun.com/gpu-mems"))]
     for malformed in (None, "x", {"containers": "x"}, {"containers": [{"name": "a", "resources": None}]}):
         assert near_misses(malformed, ("spec",), NAMES, NEAR) == []
 
 
 def test_near_misses_in_a_custom_workloads_pod():
-    containers = [({"resources": {"limits": {"aliyun.com/gpu-memory": 2}, "requests": {"gpumem": 1, "cpu": 2}}},
+    containers = [({"resources": "x"}, "x", "containers", ()),
+                  ({"resources": {"limits": {"aliyun.com/gpu-memory": 2}, "requests": {"gpumem": 1, "cpu": 2}}},
                    "trainer", "containers", ("spec", "trainer", "resources")),
-                  ({"resources": "x"}, "x", "containers", ()),
                   ({"resources": {"limits": "x", "requests": {"aliyun.com/gpu": 1}}}, "y", "resources", ("r",)),
                   ({}, "z", "containers", ())]
     assert near_misses_in(containers, NAMES, NEAR) == [
@@ -131,6 +136,9 @@ def test_the_settings_decide_what_is_a_near_miss():
     # the names alone change, the near-miss section is the same object: the names decide
     assert [m.key for m in near_misses(spec, ("spec",), NAMES, NEAR)] == ["aliyun.com/gpu-memory"]
     assert near_misses(spec, ("spec",), renamed.names, NEAR) == []
+    # and the names the same object, the near-miss section another: the section decides
+    assert [m.key for m in near_misses(spec, ("spec",), NAMES, NEAR)] == ["aliyun.com/gpu-memory"]
+    assert near_misses(spec, ("spec",), NAMES, allowing.near_miss) == []
     assert [m.key for m in near_misses(spec, ("spec",), NAMES, NEAR)] == ["aliyun.com/gpu-memory"]
 
 
