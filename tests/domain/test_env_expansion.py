@@ -42,6 +42,10 @@ def test_expansion_follows_the_kubelet(text, expanded):
     ("$(X)tail", "truetail"), ("$(EMPTY)x", "x"), ("$(X)$(Y)", "true1"), ("$(X)$(X", "true$(X"),
     ("$(X$(Y)", "$(X$(Y)"), ("$((X)", "$((X)"), ("a$(X)b$(Y)c", "atrueb1c"), ("$(X)$", "true$"),
     ("$(X))", "true)"), ("$(Y)$($(X)", "1$($(X)"), ("$(", "$("), ("$($", "$($"), ("$(X)$)", "true$)"),
+    # characters on either side of "$" and "(" in the code table are no operator
+    ("#(X)$(X)", "#(X)true"), (" (X)$", " (X)$"), ("$#(X)", "$#(X)"), ("$!", "$!"), ("$'a)", "$'a)"),
+    ("$%(X)", "$%(X)"), ("$&X)$(X)", "$&X)true"), ("$)(X)", "$)(X)"), ("$*X)", "$*X)"), ("$ (X)", "$ (X)"),
+    ("$xy$(X)", "$xytrue"), ("$x$(X)", "$xtrue"), ("$($(X)$(Y)", "$($(X)1"),
 ])
 def test_more_expansion_cases_kubernetes_lists(text, expanded):
     assert expand(text, {"X": "true", "Y": "1", "EMPTY": ""}, ResolveMissing((), service_links=False)) == expanded

@@ -149,6 +149,7 @@ OVERRIDES_TEXT = "overrides what the GPU-sharing device plugin sets; remove it"
 @pytest.mark.parametrize(("limits", "labels", "value", "reported"), [
     ({MEM: 4}, {}, "4", False),  # GM003's own value: the mutated pod again
     ({MEM: 4}, {}, "5", True),
+    ({MEM: 4}, {}, "10", True), ({MEM: 4}, {}, "1", True),  # compared as values, not as sorted text
     ({MEM: 4}, {"aliyun.com/gpu-count": "2"}, "2", False),  # spread over 2 cards: 4 / 2 on each
     ({MEM: 4}, {"aliyun.com/gpu-count": "2"}, "4", True),
     ({MEM: 5}, {"aliyun.com/gpu-count": "2"}, "2", True),  # not whole on each card: no share GM003 writes
@@ -335,3 +336,17 @@ def test_a_record_without_a_gpu_request_names_no_resources():
 
     assert env_manifest(record) == {"containers": [{"name": "monitor", "env": [
         {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}
+
+
+def test_configured_variable_names_are_judged_each_as_what_it_stands_for():
+    names = Settings(names={"env": {"device_plugin": ["AAA_GPU_SHARE"], "mps": ["MPS_X"],
+                                    "visible_devices": "GPU_DEVICES", "disable_isolation": "XCGPU_OFF"}}).names
+    spec = pod_spec(container("app", limits={MEM: 2}, env=[{"name": "AAA_GPU_SHARE", "value": "2"},
+                                                           {"name": "XCGPU_OFF", "value": "true"},
+                                                           {"name": "GPU_DEVICES", "value": "all"}]))
+    assert [(text, lifts) for _, text, lifts, _, _ in _problems(spec, names=names)] == [
+        (f"env AAA_GPU_SHARE=2 {OVERRIDES_TEXT}", False),  # GM003 writes only ALIYUN_COM_GPU_MEM_CONTAINER
+        ("env XCGPU_OFF=true turns off cGPU memory isolation: the container can use all of its card's memory; "
+         "remove it, or have an admin exempt the pod", True),
+        ("env GPU_DEVICES=all exposes GPUs the device plugin did not assign to this container; remove it or set none "
+         "or void", False)]
