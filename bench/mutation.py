@@ -74,7 +74,7 @@ _FAST = {
     "policies/model/subject.py": "rule_base rule_families pod_rules gs_rules",
     "policies/model/exemptions.py": "exemptions exemption_grants",
     "policies/model/grants.py": "exemption_grants exemptions",
-    "policies/model/isolation.py": "isolation_rules isolation_audit",
+    "policies/model/isolation.py": "isolation_findings isolation_rules isolation_audit",
     "policies/model/env_expansion.py": "isolation_round_two isolation_rules",
     "policies/model/gpu_memory.py": "gs_rules scoring_numbers",
     "policies/model/near_miss.py": "pod_rules gs_rules backstop_equivalence",

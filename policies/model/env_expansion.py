@@ -136,7 +136,9 @@ class ResolveMissing:
         self.service_links = service_links
 
     def __call__(self, name: str) -> Value:
-        if any(name.startswith(prefix) for prefix in self.prefixes):
+        # "$()" names nothing an envFrom source can set: its keys must be C identifiers
+        # (kubernetes/kubernetes docs/proposals/envvar-configmap.md), never empty.
+        if name and any(name.startswith(prefix) for prefix in self.prefixes):
             return Unknown(name, "envFrom")
         if (self.service_links or name.startswith(MASTER_SERVICE)) and SERVICE_LINK.fullmatch(name):
             return Unknown(name, "a service link")
@@ -158,9 +160,7 @@ def expanded_values(env: Iterable[RawEnv], wanted: Iterable[int], prefixes: Sequ
             break
         if entry.value is None:
             value: Value = Unknown(entry.name, entry.source or "valueFrom")
-        elif entry.value == "":
-            value = ""  # the kubelet expands a non-empty value only
-        else:
+        else:  # the kubelet expands a non-empty value only; an empty one has no "$" and stays as it is
             value = expand(entry.value, known, resolve, budget)
         known[entry.name] = value
         if position in wanted:

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from policies.model.env_expansion import ResolveMissing, Unknown, expand
 from tests.support.check_helpers import check_json, write_yaml
 from tests.support.helpers import admission_review, gpushare_server
 from tests.support.manifests import MEM, container, pod_spec, workload
@@ -319,49 +318,7 @@ def test_an_undocumented_cgpu_disable_value_is_warned_also_when_gs011_denies(ser
         assert response["allowed"] is True and response["warnings"] == [message]
 
 
-# -- the expansion itself, case by case as kubernetes' expansion tests read -------------------------------
-
-@pytest.mark.parametrize(("text", "expanded"), [
-    ("$(X)", "true"), ("a$(X)b", "atrueb"), ("$$(X)", "$(X)"), ("$$$(X)", "$true"), ("$(UNSET)", "$(UNSET)"),
-    ("$(X", "$(X"), ("$($(X)", "$($(X)"), ("$(X)$(X)", "truetrue"), ("$x", "$x"), ("$", "$"), ("a$", "a$"),
-    ("$()", "$()"), ("$(X)$(", "true$("), ("é$(X)é", "étrueé"), ("$é", "$é"),
-])
-def test_expansion_follows_the_kubelet(text, expanded):
-    assert expand(text, {"X": "true"}, ResolveMissing((), service_links=True)) == expanded
-
-
-def test_a_value_of_unclosed_references_is_read_once_through():
-    """200,000 "$(" with no ")": each is incomplete and stays; the text is not searched again for each."""
-    text = "$(" * 200_000
-    assert expand(text, {}, ResolveMissing((), True)) == text
-
-
-def test_an_expansion_past_its_budget_is_judged_unknown_not_built():
-    """A 700 KB value referenced 100,000 times would be 70 GB once expanded (the kubelet would build it):
-    the webhook stops at its budget and judges the value as the worst it could be."""
-    from policies.model.env_expansion import BUDGET, RawEnv, expanded_values
-
-    env = [RawEnv("A", "x" * 700_000), RawEnv("B", "$(A)" * 100_000), RawEnv("CGPU_DISABLE", "$(B)")]
-    [value] = expanded_values(env, [2], (), True).values()
-    assert value == Unknown("", f"more than {BUDGET} characters once expanded")
-    pod = workload("Pod", pod_spec(container("app", limits={MEM: 2}, env=[
-        {"name": e.name, "value": e.value} for e in env])), name="p")
-    from policies.admission.engine import Engine
-    from webhook.settings import Settings
-
-    engine = Engine(Settings())
-    [finding] = engine.validate(engine.subject("Pod", pod, namespace="default")).findings
-    assert finding.message == (f'GS011: Pod default/p container "app": env CGPU_DISABLE=$(B) (expands to <more than '
-                               f"{BUDGET} characters once expanded>) may turn {DISABLES}")
-
-
-def test_what_cannot_be_read_at_admission_is_unknown():
-    resolve = ResolveMissing(("APP_",), service_links=False)
-    assert expand("$(APP_FLAG)", {}, resolve) == Unknown("APP_FLAG", "envFrom")
-    assert expand("$(WEB_SERVICE_HOST)", {}, resolve) == "$(WEB_SERVICE_HOST)"  # enableServiceLinks: false
-    assert expand("$(KUBERNETES_SERVICE_PORT)", {}, resolve) == Unknown("KUBERNETES_SERVICE_PORT", "a service link")
-    assert expand("$(WEB_SERVICE_HOST)", {}, ResolveMissing((), True)) == Unknown("WEB_SERVICE_HOST", "a service link")
-    assert expand("$(X)", {"X": Unknown("X", "secretKeyRef")}, resolve) == Unknown("X", "secretKeyRef")
+# The expansion itself, case by case: tests/domain/test_env_expansion.py (in process).
 
 
 # -- the audit: running pods, from a snapshot and from the live list/watch ---------------------------------
