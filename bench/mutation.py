@@ -87,9 +87,9 @@ _FAST = {
     "policies/quota/quota_usage.py": "quota_oracle quota_rules",
     # rules
     "policies/rules/base.py": _RULES + " exemption_grants",
-    "policies/rules/relevance.py": "match_conditions rule_families",
-    "policies/rules/judged.py": "update_conditions update_judging match_conditions",
-    "policies/rules/cel.py": "match_conditions update_conditions backstop_equivalence",
+    "policies/rules/relevance.py": "rule_families",
+    "policies/rules/judged.py": "update_judging",
+    "policies/rules/cel.py": "",
     "policies/rules/mutations.py": "mutations",
     "policies/rules/rule_index.py": "rule_base rule_tables",
     "policies/rules/pod_resources.py": "gs_rules pod_rules",
