@@ -91,7 +91,7 @@ _FAST = {
     "policies/rules/judged.py": "update_judging",
     "policies/rules/cel.py": "",
     "policies/rules/mutations.py": "mutations",
-    "policies/rules/rule_index.py": "rule_base rule_tables",
+    "policies/rules/rule_index.py": "rule_base",
     "policies/rules/pod_resources.py": "gs_rules pod_rules",
     "policies/rules/sharing_rules.py": "sharing_rules scheduler_counting pod_rules",
     "policies/rules/exemptions.py": "exemptions exemption_grants",

@@ -5,6 +5,7 @@ tests/deploy/test_match_conditions.py and tests/deploy/test_backstop_equivalence
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import celpy
@@ -23,7 +24,18 @@ def _program(expression: str) -> Any:
     return _ENV.program(_ENV.compile(expression))
 
 
+# cel-go (the API server's CEL) takes has() of a field selection only ("has(e.f)", cel-spec
+# doc/langdef.md, "Macros"); cel-python also answers has(object), so the rule is checked here.
+_HAS = re.compile(r"has\(([^()]*)\)")
+
+
+def cel_go_accepts_has(expression: str) -> None:
+    for argument in _HAS.findall(expression):
+        assert "." in argument, f"cel-go refuses has({argument}): not a field selection"
+
+
 def evaluate(expression: str, **variables: Any) -> Any:
+    cel_go_accepts_has(expression)
     result = _program(expression).evaluate({k: celpy.json_to_cel(v) for k, v in variables.items()})
     assert not isinstance(result, celpy.CELEvalError), f"{expression}: {result!r}"
     return result
@@ -156,3 +168,12 @@ def test_the_suffixes_are_every_canonical_whole_number_suffix():
     # k8s.io/apimachinery resource.Quantity: DecimalSI k M G T (P E beyond any GPU), DecimalExponent eN,
     # BinarySI Ki Mi Gi Ti
     assert [s for s, _ in WHOLE_SUFFIXES] == ["k", "M", "G", "T", "e3", "e6", "e9", "e12", "Ki", "Mi", "Gi", "Ti"]
+
+
+@pytest.mark.parametrize(("obj", "expected"), [
+    ({}, False),
+    ({"spec": {}}, False),
+    ({"spec": {"template": {}}}, True),
+])
+def test_guarded_tests_the_last_level_of_a_short_path(obj, expected):
+    assert bool(evaluate(guarded("object.spec.template"), object=obj)) is expected

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from typing import Any
 
 import celpy
@@ -25,6 +26,7 @@ from policies.rules.judged import (
     pod_label_keys,
 )
 from policies.rules.relevance import Triggers
+from tests.domain.test_cel import cel_go_accepts_has
 from tests.support.manifests import MEM, container, pod_spec, workload
 
 _ENV = celpy.Environment()
@@ -39,6 +41,7 @@ def _program(expression: str) -> Any:
 
 
 def cel(expression: str, obj: dict[str, Any], old: dict[str, Any] | None = None) -> bool:
+    cel_go_accepts_has(expression)
     result = _program(expression).evaluate({"object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old)})
     assert isinstance(result, celpy.celtypes.BoolType), f"{expression}: {result!r}"
     return bool(result)
@@ -238,3 +241,35 @@ def test_the_design_table_shares_a_row_between_kinds_judged_alike():
     assert table[-1].startswith("| Node | `metadata.labels` and `metadata.annotations`")
     assert len(table) == 2 + 6
     assert UPDATED_KINDS[-2:] == (CUSTOM_WORKLOADS, "Node") and UPDATED_KINDS[0] == "Pod"
+
+
+def test_kinds_read_from_a_review_are_matched_by_value():
+    # the kind comes from the AdmissionReview's JSON: equal to the code's names, never the same object
+    review = json.loads('{"node": "Node", "pod": "Pod", "custom": "custom workloads"}')
+    assert changed(review["node"], node({"ack.node.gpu.schedule": "cgpu"}), node())
+    assert changed(review["pod"], _edit(POD, "metadata", "labels", value={"aliyun.com/gpu-count": "2"}), POD)
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"}, "spec": {"a": 1}}
+    assert changed(review["custom"], _edit(job, "spec", "a", value=2), job)
+
+
+def test_a_custom_workload_without_a_spec_is_compared_without_an_error():
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"}}
+    assert not changed(CUSTOM_WORKLOADS, job, copy.deepcopy(job))
+    assert changed(CUSTOM_WORKLOADS, _edit(job, "spec", value={"a": 1}), job)
+    assert changed(CUSTOM_WORKLOADS, job, _edit(job, "spec", value={"a": 1}))
+
+
+def test_a_key_declared_twice_is_judged_once_and_still_judged():
+    # a key that is both a trigger annotation and a label node rules read, or read besides
+    both = Triggers(annotations=frozenset({"ack.node.gpu.schedule", "example.com/read"}),
+                    node_labels=frozenset({"ack.node.gpu.schedule"}), read_keys=frozenset({"example.com/read"}))
+    nodes = parts_for("Node", both, SETTINGS)
+    assert not nodes.unchanged(node({"ack.node.gpu.schedule": "cgpu"}), node())
+    assert not nodes.unchanged(node(annotations={"example.com/read": "1"}), node())
+    deployments = parts_for("Deployment", both, SETTINGS)
+    with_read = _edit(DEPLOYMENT, "metadata", "annotations", value={"example.com/read": "1"})
+    assert not deployments.unchanged(with_read, DEPLOYMENT)
+
+
+def test_a_keyed_part_in_words():
+    assert Part(("metadata", "labels"), frozenset({"b", "a"})).describe() == "`metadata.labels`: `a`, `b`"

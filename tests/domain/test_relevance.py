@@ -5,6 +5,7 @@ answer, checked against the CEL itself in tests/deploy/test_match_conditions.py)
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -368,3 +369,105 @@ def test_a_custom_workloads_near_misses_and_patches():
     assert mentions.sends("Workflow", argo(patch), SETTINGS)
     assert not mentions.sends("Workflow", argo('{"containers": []}'), SETTINGS)
     assert not MEM_ONLY.sends("Workflow", argo(patch), SETTINGS)
+
+
+# --- what a review brings: strings parsed from its JSON, shapes judged leniently ----------------
+
+def test_kinds_operations_and_subresources_read_from_a_review_are_matched_by_value():
+    # The names come from the AdmissionReview's JSON: equal to the code's, never the same objects.
+    review = json.loads('{"kind": "Node", "pod": "Pod", "ds": "DaemonSet", "update": "UPDATE", '
+                        '"ephemeral": "ephemeralcontainers"}')
+    labelled = node({"ack.node.gpu.schedule": "cgpu"})
+    assert NODES.sends(review["kind"], labelled, SETTINGS)
+    assert NODES.sends(review["kind"], node(), SETTINGS, operation=review["update"], old=labelled)
+    before = workload("Deployment", pod_spec(container(limits={MEM: "2"})))
+    scaled = copy.deepcopy(before)
+    scaled["spec"]["replicas"] = 5
+    assert not MEM_ONLY.sends("Deployment", scaled, SETTINGS, operation=review["update"], old=before)
+    ds = workload("DaemonSet", pod_spec(container()), name="gpushare-device-plugin-ds")
+    assert DAEMONSETS.sends(review["ds"], ds, SETTINGS)
+    owned = json.loads(json.dumps(pod(container(), meta={"ownerReferences": [
+        {"kind": "DaemonSet", "name": "gpushare-device-plugin-ds"}]})))
+    assert DAEMONSETS.sends(review["pod"], owned, SETTINGS)
+    whole = pod(container(limits={"nvidia.com/gpu": "1"}), nodeName="gpu-1")
+    assert Triggers(placed_resources=frozenset({"nvidia.com/gpu"})).sends(review["pod"], whole, SETTINGS)
+    triggers = Triggers(env=frozenset({"NVIDIA_VISIBLE_DEVICES"}))
+    new = pod(container())
+    new["spec"]["ephemeralContainers"] = [{"name": "debug", "env": env("NVIDIA_VISIBLE_DEVICES")}]
+    assert triggers.sends("Pod", new, SETTINGS, operation="UPDATE", old=pod(container()),
+                          sub_resource=review["ephemeral"])
+
+
+def test_another_subresource_is_judged_as_the_object():
+    gpu = pod(container(limits={MEM: "3"}))
+    assert MEM_ONLY.sends("Pod", gpu, SETTINGS, sub_resource="status")
+    assert MEM_ONLY.sends("Pod", gpu, SETTINGS, sub_resource="resize")
+
+
+@pytest.mark.parametrize("kind", ["CronJob", "Deployment", "Job", "StatefulSet"])
+def test_only_a_daemonset_is_sent_for_its_name(kind):
+    named = workload(kind, pod_spec(container()), name="gpushare-device-plugin-ds")
+    assert not DAEMONSETS.sends(kind, named, SETTINGS)
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "Job", "ReplicaSet", "StatefulSet"])
+def test_only_pods_are_sent_for_their_gpu_sharing_daemonset_owner(kind):
+    obj = workload(kind, pod_spec(container()))
+    obj["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "gpushare-device-plugin-ds"}]
+    assert not DAEMONSETS.sends(kind, obj, SETTINGS)
+
+
+@pytest.mark.parametrize("owner", ["CloneSet", "Job", "ReplicaSet", "StatefulSet"])
+def test_a_pod_owned_by_another_kind_of_the_same_name_is_not_the_daemonsets(owner):
+    obj = pod(container(), meta={"ownerReferences": [{"kind": owner, "name": "gpushare-device-plugin-ds"}]})
+    assert not DAEMONSETS.sends("Pod", obj, SETTINGS)
+
+
+@pytest.mark.parametrize("kind", ["StatefulSet", "ReplicaSet", "Job", "DaemonSet"])
+def test_placed_resources_never_count_in_a_template(kind):
+    triggers = Triggers(placed_resources=frozenset({"nvidia.com/gpu"}))
+    assert not triggers.sends(kind, workload(kind, pod_spec(container(limits={"nvidia.com/gpu": "1"}),
+                                                            nodeName="gpu-1")), SETTINGS)
+
+
+def test_a_node_update_that_changes_a_read_key_but_carries_no_trigger_is_not_sent():
+    triggers = Triggers(node_labels=frozenset({"ack.node.gpu.schedule"}), read_keys=frozenset({"example.com/read"}))
+    old = node({"example.com/read": "1"})
+    new = node({"example.com/read": "2"})
+    assert not triggers.sends("Node", new, SETTINGS, operation="UPDATE", old=old)
+    assert triggers.sends("Node", node({"example.com/read": "2", "ack.node.gpu.schedule": "cgpu"}), SETTINGS,
+                          operation="UPDATE", old=old)
+
+
+def test_an_old_ephemeral_list_with_unreadable_entries_hides_nothing():
+    triggers = Triggers(env=frozenset({"NVIDIA_VISIBLE_DEVICES"}))
+    new = pod(container())
+    new["spec"]["ephemeralContainers"] = ["x", {"name": "debug", "env": env("NVIDIA_VISIBLE_DEVICES")}]
+    old = pod(container())
+    old["spec"]["ephemeralContainers"] = ["x", {"name": 7}]
+    assert triggers.sends("Pod", new, SETTINGS, operation="UPDATE", old=old, sub_resource="ephemeralcontainers")
+
+
+def test_a_resource_that_counts_anyway_is_neither_placed_nor_custom_and_others_are_not_added():
+    triggers = resolve([Relevance(resources=("gpu_mem", "gpu_count")),
+                        Relevance(placed_resources=("gpu_mem", "gpu_exclusive"),
+                                  custom_requests=("gpu_mem", "gpu_core"))], SETTINGS)
+    assert triggers.placed_resources == {"nvidia.com/gpu"}
+    assert triggers.custom_requests == {CORE}
+
+
+def test_reads_must_name_strings():
+    # names.assignment.pairs holds pairs of names, not names
+    with pytest.raises(ValueError, match="which holds no label or annotation name"):
+        resolve([Relevance(reads=("names.assignment.pairs",))], SETTINGS)
+
+
+def test_a_custom_workload_with_an_unreadable_part_is_still_read_where_it_can_be():
+    job = pytorchjob(container(limits={MEM: "2"}))
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["template"] = "not a map"
+    assert MEM_ONLY.sends("PyTorchJob", job, SETTINGS)
+    patch = '{"containers": [{"name": "main", "resources": {"limits": {"aliyun.com/gpu-mem": 3}}}]}'
+    workflow = argo(patch)
+    workflow["spec"]["templates"].insert(0, "not a map")
+    workflow["spec"]["templateDefaults"] = "not a map"
+    assert Triggers(patch_mentions=frozenset({MEM})).sends("Workflow", workflow, SETTINGS)

@@ -84,3 +84,13 @@ def test_every_rule_and_mutation_is_a_known_id():
 def test_families_are_derived_from_the_registry():
     assert rule_ids("placement") == frozenset({"GB001", "GB002", "GB003", "GB004", "GB005"})
     assert rule_ids("no such family") == frozenset()
+
+
+def test_rule_and_mutation_ids_never_collide():
+    # one id names one thing in a config file's `rules:` section
+    assert not set(REGISTRY) & set(MUTATIONS)
+
+
+def test_a_family_is_matched_by_value():
+    family = "".join(["place", "ment"])  # as read from input: equal, not the same object
+    assert rule_ids(family) == frozenset({"GB001", "GB002", "GB003", "GB004", "GB005"})
