@@ -177,3 +177,10 @@ def test_the_suffixes_are_every_canonical_whole_number_suffix():
 ])
 def test_guarded_tests_the_last_level_of_a_short_path(obj, expected):
     assert bool(evaluate(guarded("object.spec.template"), object=obj)) is expected
+
+
+def test_a_resource_snippet_cannot_be_changed_once_made():
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RES.name = "nvidia.com/gpu"  # type: ignore[misc]

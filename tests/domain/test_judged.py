@@ -273,3 +273,13 @@ def test_a_key_declared_twice_is_judged_once_and_still_judged():
 
 def test_a_keyed_part_in_words():
     assert Part(("metadata", "labels"), frozenset({"b", "a"})).describe() == "`metadata.labels`: `a`, `b`"
+
+
+def test_judged_parts_cannot_be_changed_once_made():
+    import dataclasses
+
+    parts = parts_for("Pod", TRIGGERS, SETTINGS)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parts.parts = ()  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parts.parts[0].path = ()  # type: ignore[misc]

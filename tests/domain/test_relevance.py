@@ -471,3 +471,12 @@ def test_a_custom_workload_with_an_unreadable_part_is_still_read_where_it_can_be
     workflow["spec"]["templates"].insert(0, "not a map")
     workflow["spec"]["templateDefaults"] = "not a map"
     assert Triggers(patch_mentions=frozenset({MEM})).sends("Workflow", workflow, SETTINGS)
+
+
+def test_declarations_and_their_resolution_cannot_be_changed_once_made():
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        NOTHING.near_miss = True  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        MEM_ONLY.resources = frozenset()  # type: ignore[misc]

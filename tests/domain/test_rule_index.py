@@ -94,3 +94,10 @@ def test_rule_and_mutation_ids_never_collide():
 def test_a_family_is_matched_by_value():
     family = "".join(["place", "ment"])  # as read from input: equal, not the same object
     assert rule_ids(family) == frozenset({"GB001", "GB002", "GB003", "GB004", "GB005"})
+
+
+def test_an_entry_cannot_be_changed_once_listed():
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rule_entries(PolicySettings())[0].enabled = False  # type: ignore[misc]
