@@ -100,7 +100,7 @@ _FAST = {
     "policies/rules/capacity_rules.py": "capacity_rules placement_rules",
     "policies/rules/quota_rules.py": "quota_findings quota_rules",
     "policies/rules/isolation_rules.py": "isolation_findings isolation_rules isolation_round_two",
-    "policies/rules/workload_rules.py": "workload_rules workloads workload_schemas",
+    "policies/rules/workload_rules.py": "workload_rules workloads",
     "policies/rules/cluster_invariants.py": "audit",
     # placement
     "policies/placement/cards.py":

@@ -283,3 +283,11 @@ def test_judged_parts_cannot_be_changed_once_made():
         parts.parts = ()  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         parts.parts[0].path = ()  # type: ignore[misc]
+
+
+def test_what_is_not_judged_stays_unjudged_for_kinds_read_from_a_review():
+    review = json.loads('{"node": "Node", "pod": "Pod", "custom": "custom workloads"}')
+    assert not changed(review["node"], node({"zone": "b"}), node({"zone": "a"}))
+    assert not changed(review["pod"], _edit(POD, "metadata", "labels", value={"app": "y"}), POD)
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"}, "spec": {"a": 1}}
+    assert not changed(review["custom"], _edit(job, "status", value={"b": 2}), job)
