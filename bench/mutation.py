@@ -88,11 +88,11 @@ _FAST = {
     "policies/quota/quota_usage.py": "quota_oracle quota_findings quota_rules",
     # rules
     "policies/rules/base.py": _RULES + " exemption_grants",
-    "policies/rules/relevance.py": "match_conditions rule_families",
-    "policies/rules/judged.py": "update_conditions update_judging match_conditions",
-    "policies/rules/cel.py": "match_conditions update_conditions backstop_equivalence",
+    "policies/rules/relevance.py": "rule_families",
+    "policies/rules/judged.py": "update_judging",
+    "policies/rules/cel.py": "",
     "policies/rules/mutations.py": "mutations",
-    "policies/rules/rule_index.py": "rule_base rule_tables",
+    "policies/rules/rule_index.py": "rule_base",
     "policies/rules/pod_resources.py": "gs_rules pod_rules",
     "policies/rules/sharing_rules.py": "sharing_rules scheduler_counting pod_rules",
     "policies/rules/exemptions.py": "exemptions exemption_grants",
@@ -101,7 +101,7 @@ _FAST = {
     "policies/rules/capacity_rules.py": "capacity_rules placement_rules",
     "policies/rules/quota_rules.py": "quota_findings quota_rules",
     "policies/rules/isolation_rules.py": "isolation_findings isolation_rules isolation_round_two",
-    "policies/rules/workload_rules.py": "workload_rules workloads workload_schemas",
+    "policies/rules/workload_rules.py": "workload_rules workloads",
     "policies/rules/cluster_invariants.py": "audit",
     # placement
     "policies/placement/cards.py":
