@@ -203,12 +203,12 @@ def test_which_pods_hold_whole_gpus(settings):
     assert cards.held == {3: "default/one", 0: "default/bad", 1: "default/out", 2: "default/past"}
     assert cards.free() == []
     state = snapshot(node, gpu_pod("done", "t", whole=1, annotations={VISIBLE: "0"}, phase="Failed"), names=names)
-    request, [verdict] = rank(state, names, 4)
+    _, [verdict] = rank(state, names, 4)
     assert verdict.fits and verdict.cards == [0, 1, 2, 3]
 
 
 def islands(count: int, *speeds: int, cross: int = 20) -> str:
-    """Islands of ``count // len(speeds)`` cards each, the n-th linked at ``speeds[n]`` GB/s inside, ``cross`` across."""
+    """Islands of ``count // len(speeds)`` cards, the n-th linked at ``speeds[n]`` GB/s inside, ``cross`` across."""
     size = count // len(speeds)
     return links(count, lambda i, j: speeds[i // size] if i // size == j // size else cross)
 
