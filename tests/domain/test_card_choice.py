@@ -106,6 +106,9 @@ SEARCHES = {
          [(0,), (1,), (0,)]),
     "a pod's own card stays open to its other containers at the cGPU limit":
         ("binpack", 20, [(0, 40, 19), (2, 50, 0)], [("a", 5, 20, 1), ("b", 8, 80, 2)], [(0,), (0, 1)]),
+    "a card at the cGPU limit takes no share of a new pod":
+        ("binpack", 20, [(6, 20, 20), (6, 0, 1)], [("a", 4, 0, 2)],
+         NoFit("a", ("GPU0 already runs 20 pods, the cGPU limit is 20",), 2, 1)),
     "no card has the compute":
         ("binpack", None, [(2, 50, 0), (2, 20, 20)], [("a", 8, 100, 1)],
          NoFit("a", ("GPU0 has 50% compute free, needs 100%", "GPU1 has 80% compute free, needs 100%"))),
