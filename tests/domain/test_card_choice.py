@@ -132,3 +132,14 @@ def test_the_search_of_every_assignment(case):
         taken = {i: sum(g.mem_per_card for g, cards in zip(gpus, expected, strict=True) if i in cards)
                  for i in range(len(shapes))}
         assert [c.used_mem for c in state.cards] == [shapes[i][0] + taken[i] for i in range(len(shapes))]
+
+
+def test_a_search_within_its_budget_refuses_the_pod_no_assignment_holds():
+    # Six 8 GiB containers and one of 9 on six 10 GiB cards told apart (by their compute): 57 GiB fit
+    # the 60 there are, but a card holds one of them. Proving it takes 1,956 choices, within the
+    # search's 2,000: the pod is refused, not left undecided (as one past the budget is: test_cards).
+    cards = [Card(i, 10, 0, i) for i in range(6)]
+    gpus = [PodGPU(f"c{i}", 8, 0, i) for i in range(6)] + [PodGPU("big", 9, 0, 6)]
+    placed = place_pod(NodeCards("n", "core_mem", "binpack", cards), "ns/p", gpus)
+    assert placed.no_fit == NoFit("big", tuple(f"GPU{i} has 2/10 GiB free, needs 9" for i in range(6)))
+    assert placed.cards is None and not placed.fits
