@@ -109,6 +109,9 @@ SEARCHES = {
     "a card at the cGPU limit takes no share of a new pod":
         ("binpack", 20, [(6, 20, 20), (6, 0, 1)], [("a", 4, 0, 2)],
          NoFit("a", ("GPU0 already runs 20 pods, the cGPU limit is 20",), 2, 1)),
+    "a card past the cGPU limit takes none either":
+        ("spread", 20, [(2, 40, 19), (0, 50, 21)], [("a", 4, 40, 2)],
+         NoFit("a", ("GPU1 already runs 21 pods, the cGPU limit is 20",), 2, 1)),
     "no card has the compute":
         ("binpack", None, [(2, 50, 0), (2, 20, 20)], [("a", 8, 100, 1)],
          NoFit("a", ("GPU0 has 50% compute free, needs 100%", "GPU1 has 80% compute free, needs 100%"))),
