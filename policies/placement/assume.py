@@ -64,10 +64,6 @@ class _TimedRecords:
                 break
             del self._entries[key]
 
-    def values(self) -> list[PodInfo]:
-        now = self._clock()
-        return [e.pod for e in self._entries.values() if e.expires > now]
-
     def __len__(self) -> int:
         return len(self._entries)
 

@@ -30,7 +30,8 @@ def test_the_ack_page_s_binpack_node(settings):
 def test_percent_is_rounded_down_and_pending_memory_counts_on_the_node(settings):
     names = settings.names
     # 11 of 30 GiB is 36.7%: 36, as the pages print whole percents rounded down.
-    state = snapshot(gpu_node("b", "core_mem", 2, 15),
+    # The node as the API server sends it (parsed JSON): its label values are read, not written here.
+    state = snapshot(json.loads(json.dumps(gpu_node("b", "core_mem", 2, 15))),
                      gpu_pod("c", "b", mem=4, core=30, annotations={**allocation(1, 4),
                                                                    CORE_ALLOCATION: json.dumps({"0": {"1": 30}})}),
                      gpu_pod("waiting", "b", mem=7, core=20), names=names)
@@ -55,5 +56,8 @@ def test_only_nodes_with_shared_gpu_memory_are_reported(settings):
     assert [(n.name, len(n.cards), n.placement) for n in usage.nodes] == [("x", 1, "binpack"), ("y", 2, "spread")]
     assert (usage.max_cards, usage.percent) == (2, 0)
     assert [n.name for n in cluster_usage(state, names, only=("y", "t")).nodes] == ["y"]
+    assert [n.shows_core for n in usage.nodes] == [False, False]  # compute is shown on core_mem nodes only
+    tiny = snapshot(gpu_node("one-gib", "share", 1, 1), names=names)  # 1 GiB is memory to report
+    assert [(n.name, n.total_mem) for n in cluster_usage(tiny, names).nodes] == [("one-gib", 1)]
     empty = cluster_usage(snapshot(gpu_node("t", "topology", 8), names=names), names)
     assert (empty.nodes, empty.used_mem, empty.total_mem, empty.percent, empty.max_cards) == ((), 0, 0, 0, 0)

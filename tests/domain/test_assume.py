@@ -34,6 +34,10 @@ def test_an_assumption_lasts_its_time_to_live_and_no_longer():
     clock.now = 60.0
     assert ledger.assumed("default/a") is None and ledger.assumed_on("n1", lambda p: False) == []
     assert ledger.counts() == (0, 0)
+    late = PlacementLedger(assume_ttl=60, clock=clock)
+    late.assume(pod("b"))
+    clock.now = 200  # read long after its expiry, before anything swept it
+    assert late.assumed("default/b") is None
 
 
 def test_the_oldest_records_make_room_and_a_new_record_of_a_pod_replaces_its_old_one():
@@ -43,6 +47,7 @@ def test_the_oldest_records_make_room_and_a_new_record_of_a_pod_replaces_its_old
     clock.now = 1
     ledger.assume(pod("b"))
     ledger.assume(pod("a", node="n2"))  # re-admitted onto another node: the newest, on n2 only
+    assert ledger.assumed_on("n1", lambda p: False) == [pod("b")]
     clock.now = 2
     ledger.assume(pod("c"))  # the oldest, b, makes room
     assert ledger.counts()[0] == 2
@@ -60,7 +65,7 @@ def test_expired_records_are_swept_from_the_oldest_while_newer_ones_stay():
     ledger.assume(pod("old"))
     clock.now = 5
     ledger.assume(pod("new"))
-    clock.now = 10  # the first has expired, the second has 5 left
+    clock.now = 12  # the first has expired, the second has 3 left
     assert ledger.counts() == (1, 0)
     assert ledger.assumed_on("n1", lambda p: False) == [pod("new")]
 
@@ -80,10 +85,12 @@ def test_the_view_counts_assumptions_until_the_watch_shows_the_pod():
     assert sorted(p.key for p in view.pods_on_node("n1")) == ["default/a", "default/b"]
     assert ledger.assumed("default/a") is None and ledger.assumed("default/b") == pod("b")
     assert view.pods_on_node("n2") == []
+    base.record_pod(PodInfo("default", "b", "uid-b", "", "Running", (), {}))  # the watch knows b: no GPUs now
+    assert view.get_pod("default", "b") is None and view.has_pod("default", "b")
 
 
 def test_each_node_has_one_lock_from_a_few():
     ledger = PlacementLedger()
     locks = {name: ledger.node_lock(name) for name in (f"node-{i}" for i in range(200))}
     assert all(ledger.node_lock(name) is lock for name, lock in locks.items())
-    assert 1 < len({id(lock) for lock in locks.values()}) <= 64
+    assert 32 < len({id(lock) for lock in locks.values()}) <= 64  # nodes spread over the stripes
