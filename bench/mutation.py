@@ -115,6 +115,8 @@ _FAST = {
     "policies/placement/allocation.py": "allocation_metrics cards scheduler_oracle",
     "policies/placement/assume.py": "state_views placement_rules live_state",
     "policies/placement/leadership.py": "leader state_views",
+    "policies/placement/node_groups.py": "capacity_index capacity_rules",
+    "policies/placement/work_budget.py": "capacity_index capacity_rules",
     # scoring
     "policies/scoring/scoring.py": "scoring_numbers scoring selectors",
     "policies/scoring/explain.py": "quota_explain cli_score",

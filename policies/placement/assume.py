@@ -38,7 +38,6 @@ class _TimedRecords:
     def __init__(self, ttl: float, max_entries: int, clock: Callable[[], float]) -> None:
         self._ttl, self._max, self._clock = ttl, max_entries, clock
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        self.evicted = 0
 
     def put(self, pod: PodInfo) -> None:
         self._entries.pop(pod.key, None)
@@ -46,7 +45,6 @@ class _TimedRecords:
         self.sweep()
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
-            self.evicted += 1
 
     def get(self, key: str) -> PodInfo | None:
         entry = self._entries.get(key)
@@ -65,10 +63,6 @@ class _TimedRecords:
             if entry.expires > now:
                 break
             del self._entries[key]
-
-    def values(self) -> list[PodInfo]:
-        now = self._clock()
-        return [e.pod for e in self._entries.values() if e.expires > now]
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -117,8 +117,9 @@ def topology_cards(node: NodeInfo, pods: Sequence[PodInfo], names: Names) -> Top
 
 
 def _set_quality(cards: TopologyCards, chosen: Sequence[int]) -> tuple[float, float]:
+    """(slowest link, total) of a set of at least two cards: every caller asks only of such sets."""
     links = [cards.link(a, b) for a, b in combinations(chosen, 2)]
-    return (min(links), sum(links)) if links else (0.0, 0.0)
+    return min(links), sum(links)
 
 
 def _greedy_set(cards: TopologyCards, free: list[int], wanted: int) -> tuple[int, ...]:

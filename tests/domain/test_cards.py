@@ -238,6 +238,15 @@ def test_unrecorded_pods_hold_no_card_and_count_on_the_node():
     assert (cards.used_mem, cards.total_mem) == (23, 30)
 
 
+def test_an_unrecorded_pod_s_containers_add_up_on_no_card():
+    two = pod("two", gpu(4, container="a"), gpu(4, index=1, container="b"))
+    cards = node_cards(node(cards=2, gib=16), [two], NAMES)
+    assert cards.pending == {"default/two": 8} and cards.used_mem == 8
+    assert [(c.free_mem, c.free_core) for c in cards.cards] == [(16, 100), (16, 100)]
+    held = node_cards(node(cards=2, gib=16), [pod("p", gpu(6), annotations=allocation({0: {1: 6}}))], NAMES)
+    assert [c.free_mem for c in held.cards] == [16, 10]
+
+
 def test_recorded_pods_are_charged_and_unrecorded_ones_pending():
     pods = [pod("a", gpu(10)), pod("z", gpu(10), annotations=allocation({0: {0: 10}}))]
     cards = node_cards(node(cards=2), pods, NAMES)

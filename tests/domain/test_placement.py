@@ -425,3 +425,38 @@ def test_gb004_on_a_node_of_many_cards():
     assert rule == "GB004"
     assert message == 'node n1: container "a" fits no card: ' + "; ".join(
         f"GPU{i} has 1/1 GiB free, needs 2" for i in range(300))
+
+
+def test_gpu_memory_past_the_largest_card_is_refused_unless_spread_over_cards():
+    # GS003's ceiling is 1024 GiB per card, times the cards the pod label spreads each container
+    # over (docs/design.md, "GS003's ceiling"); a refused value is no card demand.
+    spec = {"containers": [{"name": "big", "resources": {"limits": {MEM: 1500}}}]}
+    alone = demand_from_containers("ns/p", container_requests(spec, ("spec",), NAMES), NAMES)
+    assert (alone.gpus, alone.refused) == ((), ('container "big": aliyun.com/gpu-mem=1500',))
+    spread = demand_from_containers("ns/p", container_requests(spec, ("spec",), NAMES), NAMES,
+                                    {"aliyun.com/gpu-count": "2"})
+    assert (spread.gpus, spread.refused) == ((PodGPU("big", 1500, 0, 0, 2),), ())
+
+
+@pytest.mark.parametrize(("cards", "used", "rule", "words"), [
+    # 12 GiB over 2 cards is 6 on each: GPU0 has it, GPU1 (5 free) does not.
+    (2, [0, 5], "GB004", 'container "c" needs 2 cards and 1 fits: GPU1 has 5/10 GiB free, needs 6'),
+    # Over 3 cards of which two have 4 free: 2 fit.
+    (3, [0, 0, 8], "GB004", 'container "c" needs 3 cards and 2 fit: GPU2 has 2/10 GiB free, needs 4'),
+    # Over 3 cards on a node of 2: the node's cards are named, no card is counted.
+    (3, [0, 0], "GB004", 'container "c" needs 3 cards: the node has 2 cards'),
+])
+def test_a_container_spread_over_cards_is_refused_naming_the_cards_it_needs(cards, used, rule, words):
+    n = node("cgpu", cards=len(used))
+    pods = [pod(f"o{i}", gib, annotations={ALLOCATION: json.dumps({"0": {str(i): gib}})})
+            for i, gib in enumerate(used) if gib]
+    demand = PodDemand("default/new", (PodGPU("c", 12, 0, 0, cards),))
+    assert problems(demand, n, pods) == [(rule, f"node n1: {words}")]
+
+
+def test_a_spread_container_past_the_cgpu_limit_names_the_cards_under_it():
+    crowd = [pod(f"o{k}", 1, annotations={ALLOCATION: json.dumps({"0": {"1": 1}})}) for k in range(20)]
+    demand = PodDemand("default/new", (PodGPU("c", 4, 0, 0, 2),))
+    assert problems(demand, node("cgpu", gib=24), crowd) == [
+        ("GB003", 'node n1: container "c" needs 2 cards and 1 fits under the cGPU limit of pods per card: '
+                  "GPU1 already runs 20 pods, the cGPU limit is 20")]
