@@ -27,6 +27,7 @@ from policies.rules.judged import (
 )
 from policies.rules.relevance import Triggers
 from tests.domain.test_cel import cel_go_accepts_has
+from tests.support import manifests
 from tests.support.manifests import MEM, container, pod_spec, workload
 
 _ENV = celpy.Environment()
@@ -62,12 +63,7 @@ def deployment(**meta: Any) -> dict[str, Any]:
 
 
 def node(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "gpu-1"}
-    if labels is not None:
-        meta["labels"] = labels
-    if annotations is not None:
-        meta["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": {}}
+    return manifests.node(labels, annotations, spec={})
 
 
 def _edit(obj: dict[str, Any], *path: str, value: Any) -> dict[str, Any]:

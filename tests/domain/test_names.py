@@ -8,19 +8,7 @@ import pytest
 
 from policies.model.resources import container_requests
 from policies.model.settings import Names, ResourceNames
-from webhook.settings import ConfigFileError, load_settings
-
-
-def loaded(tmp_path, text: str):
-    config = tmp_path / "config.yaml"
-    config.write_text(text)
-    return load_settings(config)
-
-
-def refusal(tmp_path, text: str) -> str:
-    with pytest.raises(ConfigFileError) as raised:
-        loaded(tmp_path, text)
-    return str(raised.value).replace(str(tmp_path / "config.yaml"), "CONFIG")
+from tests.support.config_files import loaded, refusal
 
 
 def test_the_resource_fields_in_order_and_those_containers_ask_for():

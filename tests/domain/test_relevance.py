@@ -12,7 +12,7 @@ import pytest
 
 from policies.model.settings import PolicySettings
 from policies.rules.relevance import NOTHING, Relevance, Triggers, resolve
-from tests.support.manifests import CORE, MEM, container, pod_spec, workload
+from tests.support.manifests import CORE, MEM, container, node, pod_spec, workload
 
 SETTINGS = PolicySettings()
 NAMES = SETTINGS.names
@@ -221,15 +221,6 @@ def test_the_gpu_sharing_daemonsets_and_their_pods_are_sent():
     assert not MEM_ONLY.sends("Pod", owned, SETTINGS)
     # their mutation patches every UPDATE, changed or not
     assert DAEMONSETS.sends("DaemonSet", ds, SETTINGS, operation="UPDATE", old=copy.deepcopy(ds))
-
-
-def node(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "gpu-1"}
-    if labels is not None:
-        meta["labels"] = labels
-    if annotations is not None:
-        meta["annotations"] = annotations
-    return {"apiVersion": "v1", "kind": "Node", "metadata": meta}
 
 
 NODES = Triggers(node_labels=frozenset({"ack.node.gpu.schedule"}), annotations=frozenset({"gpushare.io/exempt"}))

@@ -8,21 +8,11 @@ import pytest
 
 from policies.model.settings import PolicySettings, WorkloadKindSettings, WorkloadSettings
 from policies.model.workloads import CONTAINERS, TEMPLATE, workload_table
-from webhook.settings import ConfigFileError, load_settings
+from tests.support.config_files import loaded, refusal
 
 TRAINING = "workloads:\n  kinds:\n    - {group: ml.example.com, kind: Training, paths: ['spec.workers[].template']}\n"
 
 
-def loaded(tmp_path, text: str):
-    config = tmp_path / "config.yaml"
-    config.write_text(text)
-    return load_settings(config)
-
-
-def refusal(tmp_path, text: str) -> str:
-    with pytest.raises(ConfigFileError) as raised:
-        loaded(tmp_path, text)
-    return str(raised.value).replace(str(tmp_path / "config.yaml"), "CONFIG")
 
 
 def test_a_configured_kind_joins_the_workload_table(tmp_path):

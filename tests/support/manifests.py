@@ -56,3 +56,14 @@ def received(value: Any) -> Any:
     """``value`` as the webhook receives it: decoded from JSON, so its strings are not the interned
     literals of the test source (a comparison by identity, ``is "Pod"``, would not hold)."""
     return json.loads(json.dumps(value))
+
+
+def node(labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+         **fields: Any) -> dict[str, Any]:
+    """A Node named gpu-1 with the given labels and annotations (absent when None)."""
+    meta: dict[str, Any] = {"name": "gpu-1"}
+    if labels is not None:
+        meta["labels"] = labels
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Node", "metadata": meta, **fields}
