@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from policies.model.cluster import PodGPU, PodInfo
 from policies.model.cluster_snapshot import ClusterSnapshot
+from policies.model.settings import StateSettings
 from policies.placement.assume import PlacementLedger
 
 
@@ -94,3 +95,33 @@ def test_each_node_has_one_lock_from_a_few():
     locks = {name: ledger.node_lock(name) for name in (f"node-{i}" for i in range(200))}
     assert all(ledger.node_lock(name) is lock for name, lock in locks.items())
     assert 32 < len({id(lock) for lock in locks.values()}) <= 64  # nodes spread over the stripes
+
+
+def test_a_ledger_built_without_arguments_keeps_what_the_default_settings_keep():
+    # The webhook builds its ledger from the state settings; one built bare (as tests and tools do)
+    # must keep records exactly as long and as many as those settings' defaults say.
+    defaults = StateSettings()
+    clock = Clock()
+    ledger = PlacementLedger(clock=clock)
+    ledger.assume(pod("a"))
+    ledger.remember_created(pod("r", node=""))
+    clock.now = defaults.assume_ttl_seconds - 0.001
+    assert ledger.assumed("default/a") == pod("a")
+    clock.now = defaults.assume_ttl_seconds
+    assert ledger.assumed("default/a") is None
+    clock.now = defaults.recent_pods_ttl_seconds - 0.001
+    assert ledger.recent("default/r") == pod("r", node="")
+    clock.now = defaults.recent_pods_ttl_seconds
+    assert ledger.recent("default/r") is None
+
+    full = PlacementLedger(clock=clock)
+    for number in range(defaults.assume_max_entries):
+        full.assume(pod(f"a{number}"))
+    for number in range(defaults.recent_pods_max_entries):
+        full.remember_created(pod(f"r{number}", node=""))
+    assert full.counts() == (defaults.assume_max_entries, defaults.recent_pods_max_entries)
+    full.assume(pod("one-more"))
+    full.remember_created(pod("one-more", node=""))
+    assert full.counts() == (defaults.assume_max_entries, defaults.recent_pods_max_entries)
+    assert full.assumed("default/a0") is None and full.recent("default/r0") is None  # the oldest made room
+    assert full.assumed("default/a1") == pod("a1")
