@@ -310,6 +310,12 @@ class MutantSession:
               f"survive), their tests' time {minutes(cost)} / {self.parallel} job(s) = "
               f"{minutes(cost / self.parallel)} at most; {len(plans) - len(in_session)} left to the copies",
               flush=True)
+        by_module: dict[str, list[Any]] = defaultdict(list)
+        for plan in in_session:
+            by_module[plan[0].module].append(plan)
+        for module, module_plans in sorted(by_module.items()):
+            module_cost = sum(plan[6] for plan in module_plans) + _FORK_COST * len(module_plans)
+            print(f"  {module}: {len(module_plans)} mutants, their tests' time {minutes(module_cost)}", flush=True)
         if self.budget_only:
             return
         pending = iter(plans)

@@ -5,7 +5,7 @@ here knows resource names; policies/generate/near_miss_regex.py builds GS007's a
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any
 
 # -- regular expressions as values ------------------------------------------------------------------
@@ -13,18 +13,6 @@ from typing import Any
 
 Node = tuple[Any, ...]
 EPS: Node = ("cat", ())
-
-
-@cache
-def _key(node: Node) -> tuple[Any, ...]:
-    """A total order on Nodes that does not depend on hashing (frozenset order varies by process)."""
-    kind, body = node
-    if kind == "sym":
-        return (0, tuple(sorted(body)))
-    if kind == "star":
-        return (3, _key(body))
-    parts = [_key(p) for p in body]
-    return (1, tuple(parts)) if kind == "cat" else (2, tuple(sorted(parts)))
 
 
 def symbol_node(letters: Iterable[str]) -> Node:
@@ -63,7 +51,9 @@ def either(*choices: Node) -> Node:
     if letters:
         flat.add(symbol_node(letters))
     empty = EPS in flat
-    rest = sorted((c for c in flat if c != EPS), key=_key)  # a fixed order: the output is the same every run
+    # In no particular order (a set's order varies by process): what follows depends on the set only,
+    # and the renderer sorts each choice by its text, so the output is the same every run.
+    rest = [c for c in flat if c != EPS]
     # Factor common first parts (a b | a c -> a (b|c)), else common last parts (b a | c a -> (b|c) a).
     joins: tuple[tuple[Callable[[Node], tuple[Node, Node]], Callable[[Node, Node], Node]], ...] = (
         (_first, lambda part, tail: concat(part, tail)), (_last_first, lambda part, init: concat(init, part)))

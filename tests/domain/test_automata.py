@@ -111,6 +111,43 @@ def test_a_regular_expression_value_renders_to_its_words(what, node, meant):
     assert {w for w in words(4) if re2.search(regex, w)} == meant, regex
 
 
+# The exact text each language and value above renders to. Generated files hold such text, so the
+# same language in other words (another elimination order, choice order or factoring) is a change:
+# every shipped file would have to be generated again.
+TEXTS = {
+    "an even number of a": "(?:[bc]|a[bc]*a)*",
+    "contains ab": "(?:[bc]|aa*c)*aa*b[abc]*",
+    "exactly abc": "abc",
+    "a or b then c, counted to 4": "[abc](?:[abc][abc])?",
+    "ends with c, redundant states": "(?:(?:cc*)?[ab])*cc*",
+    "only the empty word": "",
+    "every word": "[abc]*",
+    "at most two letters, never b": "(?:[ac][ac]?)?",
+    "one letter": "a",
+    "letters": "[abc]",
+    "a word": "abc",
+    "the empty word": "",
+    "a word or nothing": "(?:ab)?",
+    "a common first part": "a(?:[bc]|bc)",
+    "a common last part": "bc|cc?",
+    "nested choices": "(?:[ab]|cc)?",
+    "words in words": "(?:a|bb)c?a",
+    "the same choice twice": "ab",
+}
+
+
+@pytest.mark.parametrize("what", sorted(TEXTS))
+def test_each_language_and_value_renders_to_the_same_text_every_time(what):
+    renderer = Renderer(symbol)
+    language = next((x for x in LANGUAGES if x[0] == what), None)
+    if language is not None:
+        _, start, step, accepts, _ = language
+        node = dfa_regex(minimal_dfa(start, LETTERS, step, accepts), renderer)
+    else:
+        node = next(n for n in NODES if n[0] == what)[1]()
+    assert node is not None and renderer.render(node)[0] == TEXTS[what]
+
+
 def test_the_rendering_is_the_same_whatever_the_order_of_choices():
     renderer = Renderer(symbol)
     one = renderer.render(either(a("ab"), a("ca"), a("b"), EPS))[0]
@@ -136,3 +173,27 @@ def test_the_backstop_s_near_miss_regexes_are_as_long_as_the_documented_cost_say
     assert (len(name_part_regex(r.gpu_mem, r.gpu_core, before=SECTION)),
             len(domain_regex(r.gpu_mem, tuple(settings.near_miss.lookalike_domains), before=SECTION))) == \
         DOCUMENTED_LENGTHS
+
+
+def test_the_backstop_s_near_miss_regexes_are_those_the_shipped_policy_holds():
+    """The shipped policy is generated text: an elimination order or a choice order that gave the same
+    language in other words would make it stale (``gpushare generate --check`` fails) and change what
+    every cluster runs. Both regexes appear, as written in a CEL string, in the shipped policy."""
+    from pathlib import Path
+
+    import yaml
+
+    from policies.generate.backstop import SECTION
+    from policies.generate.near_miss_regex import domain_regex, name_part_regex
+    from webhook.settings import Settings
+
+    settings = Settings()
+    r = settings.names.resources
+    shipped = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "gpushare-webhook" / "files" / "backstop.yaml"
+    expressions = [v["expression"] for doc in yaml.safe_load_all(shipped.read_text(encoding="utf-8")) if doc
+                   for v in doc.get("spec", {}).get("variables", [])]
+    for regex in (name_part_regex(r.gpu_mem, r.gpu_core, before=SECTION),
+                  domain_regex(r.gpu_mem, tuple(settings.near_miss.lookalike_domains), before=SECTION)):
+        written = regex.replace("\\", "\\\\").replace("'", "\\'")
+        assert any(written in e for e in expressions), regex
+
