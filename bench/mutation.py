@@ -129,7 +129,7 @@ _FAST = {
     "policies/generate/match_conditions.py": "match_conditions update_conditions",
     "policies/generate/workload_conditions.py": "match_conditions workload_crd_coverage",
     "policies/generate/backstop.py": "backstop",
-    "policies/generate/near_miss_regex.py": "near_miss_regex backstop",
+    "policies/generate/near_miss_regex.py": "near_miss_regex automata",
     "policies/generate/doc_tables.py": "doc_tables workload_schemas",
     # audit
     "policies/audit/audit.py": "audit_findings audit",

@@ -1,0 +1,84 @@
+"""What one review may spend on GC001's question (policies/placement/work_budget.py): the cap is
+reached exactly where docs/operations.md ("What one review may cost") says, each kind of work
+weighs what it says, and a pod past the cap is told what it asked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from policies.model.resources import container_requests
+from policies.model.selectors import node_selector_from_spec
+from policies.placement.capacity_index import CapacityIndex
+from policies.placement.placement import demand_from_containers
+from policies.placement.work_budget import TooCostly, WorkBudget, too_costly
+from tests.support.cluster_builders import gpu_node, snapshot
+from webhook.settings import Settings
+
+NAMES = Settings().names
+
+
+class Recording(WorkBudget):
+    """A budget that keeps each charge, in order."""
+
+    __slots__ = ("charges",)
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(cap)
+        self.charges: list[int] = []
+
+    def charge(self, units: int) -> None:
+        self.charges.append(units)
+        super().charge(units)
+
+
+def test_a_review_may_spend_exactly_the_cap_and_not_one_unit_more():
+    budget = WorkBudget(30)
+    budget.charge(10)
+    budget.charge(20)
+    assert budget.spent == 30
+    with pytest.raises(TooCostly) as raised:
+        budget.charge(1)
+    assert raised.value.cap == 30 and str(raised.value) == "more than 30 units of work"
+    assert budget.spent == 31
+
+
+def test_each_kind_of_work_weighs_what_the_operations_guide_says():
+    """A pod pinned to one host, on a cold index of three nodes: the grouping by hostname is built
+    (a node added: 5, plus 1 for the one label read, each), the hostname and its group looked up (1
+    each), one group asked about (10), its one node's maps built (5 a node), the largest card, the
+    most cards and the candidates read from its maps (1 each), and the container placed on each of
+    the node's two cards (10 each)."""
+    state = snapshot(gpu_node("n0", "share", 2, 16), gpu_node("n1", "share", 2, 16),
+                     gpu_node("n2", "core_mem", 4, 16), names=NAMES)
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": {"aliyun.com/gpu-mem": 4}}}],
+                            "nodeSelector": {"kubernetes.io/hostname": "n1"}}
+    demand = demand_from_containers("", container_requests(spec, ("spec",), NAMES), NAMES)
+    budget = Recording(10**6)
+    verdict = CapacityIndex(NAMES).verdict(state, demand, node_selector_from_spec(spec, ("spec",)), budget)
+    assert verdict.never == "" and verdict.not_now == ""  # it fits on n1
+    assert budget.charges == [6, 6, 6, 1, 1, 10, 5, 1, 1, 1, 20]
+    assert budget.spent == 58
+
+
+def test_a_pod_past_the_cap_is_told_what_it_asked_and_what_would_be_accepted():
+    """Requirements count the node selector's labels and every term's label and field requirements."""
+    terms = [{"matchExpressions": [{"key": k, "operator": "Exists"} for k in ("a", "b", "c")],
+              "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+             {"matchExpressions": [{"key": "d", "operator": "DoesNotExist"}],
+              "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]},
+                              {"key": "metadata.name", "operator": "NotIn", "values": ["n3"]}]}]
+    spec: dict[str, Any] = {
+        "containers": [{"name": n, "resources": {"limits": {"aliyun.com/gpu-mem": 1}}} for n in ("c", "d")],
+        "nodeSelector": {"x": "1", "y": "2"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}
+    demand = demand_from_containers("", container_requests(spec, ("spec",), NAMES), NAMES)
+    words = too_costly("Pod default/p", node_selector_from_spec(spec, ("spec",)), demand, 500)
+    assert words == (
+        "Pod default/p is too costly to evaluate: whether some node can hold its 2 GPU container(s) under its "
+        "node constraints (2 required node affinity terms, 9 requirements in all) took more than "
+        "capacity.max_work=500 units of work; accepted: fewer affinity terms and GPU containers (real pods have "
+        "a few of each, and take a few hundred units)")
+    no_terms = too_costly("Pod default/q", node_selector_from_spec({"containers": []}, ("spec",)), demand, 7)
+    assert "(0 required node affinity terms, 0 requirements in all)" in no_terms
