@@ -111,11 +111,11 @@ _FAST = {
     "policies/placement/placement.py": "placement placement_rules scoring_numbers scoring node_messages",
     "policies/placement/topology.py": "topology",
     "policies/placement/capacity.py": "capacity_rules capacity_index",
-    "policies/placement/capacity_index.py": "capacity_index capacity_rules",
+    "policies/placement/capacity_index.py": "capacity_index capacity_rules work_budget",
     "policies/placement/allocation.py": "allocation_metrics cards scheduler_oracle",
     "policies/placement/assume.py": "state_views placement_rules live_state",
     "policies/placement/leadership.py": "leader state_views",
-    "policies/placement/node_groups.py": "capacity_index capacity_rules",
+    "policies/placement/node_groups.py": "capacity_index capacity_rules work_budget",
     "policies/placement/work_budget.py": "capacity_index capacity_rules",
     # scoring
     "policies/scoring/scoring.py": "scoring_numbers scoring selectors",

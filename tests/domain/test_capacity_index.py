@@ -256,3 +256,161 @@ def test_a_grouping_by_hostname_builds_the_maps_of_the_nodes_a_selector_names_on
     demand = demand_from_containers("", container_requests(spec, ("spec",), NAMES), NAMES)
     selector = node_selector_from_spec(spec, ("spec",))
     assert index.verdict(state, demand, selector, WorkBudget(10**9)) == _walk(state, demand, selector)
+
+
+# ---- what the index keeps between reviews ------------------------------------------------------------
+
+def _review(index: CapacityIndex, state, spec: dict[str, Any], budget: WorkBudget | None = None):
+    demand = demand_from_containers("", container_requests(spec, ("spec",), NAMES), NAMES)
+    selector = node_selector_from_spec(spec, ("spec",))
+    return index.verdict(state, demand, selector, budget or WorkBudget(10**9)), _walk(state, demand, selector)
+
+
+def _shared(mem: int, core: int | None = None, **spec: Any) -> dict[str, Any]:
+    limits: dict[str, Any] = {"aliyun.com/gpu-mem": mem}
+    if core is not None:
+        limits["aliyun.com/gpu-core.percentage"] = core
+    return {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}], **spec}
+
+
+def test_a_core_mem_pod_is_judged_by_the_core_mem_nodes_there_are_as_they_change_and_go():
+    """The index counts each mode's nodes: a core_mem node whose pods change is still one, and once
+    it is gone a core+mem pod hears there is no such node (the walk's words)."""
+    state = snapshot(gpu_node("n0", "share", 2, 16), gpu_node("n2", "core_mem", 2, 16), names=NAMES)
+    index = CapacityIndex(NAMES)
+    for mem in (4, 5):
+        verdict, walked = _review(index, state, _shared(mem, 30))
+        assert verdict == walked and verdict.never == "" and verdict.not_now == ""
+        state.upsert_pod(pod_from_manifest(gpu_pod(f"p{mem}", "n2", mem=2, core=20, annotations=allocation(0, 2)),
+                                           NAMES))
+    state.remove_node("n2")
+    verdict, walked = _review(index, state, _shared(4, 30))
+    assert verdict == walked and "core" in verdict.never
+
+
+def test_a_core_mem_pod_fits_a_card_with_exactly_the_compute_it_asks_left():
+    """70 % of the only card's compute taken: a pod asking the other 30 % fits it now."""
+    state = snapshot(gpu_node("n2", "core_mem", 1, 16),
+                     gpu_pod("busy", "n2", mem=4, core=70, annotations=allocation(0, 4)), names=NAMES)
+    for core, fits in ((30, True), (35, False)):
+        verdict, walked = _review(CapacityIndex(NAMES), state, _shared(4, core))
+        assert verdict == walked and (verdict.not_now == "") == fits, core
+
+
+class _Recording(WorkBudget):
+    __slots__ = ("charges",)
+
+    def __init__(self) -> None:
+        super().__init__(10**9)
+        self.charges: list[int] = []
+
+    def charge(self, units: int) -> None:
+        self.charges.append(units)
+        super().charge(units)
+
+
+def test_the_groupings_of_the_sixteen_key_sets_used_last_are_kept_and_an_older_one_is_built_again():
+    state = snapshot(gpu_node("n0", "share", 2, 16), gpu_node("n1", "share", 2, 16), names=NAMES)
+    index = CapacityIndex(NAMES)
+    index.warm(state)
+
+    def grouping_built(key: int, mem: int) -> bool:
+        budget = _Recording()
+        _review(index, state, _shared(mem, nodeSelector={f"example.com/k{key}": "x"}), budget)
+        return budget.charges[:2] == [6, 6]  # each node joined to a new grouping: 5 + its label read
+
+    assert [grouping_built(k, 1) for k in range(17)] == [True] * 17  # the first is dropped for the 17th
+    assert not grouping_built(16, 2) and not grouping_built(2, 2)  # kept: among the last 16 used
+    assert grouping_built(0, 2)  # the oldest was dropped
+
+
+def test_warming_builds_the_grouping_of_pods_without_node_constraints_within_its_own_budget():
+    state = snapshot(*(gpu_node(f"n{i}", "share", 2, 16) for i in range(3)), names=NAMES)
+    index = CapacityIndex(NAMES)
+    index.warm(state)
+    budget = _Recording()
+    verdict, walked = _review(index, state, _shared(4), budget)
+    assert verdict == walked
+    assert 5 not in budget.charges[:3] and budget.charges[0] == 10  # no node joined or built: one group asked
+
+
+def test_one_index_is_kept_per_configuration_and_at_most_eight_configurations(monkeypatch):
+    from policies.placement import capacity_index as module
+
+    monkeypatch.setattr(module, "_INDEXES", {})
+    configurations = [Settings().names for _ in range(9)]  # nine objects: one configuration each, by identity
+    assert len({id(n) for n in configurations}) == 9
+    first = module.capacity_index(configurations[0])
+    assert module.capacity_index(configurations[0]) is first
+    assert first.names is configurations[0]
+    for names in configurations[1:8]:
+        module.capacity_index(names)
+    assert module.capacity_index(configurations[0]) is first  # eight kept
+    module.capacity_index(configurations[8])  # a ninth: the eight are dropped
+    assert module.capacity_index(configurations[0]) is not first
+
+
+def test_a_pod_that_fits_no_card_now_hears_of_the_first_closest_card_the_walk_meets():
+    """Two nodes, each with cards 2 GiB short: the words name the first node's, as the walk does."""
+    for mode, core in (("share", None), ("core_mem", 30)):
+        state = snapshot(gpu_node("n0", mode, 2, 16), gpu_node("n1", mode, 2, 16),
+                         *(gpu_pod(f"q{i}", f"n{i // 2}", mem=14, core=core and 20,
+                                   annotations=allocation(i % 2, 14)) for i in range(4)), names=NAMES)
+        verdict, walked = _review(CapacityIndex(NAMES), state, _shared(4, core))
+        assert verdict == walked and "GPU0 of node n0" in verdict.not_now, mode
+
+
+def test_a_pod_fits_a_card_with_exactly_the_memory_it_asks_left():
+    """12 of a 16 GiB card taken: 4 GiB fits it now, alone or as two containers of 2, mem-only or
+    core+mem; 5 GiB does not."""
+    for mode, core in (("share", None), ("core_mem", 30)):
+        state = snapshot(gpu_node("n0", mode, 1, 16),
+                         gpu_pod("busy", "n0", mem=12, core=core and 20, annotations=allocation(0, 12)), names=NAMES)
+        two = {"containers": [{"name": n, "image": "x", "resources": {"limits": {
+            "aliyun.com/gpu-mem": 2, **({"aliyun.com/gpu-core.percentage": core} if core else {})}}} for n in "cd"]}
+        for spec, fits in ((_shared(4, core), True), (two, True), (_shared(5, core), False)):
+            verdict, walked = _review(CapacityIndex(NAMES), state, spec)
+            assert verdict == walked and verdict.never == "" and (verdict.not_now == "") == fits, (mode, spec)
+
+
+def test_a_core_mem_pod_that_fits_no_card_now_hears_of_the_card_with_its_memory_and_the_most_compute():
+    """The only card with 4 GiB free has 10 % of its compute free: a 4 GiB, 30 % pod is told of it."""
+    state = snapshot(gpu_node("n0", "core_mem", 2, 16),
+                     gpu_pod("a", "n0", mem=12, core=90, annotations=allocation(0, 12)),
+                     gpu_pod("b", "n0", mem=14, core=10, annotations=allocation(1, 14)), names=NAMES)
+    verdict, walked = _review(CapacityIndex(NAMES), state, _shared(4, 30))
+    assert verdict == walked and "GPU0 of node n0" in verdict.not_now
+
+
+def test_the_nodes_of_a_mode_are_counted_one_each():
+    """Two core_mem nodes, one removed: a core+mem pod still has the other."""
+    state = snapshot(gpu_node("n1", "core_mem", 2, 16), gpu_node("n2", "core_mem", 2, 16), names=NAMES)
+    index = CapacityIndex(NAMES)
+    assert _review(index, state, _shared(4, 30))[0].never == ""
+    state.remove_node("n1")
+    verdict, walked = _review(index, state, _shared(5, 30))
+    assert verdict == walked and verdict.never == "" and verdict.not_now == ""
+
+
+def test_at_most_1024_verdicts_are_remembered_while_the_cluster_is_quiet():
+    state = snapshot(gpu_node("n0", "share", 1, 16), names=NAMES)
+    index = CapacityIndex(NAMES)
+    for mem in range(1, 1100):
+        _review(index, state, _shared(mem))
+    assert len(index._verdicts) == CapacityIndex.MAX_VERDICTS == 1024
+
+
+def test_a_node_of_a_shape_already_judged_is_skipped_and_the_search_goes_on():
+    """Nodes grouped by pool: a and b have the same shape (free 6, 4 and 4 GiB: the largest card and
+    the room, but two 6 GiB containers do not fit), c has two cards of 6 free and holds them."""
+    pool = "example.com/pool"
+    nodes = [gpu_node(n, "share", cards, 16, labels={pool: n}) for n, cards in (("a", 3), ("b", 3), ("c", 2))]
+    used = {"a": (10, 12, 12), "b": (10, 12, 12), "c": (10, 10)}
+    pods = [gpu_pod(f"{n}{i}", n, mem=gib, annotations=allocation(i, gib))
+            for n, gibs in used.items() for i, gib in enumerate(gibs)]
+    state = snapshot(*nodes, *pods, names=NAMES)
+    spec = {"containers": [{"name": n, "image": "x", "resources": {"limits": {"aliyun.com/gpu-mem": 6}}} for n in "xy"],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": pool, "operator": "Exists"}]}]}}}}
+    verdict, walked = _review(CapacityIndex(NAMES), state, spec)
+    assert verdict == walked and verdict.never == "" and verdict.not_now == ""

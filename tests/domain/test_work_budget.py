@@ -13,7 +13,7 @@ from policies.model.selectors import node_selector_from_spec
 from policies.placement.capacity_index import CapacityIndex
 from policies.placement.placement import demand_from_containers
 from policies.placement.work_budget import TooCostly, WorkBudget, too_costly
-from tests.support.cluster_builders import gpu_node, snapshot
+from tests.support.cluster_builders import allocation, gpu_node, gpu_pod, snapshot
 from webhook.settings import Settings
 
 NAMES = Settings().names
@@ -60,6 +60,82 @@ def test_each_kind_of_work_weighs_what_the_operations_guide_says():
     assert verdict.never == "" and verdict.not_now == ""  # it fits on n1
     assert budget.charges == [6, 6, 6, 1, 1, 10, 5, 1, 1, 1, 20]
     assert budget.spent == 58
+
+
+def container(name: str, mem: int, core: int | None = None) -> dict[str, Any]:
+    limits: dict[str, Any] = {"aliyun.com/gpu-mem": mem}
+    if core is not None:
+        limits["aliyun.com/gpu-core.percentage"] = core
+    return {"name": name, "resources": {"limits": limits}}
+
+
+NODES = (gpu_node("n0", "share", 2, 16), gpu_node("n1", "share", 2, 16), gpu_node("n2", "core_mem", 4, 16))
+FULL_SHARED = tuple(gpu_pod(f"q{i}", f"n{i // 2}", mem=14, annotations=allocation(i % 2, 14)) for i in range(4))
+FULL_CORE = tuple(gpu_pod(f"r{i}", "n2", mem=14, core=90, annotations=allocation(i, 14)) for i in range(4))
+
+# (what, the pod's spec, the pods running, each charge in order, whether it fits now). Every review
+# starts on a cold index, so it first builds its grouping: 5 a node plus 1 a label its selector reads
+# (three nodes: [5, 5, 5] without constraints, [6, 6, 6] with a one-key selector); then 10 a group
+# asked about, 5 a node whose maps are built, 1 a map entry read, and 10 a container on a card where
+# it is placed. The sequences pin those weights (docs/operations.md, "What one review may cost") and
+# where each is charged.
+REVIEWS = [
+    ("mem-only, fits", {"containers": [container("c", 4)]}, (),
+     [5, 5, 5, 20, 10, 5, 2, 1, 1, 20], True),
+    ("core+mem, fits", {"containers": [container("c", 4, 30)]}, (),
+     [5, 5, 5, 20, 5, 1, 1, 1, 40], True),
+    ("two containers, fit", {"containers": [container("c", 4), container("d", 4)]}, (),
+     [5, 5, 5, 20, 10, 5, 2, 1, 40], True),
+    ("mem-only, every card full", {"containers": [container("c", 4)],
+                                   "nodeSelector": {"ack.node.gpu.schedule": "share"}}, FULL_SHARED,
+     [6, 6, 6, 1, 1, 10, 10, 1, 1, 1], False),
+    ("core+mem, every card busy", {"containers": [container("c", 4, 30)]}, FULL_CORE,
+     [5, 5, 5, 20, 5, 1, 1, 1, 1], False),
+]
+
+
+@pytest.mark.parametrize(("what", "spec", "pods", "charges", "fits"), REVIEWS, ids=[r[0] for r in REVIEWS])
+def test_a_review_is_charged_for_each_thing_it_does(what, spec, pods, charges, fits):
+    state = snapshot(*NODES, *pods, names=NAMES)
+    demand = demand_from_containers("", container_requests(spec, ("spec",), NAMES), NAMES)
+    budget = Recording(10**6)
+    verdict = CapacityIndex(NAMES).verdict(state, demand, node_selector_from_spec(spec, ("spec",)), budget)
+    assert (verdict.never, bool(verdict.not_now)) == ("", not fits)
+    assert budget.charges == charges and budget.spent == sum(charges)
+
+
+ONE_CARD = (gpu_node("m0", "share", 1, 16),)
+SPREAD = {"aliyun.com/gpu-count": "2"}  # each container N/2 GiB on each of two cards
+
+# (what, the nodes, the pods running, the pod's spec, its labels, each charge in order, whether it fits now)
+MORE_REVIEWS = [
+    ("core+mem, compute free but no card with the memory", NODES,
+     tuple(gpu_pod(f"r{i}", "n2", mem=14, core=10, annotations=allocation(i, 14)) for i in range(4)),
+     {"containers": [container("c", 4, 30)]}, {}, [5, 5, 5, 20, 5, 1, 1, 1, 1], False),
+    ("a node of one card", ONE_CARD, (), {"containers": [container("c", 4)]}, {}, [5, 10, 5, 1, 1, 1, 10], True),
+    ("one container spread over two cards", NODES, (), {"containers": [container("c", 4)]}, SPREAD,
+     [5, 5, 5, 20, 10, 5, 2, 1, 40], True),
+    ("two containers spread over two cards", NODES, (), {"containers": [container("c", 4), container("d", 4)]},
+     SPREAD, [5, 5, 5, 20, 10, 5, 2, 1, 80], True),
+    ("two containers, room for one", ONE_CARD, (gpu_pod("x", "m0", mem=10, annotations=allocation(0, 10)),),
+     {"containers": [container("c", 4), container("d", 4)]}, {}, [5, 10, 5, 1, 1, 1], False),
+    ("two containers spread over two cards, room for one", (gpu_node("m2", "share", 2, 16),),
+     tuple(gpu_pod(f"x{i}", "m2", mem=13, annotations=allocation(i, 13)) for i in range(2)),
+     {"containers": [container("c", 4), container("d", 4)]}, SPREAD, [5, 10, 5, 1, 1, 1], False),
+    ("two containers, room for exactly both", ONE_CARD, (gpu_pod("x", "m0", mem=8, annotations=allocation(0, 8)),),
+     {"containers": [container("c", 4), container("d", 4)]}, {}, [5, 10, 5, 1, 1, 20], True),
+]
+
+
+@pytest.mark.parametrize(("what", "nodes", "pods", "spec", "labels", "charges", "fits"), MORE_REVIEWS,
+                         ids=[r[0] for r in MORE_REVIEWS])
+def test_a_review_of_other_shapes_is_charged_for_each_thing_it_does(what, nodes, pods, spec, labels, charges, fits):
+    state = snapshot(*nodes, *pods, names=NAMES)
+    demand = demand_from_containers("", container_requests(spec, ("spec",), NAMES), NAMES, labels)
+    budget = Recording(10**6)
+    verdict = CapacityIndex(NAMES).verdict(state, demand, node_selector_from_spec(spec, ("spec",)), budget)
+    assert (verdict.never, bool(verdict.not_now)) == ("", not fits)
+    assert budget.charges == charges
 
 
 def test_a_pod_past_the_cap_is_told_what_it_asked_and_what_would_be_accepted():
