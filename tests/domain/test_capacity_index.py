@@ -414,3 +414,13 @@ def test_a_node_of_a_shape_already_judged_is_skipped_and_the_search_goes_on():
                 "nodeSelectorTerms": [{"matchExpressions": [{"key": pool, "operator": "Exists"}]}]}}}}
     verdict, walked = _review(CapacityIndex(NAMES), state, spec)
     assert verdict == walked and verdict.never == "" and verdict.not_now == ""
+
+
+def test_a_node_selector_of_two_labels_matches_only_the_nodes_with_both():
+    pool = "example.com/pool"
+    state = snapshot(gpu_node("n0", "share", 1, 16, model="T4", labels={pool: "a"}),
+                     gpu_node("n1", "share", 1, 16, model="V100", labels={pool: "b"}), names=NAMES)
+    index = CapacityIndex(NAMES)
+    for wanted, fits in ((("a", "T4"), True), (("a", "V100"), False), (("b", "V100"), True)):
+        verdict, walked = _review(index, state, _shared(4, nodeSelector={pool: wanted[0], MODEL: wanted[1]}))
+        assert verdict == walked and (verdict.never == "") == fits, wanted
