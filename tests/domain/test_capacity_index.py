@@ -292,7 +292,7 @@ def test_a_core_mem_pod_fits_a_card_with_exactly_the_compute_it_asks_left():
     """70 % of the only card's compute taken: a pod asking the other 30 % fits it now."""
     state = snapshot(gpu_node("n2", "core_mem", 1, 16),
                      gpu_pod("busy", "n2", mem=4, core=70, annotations=allocation(0, 4)), names=NAMES)
-    for core, fits in ((30, True), (35, False)):
+    for core, fits in ((30, True), (31, False), (35, False)):
         verdict, walked = _review(CapacityIndex(NAMES), state, _shared(4, core))
         assert verdict == walked and (verdict.not_now == "") == fits, core
 
@@ -424,3 +424,73 @@ def test_a_node_selector_of_two_labels_matches_only_the_nodes_with_both():
     for wanted, fits in ((("a", "T4"), True), (("a", "V100"), False), (("b", "V100"), True)):
         verdict, walked = _review(index, state, _shared(4, nodeSelector={pool: wanted[0], MODEL: wanted[1]}))
         assert verdict == walked and (verdict.never == "") == fits, wanted
+
+
+def _assert_maps_current(index: CapacityIndex) -> None:
+    """Every built group's maps are those its members' summaries give now, and each remembered
+    best node still holds its key: nothing of a node as it was is left behind."""
+    from policies.placement.node_groups import GroupMaps
+
+    tables = ("sizes", "counts", "free_cards", "free_both", "mem_only", "core_cards", "shapes")
+    bests = {"last_by_size": "sizes", "last_by_count": "counts", "first_by_free": "free_cards",
+             "first_by_both": "free_both"}
+    for projection in index._projections.values():
+        for group in projection.groups.values():
+            if group.maps is None:
+                continue
+            fresh = GroupMaps()
+            for name in group.members:
+                fresh.add(index._nodes[name])
+            for table in tables:
+                assert getattr(group.maps, table) == getattr(fresh, table), table
+            for best, table in bests.items():
+                for key, (_, name) in getattr(group.maps, best)._best.items():
+                    assert name in getattr(group.maps, table)[key], (best, key, name)
+
+
+def test_an_index_kept_up_to_date_leaves_nothing_of_a_node_as_it_was():
+    """Pods start and end and nodes go between reviews: the index that followed every change gives
+    the walk's verdict, and its maps are those of the nodes as they are now."""
+    pool = "example.com/pool"
+    state = snapshot(*(gpu_node(f"n{i}", "share", 1 + i // 2, 16, labels={pool: "a"}) for i in range(3)),
+                     gpu_node("n3", "core_mem", 2, 16), gpu_node("n4", "core_mem", 2, 16),
+                     gpu_pod("p1", "n1", mem=10, annotations=allocation(0, 10)), names=NAMES)
+    index = CapacityIndex(NAMES)
+    specs = [_shared(4), _shared(4, 30), _shared(4, nodeSelector={pool: "a"}),
+             {"containers": [{"name": n, "image": "x", "resources": {"limits": {"aliyun.com/gpu-mem": 3}}}
+                             for n in "xy"]}]
+
+    def start(name: str, node: str, mem: int, core: int | None = None) -> None:
+        state.upsert_pod(pod_from_manifest(gpu_pod(name, node, mem=mem, core=core, annotations=allocation(0, mem)),
+                                           NAMES))
+
+    changes = [lambda: start("s0", "n0", 14), lambda: start("s3", "n3", 13, 80),
+               lambda: state.remove_pod("default", "p1"), lambda: state.remove_node("n2"),
+               lambda: start("s1", "n1", 15), lambda: state.remove_node("n3")]
+    for step, change in enumerate([lambda: None, *changes]):
+        change()
+        for spec in specs:
+            for mem in (2, 7, 15):  # a demand of each size, some fitting now, some not
+                asked = {**spec, "containers": [{**c, "resources": {"limits": {
+                    **c["resources"]["limits"], "aliyun.com/gpu-mem": mem}}} for c in spec["containers"]]}
+                verdict, walked = _review(index, state, asked)
+                assert verdict == walked, (step, asked)
+        _assert_maps_current(index)
+
+
+def test_the_largest_card_and_the_closest_card_are_found_again_after_their_node_goes():
+    """n1 holds the largest card last by name, and n0 the closest card first in order: once each is
+    gone, the words name the node left, as the walk does."""
+    state = snapshot(gpu_node("n0", "share", 1, 16), gpu_node("n1", "share", 1, 16),
+                     gpu_node("n2", "share", 1, 16), names=NAMES)
+    for i in range(3):
+        state.upsert_pod(pod_from_manifest(gpu_pod(f"p{i}", f"n{i}", mem=10, annotations=allocation(0, 10)), NAMES))
+    index = CapacityIndex(NAMES)
+    assert "node n2" in _review(index, state, _shared(20))[0].never
+    assert "GPU0 of node n0" in _review(index, state, _shared(8))[0].not_now
+    state.remove_node("n2")
+    state.remove_node("n0")
+    never, walked = _review(index, state, _shared(21))
+    assert never == walked and "node n1" in never.never
+    not_now, walked = _review(index, state, _shared(9))
+    assert not_now == walked and "GPU0 of node n1" in not_now.not_now
