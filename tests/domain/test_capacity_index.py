@@ -320,7 +320,7 @@ def test_the_groupings_of_the_sixteen_key_sets_used_last_are_kept_and_an_older_o
         return budget.charges[:2] == [6, 6]  # each node joined to a new grouping: 5 + its label read
 
     assert [grouping_built(k, 1) for k in range(17)] == [True] * 17  # the first is dropped for the 17th
-    assert not grouping_built(16, 2) and not grouping_built(2, 2)  # kept: among the last 16 used
+    assert not grouping_built(16, 2) and not grouping_built(1, 2)  # kept: the last 16 used
     assert grouping_built(0, 2)  # the oldest was dropped
 
 
@@ -371,6 +371,15 @@ def test_a_pod_fits_a_card_with_exactly_the_memory_it_asks_left():
         for spec, fits in ((_shared(4, core), True), (two, True), (_shared(5, core), False)):
             verdict, walked = _review(CapacityIndex(NAMES), state, spec)
             assert verdict == walked and verdict.never == "" and (verdict.not_now == "") == fits, (mode, spec)
+        # Two cards with 4 and 2 GiB free: containers of 4 and 2 GiB fit, one on each.
+        state = snapshot(gpu_node("n0", mode, 2, 16), *(
+            gpu_pod(f"busy{i}", "n0", mem=gib, core=core and 20, annotations=allocation(i, gib))
+            for i, gib in enumerate((12, 14))), names=NAMES)
+        pair = {"containers": [{"name": n, "image": "x", "resources": {"limits": {
+            "aliyun.com/gpu-mem": gib, **({"aliyun.com/gpu-core.percentage": core} if core else {})}}}
+            for n, gib in (("c", 4), ("d", 2))]}
+        verdict, walked = _review(CapacityIndex(NAMES), state, pair)
+        assert verdict == walked and verdict.never == "" and verdict.not_now == "", mode
 
 
 def test_a_core_mem_pod_that_fits_no_card_now_hears_of_the_card_with_its_memory_and_the_most_compute():
@@ -395,8 +404,8 @@ def test_the_nodes_of_a_mode_are_counted_one_each():
 def test_at_most_1024_verdicts_are_remembered_while_the_cluster_is_quiet():
     state = snapshot(gpu_node("n0", "share", 1, 16), names=NAMES)
     index = CapacityIndex(NAMES)
-    for mem in range(1, 1100):
-        _review(index, state, _shared(mem))
+    for value in range(1100):  # 1,100 pods asking for nodes of 1,100 pools (none there)
+        _review(index, state, _shared(4, nodeSelector={"example.com/pool": str(value)}))
     assert len(index._verdicts) == CapacityIndex.MAX_VERDICTS == 1024
 
 
@@ -479,18 +488,17 @@ def test_an_index_kept_up_to_date_leaves_nothing_of_a_node_as_it_was():
 
 
 def test_the_largest_card_and_the_closest_card_are_found_again_after_their_node_goes():
-    """n1 holds the largest card last by name, and n0 the closest card first in order: once each is
-    gone, the words name the node left, as the walk does."""
-    state = snapshot(gpu_node("n0", "share", 1, 16), gpu_node("n1", "share", 1, 16),
-                     gpu_node("n2", "share", 1, 16), names=NAMES)
-    for i in range(3):
+    """Four alike nodes: n3 holds the largest card last by name, and n0 the closest card first in
+    order. Once both are gone, the words name n2 (last by name) and n1 (first in order), as the walk."""
+    state = snapshot(*(gpu_node(f"n{i}", "share", 1, 16) for i in range(4)), names=NAMES)
+    for i in range(4):
         state.upsert_pod(pod_from_manifest(gpu_pod(f"p{i}", f"n{i}", mem=10, annotations=allocation(0, 10)), NAMES))
     index = CapacityIndex(NAMES)
-    assert "node n2" in _review(index, state, _shared(20))[0].never
+    assert "node n3" in _review(index, state, _shared(20))[0].never
     assert "GPU0 of node n0" in _review(index, state, _shared(8))[0].not_now
-    state.remove_node("n2")
+    state.remove_node("n3")
     state.remove_node("n0")
     never, walked = _review(index, state, _shared(21))
-    assert never == walked and "node n1" in never.never
+    assert never == walked and "node n2" in never.never
     not_now, walked = _review(index, state, _shared(9))
     assert not_now == walked and "GPU0 of node n1" in not_now.not_now
