@@ -391,6 +391,27 @@ def test_a_core_mem_pod_that_fits_no_card_now_hears_of_the_card_with_its_memory_
     assert verdict == walked and "GPU0 of node n0" in verdict.not_now
 
 
+def test_of_two_alike_cards_with_the_memory_a_core_mem_pod_hears_of_the_first_node_s():
+    state = snapshot(*(gpu_node(f"n{i}", "core_mem", 1, 16) for i in range(3)), *(
+        gpu_pod(f"p{i}", f"n{i}", mem=12, core=90, annotations=allocation(0, 12)) for i in range(3)), names=NAMES)
+    verdict, walked = _review(CapacityIndex(NAMES), state, _shared(4, 30))
+    assert verdict == walked and "GPU0 of node n0" in verdict.not_now
+
+
+def test_an_empty_affinity_term_matches_no_node_and_the_terms_after_it_still_count():
+    """Kubernetes: the terms are ORed, and a term with no requirement matches no node; a term of
+    matchFields only is not empty."""
+    state = snapshot(gpu_node("n0", "share", 1, 16), gpu_node("n1", "share", 1, 16), names=NAMES)
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    for terms, fits in (([{}, by_name], True), ([by_name], True), ([{}], False),
+                        ([{"matchExpressions": []}, {"matchExpressions": [{"key": POOL, "operator": "DoesNotExist"}]}],
+                         True)):
+        spec = _shared(4, affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": terms}}})
+        verdict, walked = _review(CapacityIndex(NAMES), state, spec)
+        assert verdict == walked and (verdict.never == "") == fits, terms
+
+
 def test_the_nodes_of_a_mode_are_counted_one_each():
     """Two core_mem nodes, one removed: a core+mem pod still has the other."""
     state = snapshot(gpu_node("n1", "core_mem", 2, 16), gpu_node("n2", "core_mem", 2, 16), names=NAMES)
@@ -463,6 +484,7 @@ def test_an_index_kept_up_to_date_leaves_nothing_of_a_node_as_it_was():
     pool = "example.com/pool"
     state = snapshot(*(gpu_node(f"n{i}", "share", 1 + i // 2, 16, labels={pool: "a"}) for i in range(3)),
                      gpu_node("n3", "core_mem", 2, 16), gpu_node("n4", "core_mem", 2, 16),
+                     gpu_node("n5", "share", 1, 16), gpu_pod("p5", "n5", mem=16, annotations=allocation(0, 16)),
                      gpu_pod("p1", "n1", mem=10, annotations=allocation(0, 10)), names=NAMES)
     index = CapacityIndex(NAMES)
     specs = [_shared(4), _shared(4, 30), _shared(4, nodeSelector={pool: "a"}),
@@ -475,7 +497,7 @@ def test_an_index_kept_up_to_date_leaves_nothing_of_a_node_as_it_was():
 
     changes = [lambda: start("s0", "n0", 14), lambda: start("s3", "n3", 13, 80),
                lambda: state.remove_pod("default", "p1"), lambda: state.remove_node("n2"),
-               lambda: start("s1", "n1", 15), lambda: state.remove_node("n3")]
+               lambda: start("s1", "n1", 15), lambda: state.remove_node("n3"), lambda: state.remove_node("n5")]
     for step, change in enumerate([lambda: None, *changes]):
         change()
         for spec in specs:

@@ -4,6 +4,7 @@ weighs what it says, and a pod past the cap is told what it asked."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -107,44 +108,64 @@ def test_a_review_is_charged_for_each_thing_it_does(what, spec, pods, charges, f
 ONE_CARD = (gpu_node("m0", "share", 1, 16),)
 SPREAD = {"aliyun.com/gpu-count": "2"}  # each container N/2 GiB on each of two cards
 
-# (what, the nodes, the pods running, the pod's spec, its labels, each charge in order, whether it fits now)
+# (what, the nodes, the pods running, the pod's spec, its labels, each charge in order, the verdict)
 MORE_REVIEWS = [
     ("core+mem, compute free but no card with the memory", NODES,
      tuple(gpu_pod(f"r{i}", "n2", mem=14, core=10, annotations=allocation(i, 14)) for i in range(4)),
-     {"containers": [container("c", 4, 30)]}, {}, [5, 5, 5, 20, 5, 1, 1, 1, 1], False),
-    ("a node of one card", ONE_CARD, (), {"containers": [container("c", 4)]}, {}, [5, 10, 5, 1, 1, 1, 10], True),
+     {"containers": [container("c", 4, 30)]}, {}, [5, 5, 5, 20, 5, 1, 1, 1, 1], "not now"),
+    ("a node of one card", ONE_CARD, (), {"containers": [container("c", 4)]}, {}, [5, 10, 5, 1, 1, 1, 10], "fits"),
     ("one container spread over two cards", NODES, (), {"containers": [container("c", 4)]}, SPREAD,
-     [5, 5, 5, 20, 10, 5, 2, 1, 40], True),
+     [5, 5, 5, 20, 10, 5, 2, 1, 40], "fits"),
     ("two containers spread over two cards", NODES, (), {"containers": [container("c", 4), container("d", 4)]},
-     SPREAD, [5, 5, 5, 20, 10, 5, 2, 1, 80], True),
+     SPREAD, [5, 5, 5, 20, 10, 5, 2, 1, 80], "fits"),
     ("two containers, room for one", ONE_CARD, (gpu_pod("x", "m0", mem=10, annotations=allocation(0, 10)),),
-     {"containers": [container("c", 4), container("d", 4)]}, {}, [5, 10, 5, 1, 1, 1], False),
+     {"containers": [container("c", 4), container("d", 4)]}, {}, [5, 10, 5, 1, 1, 1], "not now"),
     ("two containers spread over two cards, room for one", (gpu_node("m2", "share", 2, 16),),
      tuple(gpu_pod(f"x{i}", "m2", mem=13, annotations=allocation(i, 13)) for i in range(2)),
-     {"containers": [container("c", 4), container("d", 4)]}, SPREAD, [5, 10, 5, 1, 1, 1], False),
+     {"containers": [container("c", 4), container("d", 4)]}, SPREAD, [5, 10, 5, 1, 1, 1], "not now"),
     ("mem-only, every card full or busy", NODES, FULL_SHARED + FULL_CORE, {"containers": [container("c", 4)]}, {},
-     [5, 5, 5, 20, 10, 5, 2, 1, 0, 2], False),
+     [5, 5, 5, 20, 10, 5, 2, 1, 0, 2], "not now"),
     ("two containers, one card full and room for one on the other", (gpu_node("m2", "share", 2, 16),),
      (gpu_pod("x", "m2", mem=16, annotations=allocation(0, 16)),
       gpu_pod("y", "m2", mem=9, annotations=allocation(1, 9))),
-     {"containers": [container("c", 4), container("d", 4)]}, {}, [5, 10, 5, 1, 1, 1], False),
+     {"containers": [container("c", 4), container("d", 4)]}, {}, [5, 10, 5, 1, 1, 1], "not now"),
     ("two containers, one card over-committed and room for both on the other", (gpu_node("m2", "share", 2, 16),),
      (gpu_pod("x", "m2", mem=18, annotations=allocation(0, 18)),
       gpu_pod("y", "m2", mem=8, annotations=allocation(1, 8))),
-     {"containers": [container("c", 4), container("d", 4)]}, {}, [5, 10, 5, 1, 1, 40], True),
+     {"containers": [container("c", 4), container("d", 4)]}, {}, [5, 10, 5, 1, 1, 40], "fits"),
+    ("core+mem, one percent more compute than any card has free", NODES,
+     tuple(gpu_pod(f"r{i}", "n2", mem=2, core=60, annotations=allocation(i, 2)) for i in range(4)),
+     {"containers": [container("c", 4, 41)]}, {}, [5, 5, 5, 20, 5, 1, 1, 1], "not now"),
+    ("a node whose only card is full", ONE_CARD, (gpu_pod("x", "m0", mem=16, annotations=allocation(0, 16)),),
+     {"containers": [container("c", 4)]}, {}, [5, 10, 5, 1, 1, 1], "not now"),
+    ("a cGPU card running its limit of 20 pods", (gpu_node("c0", "cgpu", 1, 32),),
+     tuple(gpu_pod(f"x{i}", "c0", mem=1, annotations=allocation(0, 1)) for i in range(20)),
+     {"containers": [container("c", 1)]}, {}, [5, 10, 5, 1, 0, 1], "not now"),
+    ("an affinity term whose first requirement no node meets", NODES, (),
+     {"containers": [container("c", 4)], "affinity": {"nodeAffinity": {
+         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+             {"key": "example.com/pool", "operator": "In", "values": ["zzz"]},
+             {"key": "aliyun.accelerator/nvidia_name", "operator": "In", "values": ["A", "B", "C"]}]}]}}}},
+     {}, [7, 7, 7, 1, 0, 0], "never"),
+    # As the API server sends it: JSON, so no string in it is one of Python's interned literals.
+    ("a host named by In, read from JSON", NODES, (), json.loads(
+        '{"containers": [{"name": "c", "resources": {"limits": {"aliyun.com/gpu-mem": 4}}}], "affinity": {'
+        '"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{'
+        '"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}}}'),
+     {}, [6, 6, 6, 1, 1, 1, 10, 5, 1, 1, 1, 20], "fits"),
     ("two containers, room for exactly both", ONE_CARD, (gpu_pod("x", "m0", mem=8, annotations=allocation(0, 8)),),
-     {"containers": [container("c", 4), container("d", 4)]}, {}, [5, 10, 5, 1, 1, 20], True),
+     {"containers": [container("c", 4), container("d", 4)]}, {}, [5, 10, 5, 1, 1, 20], "fits"),
 ]
 
 
-@pytest.mark.parametrize(("what", "nodes", "pods", "spec", "labels", "charges", "fits"), MORE_REVIEWS,
+@pytest.mark.parametrize(("what", "nodes", "pods", "spec", "labels", "charges", "verdict"), MORE_REVIEWS,
                          ids=[r[0] for r in MORE_REVIEWS])
-def test_a_review_of_other_shapes_is_charged_for_each_thing_it_does(what, nodes, pods, spec, labels, charges, fits):
+def test_a_review_of_other_shapes_is_charged_for_each_thing_it_does(what, nodes, pods, spec, labels, charges, verdict):
     state = snapshot(*nodes, *pods, names=NAMES)
     demand = demand_from_containers("", container_requests(spec, ("spec",), NAMES), NAMES, labels)
     budget = Recording(10**6)
-    verdict = CapacityIndex(NAMES).verdict(state, demand, node_selector_from_spec(spec, ("spec",)), budget)
-    assert (verdict.never, bool(verdict.not_now)) == ("", not fits)
+    got = CapacityIndex(NAMES).verdict(state, demand, node_selector_from_spec(spec, ("spec",)), budget)
+    assert ("never" if got.never else "not now" if got.not_now else "fits") == verdict
     assert budget.charges == charges
 
 
