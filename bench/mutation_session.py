@@ -40,6 +40,9 @@ SURVIVED, KILLED, SLOW, NO_CHANGE = 0, 1, 3, 4
 _BASELINE_ERROR = 5
 # A child's own cost beyond its tests (fork, making the mutant, fixtures): measured here, about 0.1 s.
 _FORK_COST = 0.15
+# A mutant whose tests run past this many times their traced time (itself several times their time
+# untraced) is stopped and counted killed, as a timeout: its change made the tests loop or blow up.
+_TIMEOUT_FACTOR = 3
 
 
 @dataclass(frozen=True)
@@ -328,7 +331,7 @@ class MutantSession:
                     break
                 job, filename, placement, chosen, slow, targets, budget, recheck = plan
                 running.append(self._start(job, sources[job.module], filename, placement, chosen, slow,
-                                           targets, caches, max(10.0, 10 * budget), recheck))
+                                           targets, caches, max(10.0, _TIMEOUT_FACTOR * budget), recheck))
             if not running:
                 return
             wait = max(0.0, min(child.deadline for child in running) - time.monotonic())
