@@ -6,11 +6,13 @@ same on generated keys through the exported policy."""
 
 from __future__ import annotations
 
+import string
+
 import pytest
 import re2
 
 from policies.generate.backstop import SECTION
-from policies.generate.near_miss_regex import domain_regex, name_part_regex
+from policies.generate.near_miss_regex import _ranges, domain_regex, name_part_regex
 from policies.model.near_miss import meant_resource, skipped_keys
 from tests.support.resource_keys import DOMAINS, NAMES
 from webhook.settings import Settings
@@ -91,3 +93,99 @@ def test_a_core_name_without_a_stem_matches_only_its_own_edits():
     assert not re2.search(regex, "acme.io/gpu-anything")
     assert re2.search(regex, "acme.io/gpu-1") and re2.search(regex, "acme.io/gp")
     assert re2.search(name_part_regex("acme.io/vram", "acme.io/gpuX"), "acme.io/gpux-anything")
+
+
+# -- every word within a few edits ---------------------------------------------------------------
+# The lists above hold the names people write; these tests walk the whole neighbourhood of the
+# shared-GPU names and domains (every insertion, deletion and replacement from a small alphabet),
+# so every boundary of the edit-distance automata is crossed in both directions: one edit too many,
+# a prefix one letter short, a stem one letter off, a character the strip takes or keeps.
+
+def one_edit(text: str, alphabet: str) -> set[str]:
+    """Every word one insertion, deletion or replacement away from ``text``, and ``text`` itself."""
+    out = {text}
+    for i in range(len(text) + 1):
+        out.update(text[:i] + c + text[i:] for c in alphabet)
+        if i < len(text):
+            out.add(text[:i] + text[i + 1:])
+            out.update(text[:i] + c + text[i + 1:] for c in alphabet)
+    return out
+
+
+def within(texts: list[str], alphabet: str, edits: int) -> set[str]:
+    words = set(texts)
+    for _ in range(edits):
+        words = {w for word in words for w in one_edit(word, alphabet)}
+    return words
+
+
+def disagreements(keys: set[str], settings: Settings) -> tuple[list[str], dict[str, str]]:
+    """The keys where the regexes (as regex_finds tries them, compiled once) and the engine differ,
+    and the near misses the engine finds, with the name each means."""
+    r, skipped = settings.names.resources, set(skipped_keys(settings))
+    name = re2.compile(name_part_regex(r.gpu_mem, r.gpu_core))
+    domain = re2.compile(domain_regex(r.gpu_mem, tuple(settings.near_miss.lookalike_domains)))
+    wrong, near = [], {}
+    for key in keys:
+        meant = None if key in skipped else engine_meant(key, settings)
+        if meant is not None:
+            near[key] = meant
+        if (key not in skipped and bool(name.search(key)) and bool(domain.search(key))) != (meant is not None):
+            wrong.append(key)
+    return sorted(wrong), near
+
+
+# Name parts (no domain: the key is the name part alone). One edit from the whole alphabet of a
+# name part (letters, digits, separators, capitals), two edits from the letters the automaton names
+# plus one it does not ("x"), a separator and a capital.
+WIDE = string.ascii_lowercase + string.digits + "-_. ~M"
+NAME_CASES = {
+    "default": (DEFAULT, ["gpu-mem", "gpu-memory", "gpu-core.percentage", "gpu-core", "gpu", "percentage"],
+                ["gpumem", "gpucore", "gpumemory", "gp"], "gpumecorx-M"),
+    "custom": (CUSTOM, ["gpu-memory-mb", "gpu-core.share", "gpu-core", "gpu"],
+               ["gpumemmb", "gpucore", "gpumemorymb"], "gpumecorsx-M"),
+    "no-stem": (NO_STEM, ["vram", "gpu", "gpu-mem"], ["vram", "gpu", "gpux"], "vramgpux-M"),
+}
+
+
+@pytest.mark.parametrize("case", NAME_CASES, ids=list(NAME_CASES))
+def test_the_name_part_regexes_agree_with_the_engine_on_every_word_near_the_names(case):
+    settings, seeds_one, seeds_two, alphabet = NAME_CASES[case]
+    r = settings.names.resources
+    keys = within(seeds_one, WIDE, 1) | within(seeds_two, alphabet, 2)
+    wrong, near = disagreements(keys, settings)
+    assert wrong == []
+    assert 0 < len(near) < len(keys)  # both sides of the boundary are walked
+    # Among the near misses, the memory regex finds exactly those the engine reads as the memory name.
+    mem_only = re2.compile(name_part_regex(r.gpu_mem, r.gpu_core, mem_only=True))
+    assert sorted(key for key, meant in near.items() if bool(mem_only.search(key)) != (meant == r.gpu_mem)) == []
+
+
+# Domains: one edit of the real domain and of each look-alike, from letters of the domain, a letter
+# it lacks, a capital, white space the strip takes ("\t", "\x1c") and "/" (which moves the domain's
+# end), and two edits from fewer of them; each key ends with a name part that is a near miss, so the
+# domain alone decides.
+DOMAIN_CASES = {
+    "default": (DEFAULT, "aliyun.com", "alyun.cmx A\t/", "ayu.x A\t"),
+    "custom": (CUSTOM, "example.com", "exampl.cox U\x1c/", "epl.x U\x1c"),
+}
+
+
+@pytest.mark.parametrize("case", DOMAIN_CASES, ids=list(DOMAIN_CASES))
+def test_the_domain_regex_agrees_with_the_engine_on_every_domain_near_the_real_one(case):
+    settings, real, alphabet, fewer = DOMAIN_CASES[case]
+    domains = within([real, *settings.near_miss.lookalike_domains], alphabet, 1) | within([real], fewer, 2)
+    r = settings.names.resources
+    mem, core = r.gpu_mem.rpartition("/")[2].upper(), r.gpu_core.rpartition("/")[2] + "x"
+    keys = {f"{d}/{mem}" for d in domains} | {f"{d}/{core}" for d in within([real], alphabet, 1)}
+    wrong, near = disagreements(keys, settings)
+    assert wrong == []
+    assert 0 < len(near) < len(keys)
+
+
+def test_character_runs_are_written_as_ranges_from_three_on():
+    assert _ranges("cba") == "a-c"
+    assert _ranges("ab") == "ab"
+    assert _ranges("z0129xy") == "0-29x-z"
+    assert _ranges("13579") == "13579"
+    assert _ranges("") == ""
