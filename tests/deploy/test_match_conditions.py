@@ -442,6 +442,43 @@ def test_a_new_rule_is_carried_by_its_declaration_alone():
     assert not sends(_pod({"env": [{"name": "OTHER", "value": "1"}]}))
 
 
+def test_a_rule_or_mutation_reaches_only_the_webhooks_of_its_kinds_and_operations():
+    from policies.rules.mutations import MUTATIONS, Mutation
+
+    before = match_conditions(Settings())
+    # A rule judging only a pod's UPDATE, a workload rule, and a mutation of nodes: none is the pod webhooks'.
+    rule("GX903", severity="warn", seed="test", kinds=("Pod",), operations=("UPDATE",), title="t", doc="d",
+         relevance=Relevance(env=("MY_UPDATE_SETTING",)))(lambda subject: iter(()))
+    rule("GX904", severity="warn", seed="test", kinds=("Deployment",), title="t", doc="d",
+         relevance=Relevance(env=("MY_WORKLOAD_SETTING",)))(lambda subject: iter(()))
+    MUTATIONS["GM904"] = Mutation("GM904", "t", "d", "test", frozenset({"Node"}),
+                                  Relevance(env=("MY_NODE_SETTING",)))
+    try:
+        after = match_conditions(Settings())
+    finally:
+        del REGISTRY["GX903"], REGISTRY["GX904"], MUTATIONS["GM904"]
+    for webhook in (POD_VALIDATE, CONTROLLED_VALIDATE, POD_MUTATE, DAEMONSETS):
+        assert after[webhook] == before[webhook], webhook
+    assert "MY_WORKLOAD_SETTING" in after[WORKLOADS][0]["expression"]
+
+
+def test_a_rule_judging_env_names_alone_still_has_its_pods_sent():
+    # GS010 and GS011 declare env names only: with every other rule off, the pod webhook's condition
+    # is that container test alone.
+    settings = Settings(rules={rule_id: {"enabled": False} for rule_id in EVERY_ID
+                               if rule_id not in ("GS010", "GS011")})
+    expression = match_conditions(settings)[POD_VALIDATE][0]["expression"]
+    program = _ENV.program(_ENV.compile(expression))
+
+    def sends(pod: dict[str, Any]) -> bool:
+        request = celpy.json_to_cel({"operation": "CREATE", "resource": {"resource": "pods"}})
+        return bool(program.evaluate({"object": celpy.json_to_cel(pod), "request": request}))
+
+    assert sends(_pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}))
+    assert not sends(_pod({"env": [{"name": "PATH", "value": "/bin"}]}))
+    assert not sends(_pod({"resources": {"limits": {MEM: "2"}}}))
+
+
 def test_a_rule_that_judges_objects_must_say_what_makes_them_relevant():
     with pytest.raises(ValueError, match=r"GX902 judges .* but declares no relevance"):
         rule("GX902", severity="warn", seed="test", kinds=("Pod",), title="t", doc="d")(lambda subject: iter(()))
@@ -646,6 +683,8 @@ def test_a_webhook_whose_rules_are_all_disabled_is_sent_nothing(scope):
             "object": celpy.json_to_cel(obj), "oldObject": celpy.json_to_cel(old),
             "request": celpy.json_to_cel(request)})
         assert verdict is not True and bool(verdict) is False, scope.name
+    if scope.subresource:  # nothing a debug container sets is judged
+        assert condition["expression"] == "false"
     # and with every rule on, each of these samples is sent to its webhooks
     assert sent(POD_VALIDATE, GPU_POD) and sent(POD_MUTATE, GPU_POD)
     assert sent("quotas.validate.gpushare.io", QUOTA, resource="resourcequotas")
@@ -671,3 +710,76 @@ def test_kinds_that_keep_their_pod_spec_in_different_places_cannot_share_a_condi
     mixed = replace(SCOPE[WORKLOADS], kinds=("Deployment", "CronJob"))
     with pytest.raises(ValueError, match="different paths"):
         condition(mixed, SETTINGS)
+
+
+# metadata.ownerReferences, and whether a controller made the object: only `controller: true` says so.
+OWNERS: list[tuple[Any, bool]] = [
+    (None, False), ([], False), ({}, False), ("x", False), ([None], False), (["o"], False), ([{}], False),
+    ([{"controller": False}], False), ([{"controller": "true"}], False), ([{"controller": None}], False),
+    ([{"controller": True}], True), ([{"name": "a"}, {"controller": True}], True), ([None, {"controller": True}], True),
+    ({"controller": True}, False), ([{"controller": 1}], False)]
+
+
+@pytest.mark.parametrize(("owners", "made"), OWNERS, ids=[json.dumps(o) for o, _ in OWNERS])
+def test_who_made_an_object_is_read_alike_in_python_and_in_the_condition(owners, made):
+    from policies.generate.match_conditions import CEL_CONTROLLED, controlled
+
+    obj = {"metadata": {"name": "p"} if owners is None else {"name": "p", "ownerReferences": owners}}
+    assert controlled(obj) is made
+    if isinstance(owners, list) and all(isinstance(o, dict) and isinstance(o.get("controller", False), bool)
+                                        for o in owners):  # the shapes the API server admits
+        cel = _ENV.program(_ENV.compile(CEL_CONTROLLED)).evaluate({"object": celpy.json_to_cel(obj)})
+        assert bool(cel) is made
+    assert controlled({"metadata": "x"}) is False and controlled({}) is False
+
+
+def test_the_kinds_of_one_webhook_are_judged_on_the_same_parts_of_an_update():
+    from policies.rules.judged import parts_for
+
+    # The UPDATE condition is written from a webhook's first kind: it must stand for all of them.
+    for scope in SCOPES:
+        t = triggers(scope, SETTINGS)
+        if "UPDATE" in scope.operations and not scope.daemonsets and not scope.subresource:
+            texts = {parts_for(kind, t, SETTINGS).cel_changed() for kind in scope.kinds}
+            assert len(texts) == 1, scope.name
+
+
+def test_a_near_miss_alone_sends_a_custom_workload():
+    # With GS007 the only rule on, the key test is the near-miss regexes alone (no list of names before them).
+    settings = Settings(rules={rule_id: {"enabled": False} for rule_id in EVERY_ID if rule_id != "GS007"})
+    program = _ENV.program(_ENV.compile(match_conditions(settings)[CUSTOM][0]["expression"]))
+
+    def sends(key: str) -> bool:
+        job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"},
+               "spec": {"pytorchReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [
+                   {"name": "w", "image": "x", "resources": {"limits": {key: "1"}}}]}}}}}}
+        request = {"operation": "CREATE", "kind": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"}}
+        return bool(program.evaluate({"object": celpy.json_to_cel(job), "request": celpy.json_to_cel(request)}))
+
+    assert sends("aliyun.com/gpu-memory") and not sends(MEM) and not sends("cpu")
+
+
+def test_pods_gathered_at_every_depth_are_all_tested_once_wrapped_to_the_deepest():
+    from types import SimpleNamespace
+
+    from policies.generate.workload_conditions import gathered
+    from policies.model.field_paths import parse_pattern
+
+    def leaf(node: str) -> str:
+        return f"(type({node}) == list ? {node} : [])"
+
+    # Kinds keeping their container lists 0, 1, 2 and 3 maps or lists deep, at a map's values first.
+    places = {"Flat": "spec.containers", "Roles": "spec.*.containers", "Nested": "spec.*.byName.*.containers",
+              "Deep": "spec.groups[].roles.*.pods[].containers"}
+    kinds = [SimpleNamespace(group="example.com", kind=kind) for kind in places]
+    expression = gathered(kinds, lambda k: [(parse_pattern(places[k.kind]), leaf)], "c == 'hit'", "c")
+    program = _ENV.program(_ENV.compile(expression))
+    objects = {"Flat": lambda c: {"spec": {"containers": c}},
+               "Roles": lambda c: {"spec": {"a": {"containers": ["miss"]}, "b": {"containers": c}}},
+               "Nested": lambda c: {"spec": {"a": {"byName": {"x": {"containers": c}}}}},
+               "Deep": lambda c: {"spec": {"groups": [{"roles": {}}, {"roles": {"r": {"pods": [{"containers": c}]}}}]}}}
+    for kind, build in objects.items():
+        request = celpy.json_to_cel({"kind": {"group": "example.com", "kind": kind}})
+        for found in (True, False):
+            obj = build(["miss", "hit"] if found else ["miss"])
+            assert bool(program.evaluate({"object": celpy.json_to_cel(obj), "request": request})) is found, kind

@@ -24,6 +24,8 @@ CUSTOM = Settings(names={"resources": {"gpu_mem": "example.com/gpu-memory-mb",
                              "allowed": ["example.com/gpu-model"]})
 NO_STEM = Settings(names={"resources": {"gpu_mem": "acme.io/vram", "gpu_core": "acme.io/gpu"}},
                    near_miss={"lookalike_domains": []})
+SHORT = Settings(names={"resources": {"gpu_mem": "acme.io/pu-mem", "gpu_core": "acme.io/pu-core"}},
+                 near_miss={"lookalike_domains": []})
 # Name parts and domains people write, and edits of the names: rewritten words, case, separators,
 # prefixes one edit away, the core stem with anything after it, other characters.
 EXTRA_NAMES = ["gpu-memory-mb", "gpu-mem-mb", "GPU_MemoryMB", "gpu-core.share", "gpu-core-share-x", "gpu-model",
@@ -145,6 +147,8 @@ NAME_CASES = {
     "custom": (CUSTOM, ["gpu-memory-mb", "gpu-core.share", "gpu-core", "gpu"],
                ["gpumemmb", "gpucore", "gpumemorymb"], "gpumecorsx-M"),
     "no-stem": (NO_STEM, ["vram", "gpu", "gpu-mem"], ["vram", "gpu", "gpux"], "vramgpux-M"),
+    # Names that do not begin with the prefix: a near miss may then begin with an insertion ("gpumem").
+    "short": (SHORT, ["pu-mem", "gpu-mem", "pu-core", "gpucore"], ["pumem", "pucore"], "gpumecorx-"),
 }
 
 
@@ -189,3 +193,15 @@ def test_character_runs_are_written_as_ranges_from_three_on():
     assert _ranges("z0129xy") == "0-29x-z"
     assert _ranges("13579") == "13579"
     assert _ranges("") == ""
+
+
+def test_a_set_of_domain_characters_is_written_as_a_class_of_its_lower_case_ones():
+    from policies.generate.near_miss_regex import ANY, NEVER, _domain_symbol
+
+    assert _domain_symbol(frozenset({"a"})) == "a"
+    assert _domain_symbol(frozenset({"b", "a", "-", "A"})) == "[\\-ab]"  # "A": never a lower-cased domain's
+    assert _domain_symbol(frozenset({"A"})) == NEVER
+    assert _domain_symbol(frozenset({"a", ANY})) == "."
+    for symbol, matched, unmatched in (("[\\-ab]", "-ab", "A.c/"), (NEVER, "", "aA-./\x00")):
+        assert all(re2.fullmatch(symbol, c) for c in matched)
+        assert not any(re2.fullmatch(symbol, c) for c in unmatched)
