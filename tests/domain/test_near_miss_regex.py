@@ -26,6 +26,8 @@ NO_STEM = Settings(names={"resources": {"gpu_mem": "acme.io/vram", "gpu_core": "
                    near_miss={"lookalike_domains": []})
 SHORT = Settings(names={"resources": {"gpu_mem": "acme.io/pu-mem", "gpu_core": "acme.io/pu-core"}},
                  near_miss={"lookalike_domains": []})
+DIGITS = Settings(names={"resources": {"gpu_mem": "acme.io/gpu-mem2", "gpu_core": "acme.io/gpu-temp"}},
+                  near_miss={"lookalike_domains": []})
 # Name parts and domains people write, and edits of the names: rewritten words, case, separators,
 # prefixes one edit away, the core stem with anything after it, other characters.
 EXTRA_NAMES = ["gpu-memory-mb", "gpu-mem-mb", "GPU_MemoryMB", "gpu-core.share", "gpu-core-share-x", "gpu-model",
@@ -149,6 +151,9 @@ NAME_CASES = {
     "no-stem": (NO_STEM, ["vram", "gpu", "gpu-mem"], ["vram", "gpu", "gpux"], "vramgpux-M"),
     # Names that do not begin with the prefix: a near miss may then begin with an insertion ("gpumem").
     "short": (SHORT, ["pu-mem", "gpu-mem", "pu-core", "gpucore"], ["pumem", "pucore"], "gpumecorx-"),
+    # Digits in the names (named characters that sort before the automaton's own letters), and a stem
+    # ending in a letter that may begin a rewritten word ("p" of "percentage": held back until the end).
+    "digits": (DIGITS, ["gpu-mem2", "gpu-temp", "gpu-temp-9", "gpu-memory2"], ["gpumem2", "gputemp"], "gpumet29x-"),
 }
 
 
@@ -192,6 +197,7 @@ def test_character_runs_are_written_as_ranges_from_three_on():
     assert _ranges("ab") == "ab"
     assert _ranges("z0129xy") == "0-29x-z"
     assert _ranges("13579") == "13579"
+    assert _ranges("acd") == "acd"  # a run of two after a gap
     assert _ranges("") == ""
 
 
