@@ -20,14 +20,19 @@ from webhook.settings import Settings
 DEFAULT = Settings()
 CUSTOM = Settings(names={"resources": {"gpu_mem": "example.com/gpu-memory-mb",
                                        "gpu_core": "example.com/gpu-core.share", "gpu_topology": "example.com/gpu"}},
-                  near_miss={"lookalike_domains": ["example.org", "sample.com", "Upper.com", " spaced.com", "ex"],
+                  near_miss={"lookalike_domains": ["example.org", "sample.com", "Upper.com", " spaced.com",
+                                                    "trail.com ", "ex"],
                              "allowed": ["example.com/gpu-model"]})
 NO_STEM = Settings(names={"resources": {"gpu_mem": "acme.io/vram", "gpu_core": "acme.io/gpu"}},
                    near_miss={"lookalike_domains": []})
 SHORT = Settings(names={"resources": {"gpu_mem": "acme.io/pu-mem", "gpu_core": "acme.io/pu-core"}},
                  near_miss={"lookalike_domains": []})
+TINY = Settings(names={"resources": {"gpu_mem": "acme.io/mig", "gpu_core": "acme.io/gpu"}},
+                near_miss={"lookalike_domains": []})
 DIGITS = Settings(names={"resources": {"gpu_mem": "acme.io/gpu-mem2", "gpu_core": "acme.io/gpu-temp"}},
                   near_miss={"lookalike_domains": []})
+CAPITAL = Settings(names={"resources": {"gpu_mem": "Acme.io/gpu-mem", "gpu_core": "Acme.io/gpu-core"}},
+                   near_miss={"lookalike_domains": []})
 # Name parts and domains people write, and edits of the names: rewritten words, case, separators,
 # prefixes one edit away, the core stem with anything after it, other characters.
 EXTRA_NAMES = ["gpu-memory-mb", "gpu-mem-mb", "GPU_MemoryMB", "gpu-core.share", "gpu-core-share-x", "gpu-model",
@@ -153,6 +158,8 @@ NAME_CASES = {
     "short": (SHORT, ["pu-mem", "gpu-mem", "pu-core", "gpucore"], ["pumem", "pucore"], "gpumecorx-"),
     # Digits in the names (named characters that sort before the automaton's own letters), and a stem
     # ending in a letter that may begin a rewritten word ("p" of "percentage": held back until the end).
+    # A name shorter than the prefix: within one edit of a short name ("mi" of "mig") but not of "gpu".
+    "tiny": (TINY, ["mig", "mi", "gpu", "gp"], ["mig", "gpu"], "migpux-"),
     "digits": (DIGITS, ["gpu-mem2", "gpu-temp", "gpu-temp-9", "gpu-memory2"], ["gpumem2", "gputemp"], "gpumet29x-"),
 }
 
@@ -177,6 +184,8 @@ def test_the_name_part_regexes_agree_with_the_engine_on_every_word_near_the_name
 DOMAIN_CASES = {
     "default": (DEFAULT, "aliyun.com", "alyun.cmx A\t/", "ayu.x A\t"),
     "custom": (CUSTOM, "example.com", "exampl.cox U\x1c/", "epl.x U\x1c"),
+    # The settings take a domain with capitals (Kubernetes would refuse the name); keys are lower-cased.
+    "capital": (CAPITAL, "Acme.io", "acme.ioxA /", "acm.xA"),
 }
 
 
