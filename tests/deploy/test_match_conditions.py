@@ -80,6 +80,18 @@ def program(webhook: str) -> Any:
     return _ENV.program(_ENV.compile(conditions()[webhook][0]["expression"]))
 
 
+@functools.cache
+def compiled(expression: str) -> Any:
+    """A condition's expression compiled with cel-python (once: the large ones take a while)."""
+    return _ENV.program(_ENV.compile(expression))
+
+
+def created_pod_sent(expression: str, pod: dict[str, Any]) -> bool:
+    """A pod webhook's condition (its expression) on the CREATE of ``pod``."""
+    request = celpy.json_to_cel({"operation": "CREATE", "resource": {"resource": "pods"}})
+    return bool(compiled(expression).evaluate({"object": celpy.json_to_cel(pod), "request": request}))
+
+
 def sent(webhook: str, obj: dict[str, Any], *, resource: str = "pods", operation: str = "CREATE",
          old: dict[str, Any] | None = None) -> bool:
     """The webhook's matchCondition on ``obj``, as the API server would evaluate it."""
@@ -431,11 +443,7 @@ def test_a_new_rule_is_carried_by_its_declaration_alone():
     finally:
         del REGISTRY["GX901"]
     assert after[POD_MUTATE] == before[POD_MUTATE] and after[WORKLOADS] == before[WORKLOADS]
-    program = _ENV.program(_ENV.compile(after[POD_VALIDATE][0]["expression"]))
-
-    def sends(pod: dict[str, Any]) -> bool:
-        request = celpy.json_to_cel({"operation": "CREATE", "resource": {"resource": "pods"}})
-        return bool(program.evaluate({"object": celpy.json_to_cel(pod), "request": request}))
+    sends = functools.partial(created_pod_sent, after[POD_VALIDATE][0]["expression"])
 
     assert sends(_pod({"resources": {"limits": {WHOLE: "1"}}}))
     assert sends(_pod({"env": [{"name": "MY_GPU_SETTING", "value": "1"}]}))
@@ -467,12 +475,7 @@ def test_a_rule_judging_env_names_alone_still_has_its_pods_sent():
     # is that container test alone.
     settings = Settings(rules={rule_id: {"enabled": False} for rule_id in EVERY_ID
                                if rule_id not in ("GS010", "GS011")})
-    expression = match_conditions(settings)[POD_VALIDATE][0]["expression"]
-    program = _ENV.program(_ENV.compile(expression))
-
-    def sends(pod: dict[str, Any]) -> bool:
-        request = celpy.json_to_cel({"operation": "CREATE", "resource": {"resource": "pods"}})
-        return bool(program.evaluate({"object": celpy.json_to_cel(pod), "request": request}))
+    sends = functools.partial(created_pod_sent, match_conditions(settings)[POD_VALIDATE][0]["expression"])
 
     assert sends(_pod({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}))
     assert not sends(_pod({"env": [{"name": "PATH", "value": "/bin"}]}))
