@@ -156,10 +156,10 @@ NAME_CASES = {
     "no-stem": (NO_STEM, ["vram", "gpu", "gpu-mem"], ["vram", "gpu", "gpux"], "vramgpux-M"),
     # Names that do not begin with the prefix: a near miss may then begin with an insertion ("gpumem").
     "short": (SHORT, ["pu-mem", "gpu-mem", "pu-core", "gpucore"], ["pumem", "pucore"], "gpumecorx-"),
-    # Digits in the names (named characters that sort before the automaton's own letters), and a stem
-    # ending in a letter that may begin a rewritten word ("p" of "percentage": held back until the end).
     # A name shorter than the prefix: within one edit of a short name ("mi" of "mig") but not of "gpu".
     "tiny": (TINY, ["mig", "mi", "gpu", "gp"], ["mig", "gpu"], "migpux-"),
+    # Digits in the names (named characters that sort before the automaton's own letters), and a stem
+    # ending in a letter that may begin a rewritten word ("p" of "percentage": held back until the end).
     "digits": (DIGITS, ["gpu-mem2", "gpu-temp", "gpu-temp-9", "gpu-memory2"], ["gpumem2", "gputemp"], "gpumet29x-"),
 }
 
